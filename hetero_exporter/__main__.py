@@ -1,0 +1,3 @@
+from hetero_exporter.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,309 @@
+"""Command line: the only place that wires collectors, sampler, exposition and health.
+
+    hetero-exporter run [--listen HOST:PORT] [--interval S] [--config FILE] [--simulate [SCENARIO]]
+                        [--collector.NAME | --no-collector.NAME] [--node-name NAME] [--kubeconfig FILE]
+                        [--health-mode observe|dry-run|enforce] [--log-format json|text]
+    hetero-exporter inspect [--simulate [SCENARIO]] [--json]
+    hetero-exporter parse TOOL FILE [--json]
+    hetero-exporter version
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from typing import Any, Optional, Sequence
+
+from hetero_exporter import __version__, config as config_mod, logs, pci, registry
+from hetero_exporter.collector_api import CollectorOptions, ParseError
+from hetero_exporter.model import NodeSnapshot, SchemaError, snapshot_to_json, to_dict
+from hetero_exporter.sampling import CollectorSpec, Sampler
+
+log = logging.getLogger("hetero_exporter")
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="YAML config file (see README: Configuration)")
+    p.add_argument("--simulate", nargs="?", const="default", metavar="SCENARIO",
+                   help="run on a simulated node: a built-in scenario name or a scenario file "
+                        "(default: the built-in 'default')")
+    p.add_argument("--simulate-if-absent", action="store_true",
+                   help="simulate the default scenario when the PCI bus shows no accelerator")
+    p.add_argument("--at", type=float, default=None, metavar="T",
+                   help="with --simulate: start the scenario clock at T seconds")
+    p.add_argument("--node-name", help="node name (default: $NODE_NAME, else the host name)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+    p.add_argument("--interval", type=float, help="seconds between collection cycles (default 10)")
+    p.add_argument("--log-format", choices=("json", "text"), help="log line format (default json)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="hetero-exporter",
+        description="Accelerator telemetry and health agent for NVIDIA, AMD, Ascend, Cambricon and Hygon.")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser("run", help="collect on an interval and serve /metrics",
+                         epilog="Collectors: --collector.NAME enables, --no-collector.NAME disables "
+                                f"({', '.join(sorted(registry.collector_entries()))}).")
+    _add_common(run)
+    run.add_argument("--listen", help="HOST:PORT to serve on (default 0.0.0.0:9400)")
+    run.add_argument("--health-mode", choices=("observe", "dry-run", "enforce"),
+                     help="what the health loop may do to the node (default observe)")
+
+    insp = sub.add_parser("inspect", help="collect once and print one table for all accelerators")
+    _add_common(insp)
+    insp.add_argument("--json", action="store_true", help="print the schema-1 JSON snapshot")
+
+    parse = sub.add_parser("parse", help="turn a captured vendor output into the model")
+    parse.add_argument("tool", metavar="TOOL", help="which tool printed FILE: " + (", ".join(sorted(registry.PARSERS)) or "none yet"))
+    parse.add_argument("file", metavar="FILE", help="the captured output ('-' for stdin)")
+    parse.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sub.add_parser("version", help="print the version")
+    return ap
+
+
+def _collector_flags(extra: Sequence[str]) -> dict[str, bool]:
+    """``--collector.NAME`` / ``--no-collector.NAME`` -> {NAME: enabled}."""
+    flags: dict[str, bool] = {}
+    known = registry.collector_entries()
+    for arg in extra:
+        for prefix, value in (("--collector.", True), ("--no-collector.", False)):
+            if arg.startswith(prefix):
+                name = arg[len(prefix):]
+                if name not in known:
+                    raise UsageError(f"unknown collector {name!r}; known: {', '.join(sorted(known))}")
+                flags[name] = value
+                break
+        else:
+            raise UsageError(f"unrecognized argument {arg!r}")
+    return flags
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+def node_name(args: argparse.Namespace, cfg: config_mod.Config, scenario: Any = None) -> str:
+    return (getattr(args, "node_name", None) or cfg.node_name or os.environ.get("NODE_NAME")
+            or (scenario.node if scenario is not None else None) or socket.gethostname())
+
+
+def _boot_id() -> Optional[str]:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+class Wiring:
+    """Everything one agent process needs, built from config + arguments."""
+
+    def __init__(self, args: argparse.Namespace, extra: Sequence[str]):
+        self.args = args
+        self.cfg = config_mod.load(args.config).replace(
+            interval=args.interval, log_format=args.log_format,
+            kubeconfig=getattr(args, "kubeconfig", None), listen=getattr(args, "listen", None))
+        self.flags = _collector_flags(extra)
+        self.pci_devices = pci.scan(self.cfg.sysfs_root)
+        simulate = args.simulate
+        if simulate is None and args.simulate_if_absent and not self.pci_devices:
+            simulate = "default"
+            log.info("no accelerator on the PCI bus: simulating the default scenario")
+        self.scenario = None
+        self.clock: Any = None
+        if simulate is not None:
+            from hetero_exporter.simulate import SimulationClock, load
+            self.scenario = load(simulate)
+            self.clock = SimulationClock()
+            if args.at:
+                self.clock = SimulationClock(start=self.clock() - args.at)
+        else:
+            import time
+            self.clock = time.time
+        self.node = node_name(args, self.cfg, self.scenario)
+        self.workdir = tempfile.mkdtemp(prefix="hetero-exporter-") if self.scenario is not None else None
+
+    def enabled_collectors(self) -> list[registry.CollectorEntry]:
+        entries = registry.collector_entries()
+        if self.scenario is not None:
+            present = {d.vendor for d in self.scenario.devices}
+        else:
+            present = set(pci.expected_by_vendor(self.pci_devices, registry.PCI_VENDORS))
+        chosen = []
+        for name, e in entries.items():
+            explicit = self.flags.get(name, self.cfg.collector_settings(name).get("enabled"))
+            if explicit is not None:
+                on = bool(explicit)
+            elif self.scenario is None and not self.pci_devices:
+                on = e.default  # PCI unreadable or empty: try every default collector
+            else:
+                on = e.default and (not e.vendor or e.vendor in present)
+            if on:
+                chosen.append(e)
+        return chosen
+
+    def expected(self) -> dict[str, int]:
+        if self.scenario is not None:
+            counts: dict[str, int] = {}
+            for d in self.scenario.devices:
+                counts[d.vendor] = counts.get(d.vendor, 0) + 1
+            for vendor, n in (self.scenario.settings.get("pci_extra") or {}).items():
+                counts[vendor] = counts.get(vendor, 0) + int(n)
+            return counts
+        return pci.expected_by_vendor(pci.scan(self.cfg.sysfs_root), registry.PCI_VENDORS)
+
+    def sampler(self) -> Sampler:
+        specs = []
+        for e in self.enabled_collectors():
+            opts = CollectorOptions(
+                node_name=self.node, interval_seconds=self.cfg.interval,
+                timeout_seconds=self.cfg.collector_timeout(e.name),
+                settings={"sysfs_root": self.cfg.sysfs_root, **self.cfg.collector_settings(e.name)},
+                scenario=self.scenario, clock=self.clock, workdir=self.workdir)
+
+            def factory(e=e, opts=opts):
+                return registry.collector_factory(e)(opts)
+
+            specs.append(CollectorSpec(e.name, e.vendor, factory, opts.timeout_seconds))
+        return Sampler(specs, self.node, clock=self.clock, expected=self.expected, boot_id=_boot_id())
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_version(_args: argparse.Namespace) -> int:
+    print(f"hetero-exporter {__version__}")
+    return EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from hetero_exporter import table
+    w = Wiring(args, extra)
+    sampler = w.sampler()
+    try:
+        snap = sampler.collect()
+    finally:
+        sampler.close()
+    print(snapshot_to_json(snap, indent=2) if args.json else table.render(snap), end="" if not args.json else "\n")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from prometheus_client import CollectorRegistry
+
+    from hetero_exporter.exposition.collector import SnapshotCollector
+    from hetero_exporter.exposition.server import MetricsServer
+    from hetero_exporter.store import SnapshotStore
+
+    w = Wiring(args, extra)
+    store = SnapshotStore()
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(SnapshotCollector(store.latest, clock=w.clock))
+    server = MetricsServer(w.cfg.listen, reg, store.latest).start()
+    sampler = w.sampler()
+    host, port = server.address
+    log.info("serving", extra={"listen": f"{host}:{port}", "node": w.node,
+                               "collectors": ",".join(sampler.collector_names) or "none",
+                               "simulate": w.scenario.name if w.scenario else None,
+                               "interval": w.cfg.interval})
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        sampler.run(w.cfg.interval, store.publish, stop)
+    finally:
+        server.stop()
+        sampler.close()
+    return EXIT_OK
+
+
+def _print_parsed(result: Any, as_json: bool) -> None:
+    from hetero_exporter import table
+    if isinstance(result, NodeSnapshot):
+        print(snapshot_to_json(result, indent=2) if as_json else table.render(result), end="\n" if as_json else "")
+        return
+    doc = result.to_dict() if hasattr(result, "to_dict") else to_dict(result)
+    if as_json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        for k, v in doc.items():
+            print(f"{k:<16} {'-' if v is None else v}")
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    try:
+        fn = registry.parser(args.tool)
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
+    try:
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.file, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+    except OSError as e:
+        print(f"hetero-exporter parse: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return EXIT_FAIL
+    try:
+        result = fn(text)
+    except ParseError as e:
+        print(f"hetero-exporter parse: {args.file}: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    _print_parsed(result, args.json)
+    return EXIT_OK
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    logs.setup(getattr(args, "log_format", None) or "json", getattr(args, "log_level", "info"))
+    try:
+        if args.command == "version":
+            return cmd_version(args)
+        if args.command == "parse":
+            if extra:
+                raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
+            return cmd_parse(args)
+        if args.command == "inspect":
+            return cmd_inspect(args, extra)
+        if args.command == "run":
+            return cmd_run(args, extra)
+        raise UsageError(f"unknown command {args.command}")
+    except UsageError as e:
+        parser.print_usage(sys.stderr)
+        print(f"hetero-exporter: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (config_mod.ConfigError, SchemaError, ValueError, OSError) as e:
+        # ScenarioError is a ValueError: a bad file given by the user, not a crash
+        print(f"hetero-exporter: error: {e}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(e, (config_mod.ConfigError, ValueError)) else EXIT_FAIL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

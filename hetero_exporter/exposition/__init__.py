@@ -1,0 +1,1 @@
+"""Prometheus exposition: metric names (names.py), the snapshot Collector, the HTTP server."""

@@ -1,0 +1,140 @@
+"""Every metric name, type, help text and label set: the single source of truth.
+
+Dashboards, alert rules and tests import these; nothing else spells a metric name.
+Identity lives on ``accelerator_device_info``; value series carry only ``vendor`` and
+``uuid`` plus the few labels named in DESIGN.md, so queries join on ``uuid``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from hetero_exporter import fields as F
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # the full exposition name (counters end in _total)
+    type: str  # gauge | counter
+    help: str
+    labels: tuple[str, ...]
+
+    @property
+    def family(self) -> str:
+        """Name given to prometheus_client, which appends _total to counters itself."""
+        return self.name[: -len("_total")] if self.type == "counter" else self.name
+
+
+DEV = ("vendor", "uuid")
+PROC = DEV + ("pid", "namespace", "pod", "container")
+
+DEVICE_INFO = Metric("accelerator_device_info", "gauge", "Identity of an accelerator; always 1.",
+                     DEV + ("index", "kind", "model", "pci_address", "numa_node", "driver_version", "profile"))
+UTILIZATION = Metric("accelerator_utilization_ratio", "gauge", "Compute busy ratio (0..1).", DEV)
+MEMORY_UTILIZATION = Metric("accelerator_memory_utilization_ratio", "gauge",
+                            "Memory-controller busy ratio (0..1).", DEV)
+MEMORY_USED = Metric("accelerator_memory_used_bytes", "gauge", "Device memory in use, bytes.", DEV)
+MEMORY_TOTAL = Metric("accelerator_memory_total_bytes", "gauge", "Device memory size, bytes.", DEV)
+TEMPERATURE = Metric("accelerator_temperature_celsius", "gauge",
+                     "Temperature by sensor (core, memory, board), degrees Celsius.", DEV + ("sensor",))
+POWER = Metric("accelerator_power_watts", "gauge", "Power draw, watts.", DEV)
+POWER_LIMIT = Metric("accelerator_power_limit_watts", "gauge", "Enforced power limit, watts.", DEV)
+ENERGY = Metric("accelerator_energy_joules_total", "counter",
+                "Energy consumed since the driver loaded, joules.", DEV)
+CLOCK = Metric("accelerator_clock_hertz", "gauge", "Current clock (compute, memory), hertz.", DEV + ("clock",))
+ECC_ERRORS = Metric("accelerator_ecc_errors_total", "counter",
+                    "ECC errors by severity (corrected, uncorrected), as the vendor counts them.",
+                    DEV + ("severity",))
+INTERCONNECT = Metric("accelerator_interconnect_bytes_total", "counter",
+                      "Bytes over device interconnects by link type and direction.",
+                      DEV + ("link_type", "direction"))
+FAULT_EVENTS = Metric("accelerator_fault_events_total", "counter",
+                      "Vendor fault events seen since the agent started.", DEV + ("code", "action"))
+FAULT_LAST = Metric("accelerator_fault_last_timestamp_seconds", "gauge",
+                    "Unix time of the latest event of a fault code.", DEV + ("code", "action"))
+HEALTH_STATUS = Metric("accelerator_health_status", "gauge",
+                       "Health state set: 1 on the current state (ok, degraded, failed, unknown).",
+                       DEV + ("state",))
+HEALTH_REASON = Metric("accelerator_health_reason_info", "gauge",
+                       "One series per active health reason; always 1.", DEV + ("code", "reason"))
+FIELD_STATUS = Metric("accelerator_field_status", "gauge",
+                      "Quality status of each reading (ok, unsupported, error, stale); always 1.",
+                      DEV + ("field", "status"))
+QUALITY_INFO = Metric("accelerator_metric_quality_info", "gauge",
+                      "Where a field comes from and how it is measured, per vendor; always 1.",
+                      ("vendor", "field", "source", "method", "window_seconds", "error_bound"))
+COMPUTE_UNITS = Metric("accelerator_compute_units", "gauge",
+                       "Compute capacity relative to the reference device of the profiles.", DEV)
+COST_WEIGHT = Metric("accelerator_cost_weight", "gauge", "Relative cost weight from the profile.", DEV)
+PROCESS_MEMORY = Metric("accelerator_process_memory_used_bytes", "gauge",
+                        "Device memory used by a process, bytes.", PROC)
+PROCESS_UTILIZATION = Metric("accelerator_process_utilization_ratio", "gauge",
+                             "Compute busy ratio attributed to a process (0..1).", PROC)
+ALLOCATION = Metric("accelerator_allocation_info", "gauge",
+                    "Device allocated to a container by the kubelet; always 1.",
+                    DEV + ("namespace", "pod", "container"))
+UNATTRIBUTED_MEMORY = Metric("accelerator_unattributed_memory_bytes", "gauge",
+                             "Device memory in use that no reported process explains, bytes.", DEV)
+DEVICES_EXPECTED = Metric("accelerator_devices_expected", "gauge",
+                          "Accelerators of a vendor on the PCI bus.", ("vendor",))
+DEVICES_PRESENT = Metric("accelerator_devices_present", "gauge",
+                         "Accelerators of a vendor that its tool reports.", ("vendor",))
+COLLECTOR_SUCCESS = Metric("accelerator_collector_success", "gauge",
+                           "1 when the collector's last cycle succeeded.", ("collector",))
+COLLECTOR_DURATION = Metric("accelerator_collector_duration_seconds", "gauge",
+                            "Duration of the collector's last cycle, seconds.", ("collector",))
+COLLECTOR_LAST_SUCCESS = Metric("accelerator_collector_last_success_timestamp_seconds", "gauge",
+                                "Unix time of the collector's last successful cycle.", ("collector",))
+COLLECTOR_ERRORS = Metric("accelerator_collector_errors_total", "counter",
+                          "Failed cycles by kind (unavailable, timeout, busy, parse, exception).",
+                          ("collector", "kind"))
+COLLECTOR_ERROR_INFO = Metric("accelerator_collector_error_info", "gauge",
+                              "Why the collector's last cycle failed; always 1, absent on success.",
+                              ("collector", "kind", "reason"))
+SNAPSHOT_AGE = Metric("accelerator_snapshot_age_seconds", "gauge",
+                      "Seconds since the snapshot being served was taken.", ())
+HEALTH_ACTIONS = Metric("accelerator_health_actions_total", "counter",
+                        "Kubernetes actions taken by the health loop (taint, untaint, condition, "
+                        "event, cordon) by result.", ("action", "result"))
+
+ALL: tuple[Metric, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Metric))
+BY_NAME: dict[str, Metric] = {m.name: m for m in ALL}
+
+# Reading fields -> (metric, values of the labels that follow vendor/uuid).
+_EXACT: dict[str, tuple[Metric, tuple[str, ...]]] = {
+    F.UTILIZATION: (UTILIZATION, ()),
+    F.MEMORY_UTILIZATION: (MEMORY_UTILIZATION, ()),
+    F.MEMORY_USED: (MEMORY_USED, ()),
+    F.MEMORY_TOTAL: (MEMORY_TOTAL, ()),
+    F.POWER: (POWER, ()),
+    F.POWER_LIMIT: (POWER_LIMIT, ()),
+    F.ENERGY: (ENERGY, ()),
+    F.ECC_CORRECTED: (ECC_ERRORS, ("corrected",)),
+    F.ECC_UNCORRECTED: (ECC_ERRORS, ("uncorrected",)),
+}
+_PATTERNS: tuple[tuple[re.Pattern, Metric], ...] = (
+    (re.compile(r"^temperature_(core|memory|board)_celsius$"), TEMPERATURE),
+    (re.compile(r"^clock_(compute|memory)_hertz$"), CLOCK),
+    (re.compile(r"^interconnect_([a-z0-9-]+)_(rx|tx)_bytes_total$"), INTERCONNECT),
+)
+_FIELD_CACHE: dict[str, Optional[tuple[Metric, tuple[str, ...]]]] = {}
+
+
+def metric_for_field(field: str) -> Optional[tuple[Metric, tuple[str, ...]]]:
+    """The metric a reading field is exported as, with its extra label values, or None
+    for fields that only travel in the JSON model and ``accelerator_field_status``."""
+    try:
+        return _FIELD_CACHE[field]
+    except KeyError:
+        pass
+    found = _EXACT.get(field)
+    if found is None:
+        for pat, metric in _PATTERNS:
+            m = pat.match(field)
+            if m:
+                found = (metric, m.groups())
+                break
+    _FIELD_CACHE[field] = found
+    return found

@@ -1,0 +1,349 @@
+"""The normalized, vendor-neutral model (schema version 1) and its JSON encoding.
+
+Every collector turns vendor output into these frozen dataclasses; everything downstream
+(Prometheus exposition, health rules, the node annotation, the scorer) reads only these.
+
+Units are base units: bytes, watts, joules, hertz, celsius, ratios 0..1. A value the device
+does not support is *absent*: either no entry in ``DeviceSample.readings`` or a ``Reading``
+whose value is ``None`` and whose quality status says why (``unsupported``, ``error``).
+It is never 0 and never NaN.
+
+The JSON outline is fixed by DESIGN.md: field names may be added, never renamed. Decoding
+rejects unknown major schema versions and malformed documents with ``SchemaError`` naming
+the path of the offending value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+SCHEMA_VERSION = 1
+
+VENDORS = ("nvidia", "amd", "ascend", "cambricon", "hygon")
+KINDS = ("gpu", "npu", "mlu", "dcu")
+METHODS = ("measured", "sampled", "derived", "estimated")
+STATUSES = ("ok", "unsupported", "error", "stale")
+HEALTH_STATES = ("ok", "degraded", "failed", "unknown")
+LINK_TYPES = (
+    "nvlink", "nvswitch", "xgmi", "hccs", "mlulink",
+    "pcie-switch", "pcie-hostbridge", "numa", "cross-numa",
+)
+ATTRIBUTION_METHODS = ("none", "cgroup", "podresources", "scenario")
+
+
+class SchemaError(ValueError):
+    """A JSON document does not match schema version 1 (message names the path)."""
+
+
+# --------------------------------------------------------------------------- dataclasses
+
+
+@dataclass(frozen=True)
+class Quality:
+    """How much to trust a reading.
+
+    ``source`` names the API call or CLI field the value came from; the static part
+    (source, method, window, resolution, error bound) is declared once per field by the
+    collector, the dynamic part (age, status) is set per sample.
+    """
+
+    source: str
+    method: str = "measured"
+    window_seconds: Optional[float] = None
+    resolution: Optional[float] = None
+    error_bound: Optional[float] = None
+    age_seconds: float = 0.0
+    status: str = "ok"
+
+    def with_status(self, status: str, age_seconds: float | None = None) -> "Quality":
+        return dataclasses.replace(
+            self, status=status,
+            age_seconds=self.age_seconds if age_seconds is None else age_seconds)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One value in base units, or ``None`` when the quality status is not ``ok``."""
+
+    value: Optional[float]
+    quality: Quality
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """Who a device is. ``uuid`` is stable across reboots (vendor UUID or serial)."""
+
+    vendor: str
+    kind: str
+    index: int
+    uuid: str
+    model: str = ""
+    pci_address: Optional[str] = None
+    numa_node: Optional[int] = None
+    driver_version: Optional[str] = None
+    firmware_version: Optional[str] = None
+    parent: Optional[str] = None
+    name: Optional[str] = None  # the vendor's own product string, before normalization
+    serial: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A vendor fault: code as the vendor prints it, class and recommended action.
+
+    ``count`` is cumulative since the agent started; ``first_seen``/``last_seen`` are Unix
+    seconds. ``action`` is one of the action names of health/faults (e.g. ``reboot-node``).
+    """
+
+    code: str
+    fault_class: str = "unknown"
+    action: str = "none"
+    message: str = ""
+    first_seen: Optional[float] = None
+    last_seen: Optional[float] = None
+    count: int = 1
+    severity: str = "warning"  # info | warning | critical
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Health:
+    state: str = "ok"
+    reasons: tuple[Fault, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """A process using a device. ``memory_bytes`` is device memory; ``utilization_ratio``
+    is present only where the vendor reports per-process utilization."""
+
+    pid: int
+    device_uuid: str = ""
+    memory_bytes: Optional[int] = None
+    utilization_ratio: Optional[float] = None
+    name: Optional[str] = None
+    container_id: Optional[str] = None
+    namespace: Optional[str] = None
+    pod: Optional[str] = None
+    pod_uid: Optional[str] = None
+    container: Optional[str] = None
+    attribution: str = "none"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A connection from the owning device to ``peer`` (a uuid)."""
+
+    peer: str
+    type: str
+    lanes: Optional[int] = None
+    bandwidth_bytes_per_second: Optional[float] = None
+    state: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a model is worth to a scheduler. ``compute_units`` is relative to the
+    reference device named in profiles/profiles.yaml; ``estimated`` marks guesses."""
+
+    model: str
+    vendor: str = ""
+    kind: str = ""
+    compute_units: float = 1.0
+    memory_bytes: Optional[int] = None
+    interconnect: Optional[str] = None
+    features: tuple[str, ...] = ()
+    cost_weight: float = 1.0
+    estimated: bool = False  # model unknown: figures guessed from what the device reports
+    approximate: bool = False  # known model, figures from secondary public reporting
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    identity: DeviceIdentity
+    timestamp: float
+    readings: Mapping[str, Reading] = field(default_factory=dict)
+    health: Health = Health()
+    faults: tuple[Fault, ...] = ()
+    processes: tuple[ProcessSample, ...] = ()
+    links: tuple[Link, ...] = ()
+    profile: Optional[Profile] = None
+
+    def value(self, name: str) -> Optional[float]:
+        """The value of reading ``name``, or None when absent or not ok."""
+        r = self.readings.get(name)
+        return None if r is None or r.quality.status != "ok" else r.value
+
+
+@dataclass(frozen=True)
+class CollectorStatus:
+    """Outcome of one collector in one cycle. ``error_kind`` is one of
+    unavailable | timeout | exception | parse | busy (still running from an earlier cycle)."""
+
+    name: str
+    ok: bool
+    duration_seconds: float = 0.0
+    error: Optional[str] = None
+    error_kind: Optional[str] = None
+    last_success: Optional[float] = None
+    errors_total: Mapping[str, int] = field(default_factory=dict)
+    vendor: Optional[str] = None
+    devices: int = 0
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    node: str
+    time: float
+    devices: tuple[DeviceSample, ...] = ()
+    collectors: tuple[CollectorStatus, ...] = ()
+    expected: Mapping[str, int] = field(default_factory=dict)  # vendor -> devices on PCI
+    boot_id: Optional[str] = None
+
+    def present(self) -> dict[str, int]:
+        """Devices seen by the vendor tools, per vendor (top-level devices only)."""
+        counts: dict[str, int] = {}
+        for d in self.devices:
+            if d.identity.parent is None:
+                counts[d.identity.vendor] = counts.get(d.identity.vendor, 0) + 1
+        return counts
+
+
+# --------------------------------------------------------------------------- JSON codec
+#
+# The codec walks the dataclass type hints, so adding a field to a class above is all it
+# takes to carry it in JSON. Names that differ in JSON are listed here.
+
+_JSON_NAMES = {(Fault, "fault_class"): "class"}
+
+
+def _json_name(cls: type, name: str) -> str:
+    return _JSON_NAMES.get((cls, name), name)
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain JSON-able structure of a model object (no schema envelope)."""
+    if dataclasses.is_dataclass(obj):
+        cls = type(obj)
+        return {_json_name(cls, f.name): to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (tuple, list)):
+        return [to_dict(x) for x in obj]
+    if isinstance(obj, Mapping):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError("non-finite float in model; unsupported values must be absent")
+    return obj
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _fail(path: str, msg: str) -> SchemaError:
+    return SchemaError(f"{path or '$'}: {msg}")
+
+
+def _decode(tp: Any, data: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if data is None:
+            if type(None) in args:
+                return None
+            raise _fail(path, "must not be null")
+        inner = [a for a in args if a is not type(None)]
+        return _decode(inner[0], data, path)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(data, dict):
+            raise _fail(path, f"expected an object, got {type(data).__name__}")
+        kwargs = {}
+        hints = _hints(tp)
+        for f in dataclasses.fields(tp):
+            key = _json_name(tp, f.name)
+            if key in data:
+                kwargs[f.name] = _decode(hints[f.name], data[key], f"{path}.{key}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise _fail(path, f"missing required field {key!r}")
+        return tp(**kwargs)
+    if origin is tuple:
+        if not isinstance(data, list):
+            raise _fail(path, f"expected a list, got {type(data).__name__}")
+        return tuple(_decode(args[0], x, f"{path}[{i}]") for i, x in enumerate(data))
+    if origin in (dict, Mapping, typing.Mapping) or tp in (dict, Mapping):
+        if not isinstance(data, dict):
+            raise _fail(path, f"expected an object, got {type(data).__name__}")
+        vt = args[1] if args else Any
+        return {str(k): _decode(vt, v, f"{path}.{k}") for k, v in data.items()}
+    if tp is float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise _fail(path, f"expected a number, got {data!r:.60}")
+        if not math.isfinite(data):
+            raise _fail(path, "expected a finite number")
+        return float(data)
+    if tp is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise _fail(path, f"expected an integer, got {data!r:.60}")
+        return data
+    if tp is bool:
+        if not isinstance(data, bool):
+            raise _fail(path, f"expected true or false, got {data!r:.60}")
+        return data
+    if tp is str:
+        if not isinstance(data, str):
+            raise _fail(path, f"expected a string, got {data!r:.60}")
+        return data
+    return data
+
+
+def from_dict(cls: type, data: Any, path: str = "") -> Any:
+    """Decode a plain structure into ``cls``; raises SchemaError on malformed input."""
+    return _decode(cls, data, path)
+
+
+def snapshot_to_json(snapshot: NodeSnapshot, *, indent: int | None = None, compact: bool = False) -> str:
+    """The schema-1 document of DESIGN.md (``inspect --json``, annotation, scorer input)."""
+    doc = {"schema": SCHEMA_VERSION, **to_dict(snapshot)}
+    if compact:
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    return json.dumps(doc, indent=indent, sort_keys=True, allow_nan=False)
+
+
+def check_schema(doc: Any) -> None:
+    if not isinstance(doc, dict):
+        raise SchemaError(f"$: expected a JSON object, got {type(doc).__name__}")
+    version = doc.get("schema")
+    if version is None:
+        raise SchemaError("$.schema: missing; this is not a hetero-exporter document")
+    if isinstance(version, bool) or not isinstance(version, (int, float)):
+        raise SchemaError(f"$.schema: expected a number, got {version!r:.40}")
+    if int(version) != SCHEMA_VERSION:
+        raise SchemaError(
+            f"$.schema: version {version} is not supported (this build reads major version "
+            f"{SCHEMA_VERSION}); upgrade hetero-exporter to read it")
+
+
+def snapshot_from_json(text: str | bytes) -> NodeSnapshot:
+    """Decode a schema-1 document; SchemaError on bad JSON, unknown versions, bad fields."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SchemaError(f"$: not valid JSON: {e}") from None
+    return snapshot_from_doc(doc)
+
+
+def snapshot_from_doc(doc: Any) -> NodeSnapshot:
+    check_schema(doc)
+    body = {k: v for k, v in doc.items() if k != "schema"}
+    return from_dict(NodeSnapshot, body, "$")

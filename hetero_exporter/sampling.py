@@ -1,0 +1,288 @@
+"""The sampler: runs every enabled collector concurrently, each under its own deadline,
+and builds one immutable NodeSnapshot per cycle.
+
+Each collector owns one worker thread. A collector that raises is reported with its error;
+one that hangs past its deadline is reported as ``timeout`` and, while it is still stuck,
+as ``busy`` on later cycles (Python cannot kill a thread; CLI collectors kill their child
+process at the deadline, so they come back). Either way the other collectors' devices are
+in the snapshot on time, and the devices of a failing collector are carried over from its
+last success, marked ``stale`` with health ``unknown`` (cannot read is never failed), so
+fault counters and identities survive a bad cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+from hetero_exporter import profiles
+from hetero_exporter.collector_api import Collector, ParseError, Unavailable
+from hetero_exporter.fields import MEMORY_TOTAL
+from hetero_exporter.model import (CollectorStatus, DeviceSample, Fault, Health, NodeSnapshot,
+                                   Profile, Reading)
+
+log = logging.getLogger(__name__)
+
+Enricher = Callable[[NodeSnapshot], NodeSnapshot]
+
+# How long an unavailable collector waits before trying to start again (driver loaded
+# later, library installed by an operator): seconds.
+RETRY_UNAVAILABLE_SECONDS = 60.0
+
+
+@dataclass
+class CollectorSpec:
+    """A collector to run: ``factory()`` builds it (and may raise Unavailable/ImportError)."""
+
+    name: str
+    vendor: str
+    factory: Callable[[], Collector]
+    timeout_seconds: float = 5.0
+
+
+@dataclass
+class _Outcome:
+    devices: Sequence[DeviceSample] = ()
+    error: Optional[BaseException] = None
+    duration: float = 0.0
+
+
+class _Worker:
+    """One thread per collector; a job = (build the collector if needed) + collect()."""
+
+    def __init__(self, spec: CollectorSpec, clock: Callable[[], float]):
+        self.spec = spec
+        self._clock = clock
+        self._collector: Optional[Collector] = None
+        self._retry_at = 0.0
+        self._last_unavailable: Optional[BaseException] = None
+        self._lock = threading.Lock()
+        self._busy = False
+        self._busy_since = 0.0
+        self._go = threading.Event()
+        self._done = threading.Event()
+        self._outcome = _Outcome()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name=f"collector-{spec.name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy_since(self) -> float:
+        return self._busy_since
+
+    def submit(self) -> bool:
+        """Start a cycle; False when the previous one has not finished yet."""
+        with self._lock:
+            if self._busy:
+                return False
+            self._busy = True
+            self._busy_since = time.monotonic()
+            self._done.clear()
+            self._go.set()
+            return True
+
+    def wait(self, timeout: float) -> Optional[_Outcome]:
+        if self._done.wait(max(0.0, timeout)):
+            return self._outcome
+        return None
+
+    def _loop(self) -> None:
+        while True:
+            self._go.wait()
+            self._go.clear()
+            if self._stopping:
+                return
+            t0 = time.perf_counter()
+            try:
+                devices = self._run_once()
+                outcome = _Outcome(devices=devices)
+            except BaseException as e:  # noqa: BLE001 - every failure becomes a status
+                outcome = _Outcome(error=e)
+            outcome.duration = time.perf_counter() - t0
+            with self._lock:
+                self._outcome = outcome
+                self._busy = False
+                self._done.set()
+
+    def _run_once(self) -> Sequence[DeviceSample]:
+        if self._collector is None:
+            if time.monotonic() < self._retry_at and self._last_unavailable is not None:
+                raise self._last_unavailable
+            try:
+                self._collector = self.spec.factory()
+            except (Unavailable, ImportError, OSError) as e:
+                self._retry_at = time.monotonic() + RETRY_UNAVAILABLE_SECONDS
+                self._last_unavailable = e if isinstance(e, Unavailable) else Unavailable(
+                    f"{type(e).__name__}: {e}")
+                raise self._last_unavailable from None
+        return list(self._collector.collect())
+
+    def close(self) -> None:
+        self._stopping = True
+        self._go.set()
+        c = self._collector
+        if c is not None and hasattr(c, "close"):
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - shutting down anyway
+                log.debug("collector %s close failed", self.spec.name, exc_info=True)
+
+
+def classify(error: BaseException) -> str:
+    """The error kind used in statuses and ``accelerator_collector_errors_total{kind}``."""
+    if isinstance(error, Unavailable):
+        return "unavailable"
+    if isinstance(error, ParseError):
+        return "parse"
+    if isinstance(error, TimeoutError):
+        return "timeout"
+    return "exception"
+
+
+def describe(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    if isinstance(error, (Unavailable, ParseError)):
+        return text
+    return f"{type(error).__name__}: {text}"
+
+
+def mark_stale(device: DeviceSample, now: float, why: str) -> DeviceSample:
+    """A device carried over from an earlier cycle: readings stale, health unknown."""
+    age = max(0.0, now - device.timestamp)
+    readings = {k: Reading(r.value, r.quality.with_status("stale", age)) for k, r in device.readings.items()}
+    reason = Fault(code="unreadable", fault_class="unreadable", action="none", severity="info",
+                   message=why, first_seen=now, last_seen=now, source="sampler")
+    return dataclasses.replace(device, readings=readings, health=Health("unknown", (reason,)))
+
+
+class _ProfileCache:
+    def __init__(self) -> None:
+        self._cache: dict[tuple, Profile] = {}
+
+    def attach(self, d: DeviceSample) -> DeviceSample:
+        if d.profile is not None:
+            return d
+        ident = d.identity
+        mem = d.value(MEMORY_TOTAL)
+        # memory only matters for unknown models; keep it in the key so estimates follow it
+        key = (ident.vendor, ident.model, ident.kind, mem if profiles.table().lookup(ident.model) is None else None)
+        p = self._cache.get(key)
+        if p is None:
+            p = profiles.profile_for(ident.vendor, ident.model, kind=ident.kind, memory_total_bytes=mem)
+            self._cache[key] = p
+        return dataclasses.replace(d, profile=p)
+
+
+@dataclass
+class _History:
+    last_success: Optional[float] = None
+    devices: Sequence[DeviceSample] = ()
+    errors: Counter = field(default_factory=Counter)
+
+
+class Sampler:
+    """Runs collectors and builds snapshots. Thread-safe for one caller at a time."""
+
+    def __init__(self, specs: Iterable[CollectorSpec], node_name: str, *,
+                 clock: Callable[[], float] = time.time,
+                 enrichers: Sequence[Enricher] = (),
+                 expected: Callable[[], Mapping[str, int]] = dict,
+                 boot_id: Optional[str] = None):
+        self.node_name = node_name
+        self._clock = clock
+        self._specs = list(specs)
+        self._workers = {s.name: _Worker(s, clock) for s in self._specs}
+        self._history = {s.name: _History() for s in self._specs}
+        self._enrichers = list(enrichers)
+        self._expected = expected
+        self._boot_id = boot_id
+        self._profiles = _ProfileCache()
+
+    @property
+    def collector_names(self) -> list[str]:
+        return [s.name for s in self._specs]
+
+    def collect(self) -> NodeSnapshot:
+        now = self._clock()
+        t0 = time.monotonic()
+        started = {name: w.submit() for name, w in self._workers.items()}
+        statuses: list[CollectorStatus] = []
+        devices: list[DeviceSample] = []
+        seen: set[str] = set()
+        for spec in self._specs:
+            worker, hist = self._workers[spec.name], self._history[spec.name]
+            if not started[spec.name]:
+                stuck = time.monotonic() - worker.busy_since
+                # message kept constant: it becomes a label value of the error info series
+                outcome = _Outcome(error=TimeoutError(
+                    "still running from an earlier cycle; not restarted"), duration=stuck)
+                kind = "busy"
+            else:
+                remaining = spec.timeout_seconds - (time.monotonic() - t0)
+                outcome = worker.wait(remaining)
+                if outcome is None:
+                    outcome = _Outcome(error=TimeoutError(
+                        f"no answer within its {spec.timeout_seconds:g} s deadline"),
+                        duration=time.monotonic() - t0)
+                kind = classify(outcome.error) if outcome.error is not None else None
+            if outcome.error is None:
+                hist.last_success = now
+                hist.devices = outcome.devices
+                got = outcome.devices
+                statuses.append(CollectorStatus(
+                    name=spec.name, ok=True, duration_seconds=outcome.duration, last_success=now,
+                    errors_total=dict(hist.errors), vendor=spec.vendor, devices=len(got)))
+            else:
+                hist.errors[kind] += 1
+                why = describe(outcome.error)
+                if kind != "unavailable":
+                    log.warning("collector failed", extra={"collector": spec.name, "kind": kind, "error": why})
+                got = [mark_stale(d, now, f"{spec.name}: {why}") for d in hist.devices]
+                statuses.append(CollectorStatus(
+                    name=spec.name, ok=False, duration_seconds=outcome.duration, error=why,
+                    error_kind=kind, last_success=hist.last_success, errors_total=dict(hist.errors),
+                    vendor=spec.vendor, devices=0))
+            for d in got:
+                if d.identity.uuid in seen:  # two collectors for one vendor: first one wins
+                    continue
+                seen.add(d.identity.uuid)
+                devices.append(self._profiles.attach(d))
+        try:
+            expected = dict(self._expected())
+        except Exception:  # noqa: BLE001 - PCI enumeration is advisory
+            log.warning("pci enumeration failed", exc_info=True)
+            expected = {}
+        snap = NodeSnapshot(node=self.node_name, time=now, devices=tuple(devices),
+                            collectors=tuple(statuses), expected=expected, boot_id=self._boot_id)
+        for enrich in self._enrichers:
+            try:
+                snap = enrich(snap)
+            except Exception:  # noqa: BLE001 - an enricher bug must not cost the snapshot
+                log.exception("enricher %s failed; snapshot published without it",
+                              getattr(enrich, "__name__", enrich))
+        return snap
+
+    def run(self, interval: float, publish: Callable[[NodeSnapshot], Any],
+            stop: threading.Event) -> None:
+        """Collect every ``interval`` seconds (wall-clock aligned to the start) until stop."""
+        next_at = time.monotonic()
+        while not stop.is_set():
+            try:
+                publish(self.collect())
+            except Exception:  # noqa: BLE001 - the loop must outlive any one cycle
+                log.exception("collection cycle failed")
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind (slow cycle): skip missed ticks, do not burst
+                next_at = time.monotonic() + interval
+                delay = interval
+            stop.wait(delay)
+
+    def close(self) -> None:
+        for w in self._workers.values():
+            w.close()
