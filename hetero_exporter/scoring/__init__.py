@@ -1,0 +1,1 @@
+"""Scheduler-side scoring over the model, and the scheduler extender HTTP service."""

@@ -1,0 +1,139 @@
+"""The shared runner for vendor command-line tools (npu-smi, cnmon, rocm-smi, hy-smi, ...).
+
+A vendor CLI can hang (driver stuck in D state), print megabytes of garbage or die with a
+message on stderr. This runner makes each of those a clear, bounded failure:
+
+- no shell: argv is a list, nothing is interpolated;
+- fixed locale (``LC_ALL=C``), so numbers and headers do not change with the node's locale;
+- a deadline: past it the whole process group is killed (SIGKILL), grandchildren included,
+  and ``CliTimeout`` is raised;
+- an output cap: past ``max_bytes`` on stdout the group is killed and ``CliError`` raised;
+- a non-zero exit raises ``CliError`` carrying the tail of stderr;
+- a missing executable raises ``collector_api.Unavailable``.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from hetero_exporter.collector_api import Unavailable
+
+DEFAULT_MAX_BYTES = 8 << 20  # 8 MiB: a 16-device npu-smi table is ~10 KiB
+STDERR_KEEP = 2048
+
+
+class CliError(RuntimeError):
+    """The tool ran but failed (non-zero exit, too much output); message has stderr's tail."""
+
+
+class CliTimeout(TimeoutError):
+    """The tool did not finish before its deadline and was killed with its process group."""
+
+
+@dataclass(frozen=True)
+class CliResult:
+    argv: tuple[str, ...]
+    stdout: str
+    stderr: str
+    returncode: int
+    duration_seconds: float
+
+
+_counter_lock = threading.Lock()
+_invocations: dict[str, int] = {}
+
+
+def invocations() -> dict[str, int]:
+    """Executions per tool name since start (benchmarks count CLI calls per cycle)."""
+    with _counter_lock:
+        return dict(_invocations)
+
+
+def _env(extra: Optional[Mapping[str, str]]) -> dict[str, str]:
+    env = {"LC_ALL": "C", "LANG": "C", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    # vendor tools locate their libraries through these; keep them if the node sets them
+    for key in ("LD_LIBRARY_PATH", "ASCEND_HOME", "NEUWARE_HOME", "ROCM_PATH", "HOME"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    if extra:
+        env.update(extra)
+    return env
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYTES,
+        env: Optional[Mapping[str, str]] = None, check: bool = True) -> CliResult:
+    """Run ``argv`` (no shell) and return its output, or raise CliTimeout / CliError /
+    Unavailable as described in the module docstring."""
+    if not argv:
+        raise ValueError("empty argv")
+    exe = argv[0]
+    resolved = exe if os.sep in exe else shutil.which(exe, path=_env(env)["PATH"])
+    if resolved is None or not os.access(resolved, os.X_OK):
+        raise Unavailable(f"{exe}: not found or not executable")
+    name = os.path.basename(exe)
+    with _counter_lock:
+        _invocations[name] = _invocations.get(name, 0) + 1
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    try:
+        proc = subprocess.Popen([resolved, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=_env(env), start_new_session=True,
+                                close_fds=True)
+    except OSError as e:
+        raise Unavailable(f"{exe}: cannot start: {e.strerror}") from None
+    out, err = bytearray(), bytearray()
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, out)
+    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    try:
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _kill_group(proc)
+                raise CliTimeout(f"{name}: no answer within {timeout:g} s; killed its process group")
+            for key, _ in sel.select(remaining):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf = key.data
+                buf += chunk
+                if buf is out and len(out) > max_bytes:
+                    _kill_group(proc)
+                    raise CliError(f"{name}: output exceeded {max_bytes} bytes; killed")
+                if buf is err and len(err) > 4 * STDERR_KEEP:
+                    del err[: len(err) - STDERR_KEEP]
+        try:
+            rc = proc.wait(max(0.05, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:  # closed its pipes but kept running
+            _kill_group(proc)
+            raise CliTimeout(f"{name}: did not exit within {timeout:g} s; killed its process group") from None
+    finally:
+        sel.close()
+        for f in (proc.stdout, proc.stderr):
+            f.close()
+        if proc.poll() is None:
+            _kill_group(proc)
+            proc.wait()
+    stdout = out.decode("utf-8", "replace")
+    stderr = err[-STDERR_KEEP:].decode("utf-8", "replace").strip()
+    result = CliResult(tuple(argv), stdout, stderr, rc, time.monotonic() - t0)
+    if check and rc != 0:
+        tail = stderr or stdout.strip()[-300:]
+        raise CliError(f"{name} {' '.join(argv[1:])}: exit status {rc}: {tail or '(no output)'}")
+    return result

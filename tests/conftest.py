@@ -1,0 +1,57 @@
+"""Shared test helpers: where the real vendor captures are, and tools that tests need."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
+REQUIRE_TOOLS = os.environ.get("HETERO_REQUIRE_TOOLS") == "1"
+
+
+def shared_fixture(*parts: str) -> Path:
+    """Path of a real capture in ../shared/fixtures; skips the test when it is absent."""
+    if not SHARED_FIXTURES.is_dir():
+        pytest.skip(f"real vendor captures not found at {SHARED_FIXTURES} (../shared absent)")
+    p = SHARED_FIXTURES.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"capture {p} is absent")
+    return p
+
+
+def shared_fixtures(tool: str, pattern: str = "*") -> list[Path]:
+    """All captures of one tool folder (for parametrize); [] when ../shared is absent."""
+    d = SHARED_FIXTURES / tool
+    return sorted(p for p in d.glob(pattern) if p.is_file()) if d.is_dir() else []
+
+
+def require_tool(name: str) -> str:
+    """Path of an external program; skip without it, fail when HETERO_REQUIRE_TOOLS=1."""
+    path = shutil.which(name)
+    if path is None:
+        msg = f"{name} not installed (apt-get install prometheus prometheus-alertmanager)"
+        if REQUIRE_TOOLS:
+            pytest.fail(msg + " and HETERO_REQUIRE_TOOLS=1")
+        pytest.skip(msg)
+    return path
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    if not SHARED_FIXTURES.is_dir():
+        pytest.skip(f"real vendor captures not found at {SHARED_FIXTURES}")
+    return SHARED_FIXTURES
+
+
+def pytest_collection_modifyitems(config, items):
+    """`device` tests need a real accelerator: skip them unless nvidia-smi is present."""
+    if shutil.which("nvidia-smi"):
+        return
+    skip = pytest.mark.skip(reason="no NVIDIA GPU here (device tests run on the lent GPU machine)")
+    for item in items:
+        if "device" in item.keywords:
+            item.add_marker(skip)
