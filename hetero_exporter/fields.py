@@ -31,6 +31,7 @@ CLOCK_MEMORY = "clock_memory_hertz"
 ECC_CORRECTED = "ecc_corrected_total"
 ECC_UNCORRECTED = "ecc_uncorrected_total"
 MEMORY_UTILIZATION = "memory_utilization_ratio"  # memory-controller busy ratio
+MEMORY_FREE = "memory_free_bytes"  # derived (total - used) in the compact annotation form
 
 
 def interconnect_field(link_type: str, direction: str) -> str:

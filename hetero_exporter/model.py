@@ -15,6 +15,7 @@ the path of the offending value.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import json
 import math
@@ -35,6 +36,9 @@ LINK_TYPES = (
     "pcie-switch", "pcie-hostbridge", "numa", "cross-numa",
 )
 ATTRIBUTION_METHODS = ("none", "cgroup", "podresources", "scenario")
+# Recommended actions of a fault (vendor catalogues mapped onto one vocabulary).
+ACTIONS = ("none", "restart-app", "reset-device", "reboot-node", "contact-support", "isolate-device")
+SEVERITIES = ("info", "warning", "critical")
 
 
 class SchemaError(ValueError):
@@ -69,10 +73,13 @@ class Quality:
 
 @dataclass(frozen=True)
 class Reading:
-    """One value in base units, or ``None`` when the quality status is not ``ok``."""
+    """One value in base units, or ``None`` when the quality status is not ``ok``.
+
+    The quality defaults to an empty source: the compact annotation document leaves
+    per-field quality out, and decoding it gives such readings."""
 
     value: Optional[float]
-    quality: Quality
+    quality: Quality = Quality(source="")
 
 
 @dataclass(frozen=True)
@@ -281,7 +288,7 @@ def _decode(tp: Any, data: Any, path: str) -> Any:
         if not isinstance(data, list):
             raise _fail(path, f"expected a list, got {type(data).__name__}")
         return tuple(_decode(args[0], x, f"{path}[{i}]") for i, x in enumerate(data))
-    if origin in (dict, Mapping, typing.Mapping) or tp in (dict, Mapping):
+    if origin in (dict, collections.abc.Mapping) or tp in (dict, Mapping):
         if not isinstance(data, dict):
             raise _fail(path, f"expected an object, got {type(data).__name__}")
         vt = args[1] if args else Any
@@ -347,3 +354,38 @@ def snapshot_from_doc(doc: Any) -> NodeSnapshot:
     check_schema(doc)
     body = {k: v for k, v in doc.items() if k != "schema"}
     return from_dict(NodeSnapshot, body, "$")
+
+
+# --------------------------------------------------------------------------- compact form
+
+# Readings kept in the node annotation: what a scheduler needs, nothing per-process.
+COMPACT_READINGS = ("utilization_ratio", "memory_used_bytes", "memory_total_bytes",
+                    "memory_free_bytes", "temperature_core_celsius", "power_watts")
+
+
+def compact_document(snapshot: NodeSnapshot) -> dict:
+    """The annotation form of a snapshot (DESIGN.md): the schema-1 document with processes
+    and per-field quality left out; identity, profile, health, faults, links, free memory,
+    utilization and driver versions kept. ``snapshot_from_doc`` reads it back."""
+    doc = {"schema": SCHEMA_VERSION, **to_dict(snapshot)}
+    doc.pop("boot_id", None)
+    for c in doc.get("collectors", []):
+        c.pop("errors_total", None)
+    for d, dev in zip(doc.get("devices", []), snapshot.devices):
+        d["processes"] = []
+        kept = {}
+        for name in COMPACT_READINGS:
+            r = dev.readings.get(name)
+            if r is not None and r.value is not None and r.quality.status == "ok":
+                kept[name] = {"value": r.value}
+        used, total = dev.value("memory_used_bytes"), dev.value("memory_total_bytes")
+        if "memory_free_bytes" not in kept and used is not None and total is not None:
+            kept["memory_free_bytes"] = {"value": max(0.0, total - used)}
+        d["readings"] = kept
+        for f in d.get("faults", []):
+            f.pop("source", None)
+    return doc
+
+
+def compact_json(snapshot: NodeSnapshot) -> str:
+    return json.dumps(compact_document(snapshot), separators=(",", ":"), sort_keys=True, allow_nan=False)

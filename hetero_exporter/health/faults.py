@@ -1,0 +1,114 @@
+"""Vendor fault tables (data in ``fault_tables/<vendor>.yaml``) and their lookup.
+
+A table maps a vendor's fault code (an NVIDIA XID, an Ascend error code, an AMD RAS event...)
+to what it means for the device: a fault class, a severity and the recommended action. Collectors
+use it to fill ``Fault.fault_class/action/severity``; health rules use the same table, with
+overrides from the agent's configuration.
+
+Table format::
+
+    vendor: nvidia
+    source: "where the catalogue comes from (URL, document, version)"
+    default: {class: unknown, action: none, severity: warning}
+    faults:
+      "79": {class: device-lost, action: reboot-node, severity: critical,
+             description: "GPU has fallen off the bus"}
+
+Actions (model.ACTIONS): none, restart-app, reset-device, reboot-node, contact-support,
+isolate-device. Severities: info, warning, critical.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from hetero_exporter.model import ACTIONS, SEVERITIES
+
+TABLE_DIR = Path(__file__).with_name("fault_tables")
+
+
+@dataclass(frozen=True)
+class FaultInfo:
+    code: str
+    fault_class: str
+    action: str
+    severity: str
+    description: str = ""
+    known: bool = True  # False when the code is not in the table (the default applied)
+
+
+class FaultTableError(ValueError):
+    pass
+
+
+def _entry(code: str, raw: Mapping[str, Any], where: str, known: bool = True) -> FaultInfo:
+    action = str(raw.get("action", "none"))
+    severity = str(raw.get("severity", "warning"))
+    if action not in ACTIONS:
+        raise FaultTableError(f"{where}: action {action!r} is not one of {ACTIONS}")
+    if severity not in SEVERITIES:
+        raise FaultTableError(f"{where}: severity {severity!r} is not one of {SEVERITIES}")
+    return FaultInfo(code=code, fault_class=str(raw.get("class", "unknown")), action=action,
+                     severity=severity, description=str(raw.get("description", "")), known=known)
+
+
+@dataclass(frozen=True)
+class FaultTable:
+    vendor: str
+    source: str
+    default: FaultInfo
+    entries: Mapping[str, FaultInfo]
+
+    def lookup(self, code: str) -> FaultInfo:
+        found = self.entries.get(str(code))
+        if found is not None:
+            return found
+        d = self.default
+        return FaultInfo(code=str(code), fault_class=d.fault_class, action=d.action,
+                         severity=d.severity, description=d.description, known=False)
+
+    def with_overrides(self, overrides: Mapping[str, Mapping[str, Any]]) -> "FaultTable":
+        """A copy where configured codes replace (or add to) the built-in entries."""
+        merged = dict(self.entries)
+        for code, raw in overrides.items():
+            base = merged.get(str(code))
+            fields = {} if base is None else {"class": base.fault_class, "action": base.action,
+                                              "severity": base.severity, "description": base.description}
+            merged[str(code)] = _entry(str(code), {**fields, **raw}, f"override {self.vendor}:{code}")
+        return FaultTable(self.vendor, self.source, self.default, merged)
+
+
+def parse_table(doc: Mapping[str, Any], where: str) -> FaultTable:
+    if not isinstance(doc, Mapping) or "vendor" not in doc:
+        raise FaultTableError(f"{where}: a fault table needs 'vendor' and 'faults'")
+    default = _entry("*", doc.get("default") or {}, f"{where}: default", known=False)
+    entries = {str(code): _entry(str(code), raw or {}, f"{where}: {code}")
+               for code, raw in (doc.get("faults") or {}).items()}
+    return FaultTable(str(doc["vendor"]), str(doc.get("source", "")), default, entries)
+
+
+@functools.lru_cache(maxsize=None)
+def table(vendor: str) -> FaultTable:
+    """The built-in table of a vendor; an empty one (defaults only) when none is shipped."""
+    path = TABLE_DIR / f"{vendor}.yaml"
+    if not path.is_file():
+        return FaultTable(vendor, "", FaultInfo("*", "unknown", "none", "warning", known=False), {})
+    return parse_table(yaml.safe_load(path.read_text(encoding="utf-8")), str(path))
+
+
+def lookup(vendor: str, code: str) -> FaultInfo:
+    return table(vendor).lookup(code)
+
+
+def available_tables() -> list[str]:
+    return sorted(p.stem for p in TABLE_DIR.glob("*.yaml"))
+
+
+def info_or_none(vendor: str, code: str) -> Optional[FaultInfo]:
+    info = lookup(vendor, code)
+    return info if info.known else None
