@@ -142,6 +142,7 @@ class Wiring:
             self.clock = time.time
         self.node = node_name(args, self.cfg, self.scenario)
         self.workdir = tempfile.mkdtemp(prefix="hetero-exporter-") if self.scenario is not None else None
+        self.wake = threading.Event()  # collectors set it to get a cycle at once
 
     def enabled_collectors(self) -> list[registry.CollectorEntry]:
         entries = registry.collector_entries()
@@ -179,13 +180,14 @@ class Wiring:
                 node_name=self.node, interval_seconds=self.cfg.interval,
                 timeout_seconds=self.cfg.collector_timeout(e.name),
                 settings={"sysfs_root": self.cfg.sysfs_root, **self.cfg.collector_settings(e.name)},
-                scenario=self.scenario, clock=self.clock, workdir=self.workdir)
+                scenario=self.scenario, clock=self.clock, workdir=self.workdir, wake=self.wake.set)
 
             def factory(e=e, opts=opts):
                 return registry.collector_factory(e)(opts)
 
             specs.append(CollectorSpec(e.name, e.vendor, factory, opts.timeout_seconds))
-        return Sampler(specs, self.node, clock=self.clock, expected=self.expected, boot_id=_boot_id())
+        return Sampler(specs, self.node, clock=self.clock, expected=self.expected, boot_id=_boot_id(),
+                       wake=self.wake)
 
 
 # --------------------------------------------------------------------------- commands
@@ -231,6 +233,7 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     def _stop(signum: int, _frame: Any) -> None:
         log.info("stopping", extra={"signal": signal.Signals(signum).name})
         stop.set()
+        sampler.request_cycle()  # end the wait between cycles
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)

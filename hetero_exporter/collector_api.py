@@ -53,6 +53,8 @@ class CollectorOptions:
     scenario: Any = None
     clock: Callable[[], float] = time.time
     workdir: Optional[str] = None  # where fake executables / fake roots may be written
+    # Call to ask the sampler for a cycle now (e.g. an NVML event thread saw an XID):
+    wake: Callable[[], None] = lambda: None
 
 
 @runtime_checkable

@@ -192,7 +192,9 @@ class Sampler:
                  clock: Callable[[], float] = time.time,
                  enrichers: Sequence[Enricher] = (),
                  expected: Callable[[], Mapping[str, int]] = dict,
-                 boot_id: Optional[str] = None):
+                 boot_id: Optional[str] = None,
+                 wake: Optional[threading.Event] = None,
+                 min_cycle_gap: float = 1.0):
         self.node_name = node_name
         self._clock = clock
         self._specs = list(specs)
@@ -202,6 +204,14 @@ class Sampler:
         self._expected = expected
         self._boot_id = boot_id
         self._profiles = _ProfileCache()
+        # Set by a collector (CollectorOptions.wake) when something urgent happened, e.g. an
+        # NVML XID event: the next cycle starts at once instead of at the next tick.
+        self._wake = wake or threading.Event()
+        self._min_gap = min_cycle_gap
+
+    def request_cycle(self) -> None:
+        """Start the next cycle now (at most one per ``min_cycle_gap`` seconds)."""
+        self._wake.set()
 
     @property
     def collector_names(self) -> list[str]:
@@ -269,19 +279,27 @@ class Sampler:
 
     def run(self, interval: float, publish: Callable[[NodeSnapshot], Any],
             stop: threading.Event) -> None:
-        """Collect every ``interval`` seconds (wall-clock aligned to the start) until stop."""
+        """Collect every ``interval`` seconds until ``stop`` is set, and at once (but not
+        more often than every ``min_cycle_gap`` seconds) when a wake-up is requested.
+        Whoever sets ``stop`` should call ``request_cycle()`` too, to end the wait."""
         next_at = time.monotonic()
         while not stop.is_set():
+            self._wake.clear()
+            started = time.monotonic()
             try:
                 publish(self.collect())
             except Exception:  # noqa: BLE001 - the loop must outlive any one cycle
                 log.exception("collection cycle failed")
             next_at += interval
-            delay = next_at - time.monotonic()
-            if delay < 0:  # fell behind (slow cycle): skip missed ticks, do not burst
+            if next_at < time.monotonic():  # fell behind (slow cycle): skip ticks, no burst
                 next_at = time.monotonic() + interval
-                delay = interval
-            stop.wait(delay)
+            if self._wake.wait(max(0.0, next_at - time.monotonic())) and not stop.is_set():
+                # woken early: keep the minimum gap, then run an extra cycle; the regular
+                # schedule (next_at) is unchanged
+                gap = self._min_gap - (time.monotonic() - started)
+                if gap > 0:
+                    stop.wait(gap)
+                next_at -= interval  # the extra cycle does not consume a tick
 
     def close(self) -> None:
         for w in self._workers.values():
