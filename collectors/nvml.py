@@ -145,6 +145,7 @@ class NvmlCollector:
             return None
         try:
             raw = fn(*args)
+            value = pick(raw) if pick else raw  # pick may raise too (field-value errors)
         except self._nv.NVMLError as e:
             if self._is(e, "GpuIsLost"):
                 raise _Lost() from None
@@ -154,7 +155,6 @@ class NvmlCollector:
             else:
                 readings[field] = Reading(None, quality.with_status("error"))
             return None
-        value = pick(raw) if pick else raw
         readings[field] = Reading(float(value) * scale, quality)
         return raw
 
