@@ -55,3 +55,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "device" in item.keywords:
             item.add_marker(skip)
+
+
+# The loopback Kubernetes API server fixture (tests/kubeapi.py), available to every test.
+from kubeapi import kube_api  # noqa: E402,F401
