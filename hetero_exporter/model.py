@@ -144,6 +144,22 @@ class ProcessSample:
 
 
 @dataclass(frozen=True)
+class Allocation:
+    """A device allocated to a container by the kubelet (PodResources ``List``).
+
+    ``resource`` is the extended resource name (``nvidia.com/gpu``, ``huawei.com/Ascend910``);
+    ``device_id`` the id the vendor's device plugin gave the kubelet (a uuid, PCI address,
+    index or ``Ascend910-3``); ``method`` says how the allocation was learned."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str = ""
+    device_id: str = ""
+    method: str = "podresources"
+
+
+@dataclass(frozen=True)
 class Link:
     """A connection from the owning device to ``peer`` (a uuid)."""
 
@@ -182,6 +198,10 @@ class DeviceSample:
     processes: tuple[ProcessSample, ...] = ()
     links: tuple[Link, ...] = ()
     profile: Optional[Profile] = None
+    allocations: tuple[Allocation, ...] = ()  # containers the kubelet gave this device to
+    # True when the collector lists this device's processes, so an empty ``processes``
+    # means none run (and all used memory is unattributed); False: not reported.
+    processes_reported: bool = False
 
     def value(self, name: str) -> Optional[float]:
         """The value of reading ``name``, or None when absent or not ok."""
@@ -206,6 +226,22 @@ class CollectorStatus:
 
 
 @dataclass(frozen=True)
+class SourceStatus:
+    """State of an attribution source (``procfs``, ``pod-cache``, ``podresources``).
+
+    ``stale`` means the source is serving what it last knew (e.g. the Kubernetes API is
+    unreachable and pod names come from the last successful list/watch); ``last_success``
+    is Unix seconds; ``items`` counts what it holds (pods, allocations, cached pids)."""
+
+    name: str
+    ok: bool
+    stale: bool = False
+    last_success: Optional[float] = None
+    error: Optional[str] = None
+    items: int = 0
+
+
+@dataclass(frozen=True)
 class NodeSnapshot:
     node: str
     time: float
@@ -213,6 +249,7 @@ class NodeSnapshot:
     collectors: tuple[CollectorStatus, ...] = ()
     expected: Mapping[str, int] = field(default_factory=dict)  # vendor -> devices on PCI
     boot_id: Optional[str] = None
+    attribution_sources: tuple[SourceStatus, ...] = ()
 
     def present(self) -> dict[str, int]:
         """Devices seen by the vendor tools, per vendor (top-level devices only)."""
@@ -369,10 +406,12 @@ def compact_document(snapshot: NodeSnapshot) -> dict:
     utilization and driver versions kept. ``snapshot_from_doc`` reads it back."""
     doc = {"schema": SCHEMA_VERSION, **to_dict(snapshot)}
     doc.pop("boot_id", None)
+    doc.pop("attribution_sources", None)  # agent internals; would churn the annotation
     for c in doc.get("collectors", []):
         c.pop("errors_total", None)
     for d, dev in zip(doc.get("devices", []), snapshot.devices):
         d["processes"] = []
+        d.pop("allocations", None)  # changes with every pod start: kept out of the annotation
         kept = {}
         for name in COMPACT_READINGS:
             r = dev.readings.get(name)

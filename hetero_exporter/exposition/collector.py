@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Iterator, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric as PromMetric
 from prometheus_client.samples import Sample
 
+from hetero_exporter import fields as F
 from hetero_exporter.exposition import names as N
 from hetero_exporter.model import HEALTH_STATES, NodeSnapshot
 
@@ -68,6 +69,7 @@ def build_families(snap: NodeSnapshot) -> list[PromMetric]:
     fault_events, fault_last = fam.sink(N.FAULT_EVENTS), fam.sink(N.FAULT_LAST)
     compute_units, cost_weight = fam.sink(N.COMPUTE_UNITS), fam.sink(N.COST_WEIGHT)
     proc_mem, proc_util = fam.sink(N.PROCESS_MEMORY), fam.sink(N.PROCESS_UTILIZATION)
+    allocation, unattributed = fam.sink(N.ALLOCATION), fam.sink(N.UNATTRIBUTED_MEMORY)
     value_sinks: dict[str, Callable[[dict, float], None]] = {}
     quality_seen: set[tuple] = set()
     for d in snap.devices:
@@ -118,6 +120,16 @@ def build_families(snap: NodeSnapshot) -> list[PromMetric]:
                 proc_mem(labels, p.memory_bytes)
             if p.utilization_ratio is not None:
                 proc_util(labels, p.utilization_ratio)
+        owners = {(a.namespace, a.pod, a.container) for a in d.allocations}
+        for ns, pod, container in sorted(owners):
+            allocation({"vendor": vendor, "uuid": uuid, "namespace": ns, "pod": pod, "container": container}, 1)
+        used = d.value(F.MEMORY_USED)
+        if used is not None and (d.processes or d.processes_reported) \
+                and all(p.memory_bytes is not None for p in d.processes):
+            # what the listed processes do not explain (driver reservations, processes in
+            # other PID namespaces, vendor accounting); only where processes are reported
+            unattributed({"vendor": vendor, "uuid": uuid},
+                         max(0.0, used - sum(p.memory_bytes or 0 for p in d.processes)))
     expected, present = fam.sink(N.DEVICES_EXPECTED), fam.sink(N.DEVICES_PRESENT)
     seen = snap.present()
     for vendor in sorted(set(snap.expected) | set(seen)):
@@ -136,6 +148,15 @@ def build_families(snap: NodeSnapshot) -> list[PromMetric]:
             errors({"collector": c.name, "kind": kind}, count)
         if not c.ok:
             error_info({"collector": c.name, "kind": _s(c.error_kind), "reason": _s(c.error)[:200]}, 1)
+    up, stale = fam.sink(N.ATTRIBUTION_SOURCE_UP), fam.sink(N.ATTRIBUTION_SOURCE_STALE)
+    src_last, src_items = fam.sink(N.ATTRIBUTION_SOURCE_LAST_SUCCESS), fam.sink(N.ATTRIBUTION_SOURCE_ITEMS)
+    for src in snap.attribution_sources:
+        labels = {"source": src.name}
+        up(labels, 1 if src.ok else 0)
+        stale(labels, 1 if src.stale else 0)
+        src_items(labels, src.items)
+        if src.last_success is not None:
+            src_last(labels, src.last_success)
     return fam.ordered()
 
 

@@ -77,6 +77,18 @@ ALLOCATION = Metric("accelerator_allocation_info", "gauge",
                     DEV + ("namespace", "pod", "container"))
 UNATTRIBUTED_MEMORY = Metric("accelerator_unattributed_memory_bytes", "gauge",
                              "Device memory in use that no reported process explains, bytes.", DEV)
+ATTRIBUTION_SOURCE_UP = Metric("accelerator_attribution_source_up", "gauge",
+                               "1 when an attribution source (procfs, pod-cache, podresources) "
+                               "answered its last refresh.", ("source",))
+ATTRIBUTION_SOURCE_STALE = Metric("accelerator_attribution_source_stale", "gauge",
+                                  "1 when an attribution source serves what it last knew (e.g. "
+                                  "pod-cache with the Kubernetes API unreachable).", ("source",))
+ATTRIBUTION_SOURCE_LAST_SUCCESS = Metric("accelerator_attribution_source_last_success_timestamp_seconds",
+                                         "gauge", "Unix time of an attribution source's last "
+                                         "successful refresh.", ("source",))
+ATTRIBUTION_SOURCE_ITEMS = Metric("accelerator_attribution_source_items", "gauge",
+                                  "What an attribution source holds (pods, allocated devices, "
+                                  "cached pids).", ("source",))
 DEVICES_EXPECTED = Metric("accelerator_devices_expected", "gauge",
                           "Accelerators of a vendor on the PCI bus.", ("vendor",))
 DEVICES_PRESENT = Metric("accelerator_devices_present", "gauge",
