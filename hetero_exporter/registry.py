@@ -29,6 +29,8 @@ BUILTIN_COLLECTORS: dict[str, CollectorEntry] = {
     for e in (
         CollectorEntry("nvml", "nvidia", "hetero_exporter.collectors.nvml",
                        description="NVIDIA GPUs through NVML (nvidia-ml-py)"),
+        CollectorEntry("amdsmi", "amd", "hetero_exporter.collectors.amdsmi",
+                       description="AMD GPUs through the amdsmi library (libamd_smi.so, ROCm 6+)"),
     )
 }
 
