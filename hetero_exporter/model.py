@@ -98,6 +98,9 @@ class DeviceIdentity:
     parent: Optional[str] = None
     name: Optional[str] = None  # the vendor's own product string, before normalization
     serial: Optional[str] = None
+    # compute runtime the driver serves (CUDA driver API version, ROCm, CANN ...), when the
+    # vendor reports it; the scorer checks a pod's minimum runtime version against it
+    runtime_version: Optional[str] = None
 
 
 @dataclass(frozen=True)
