@@ -144,6 +144,12 @@ class Wiring:
         self.workdir = tempfile.mkdtemp(prefix="hetero-exporter-") if self.scenario is not None else None
         self.wake = threading.Event()  # collectors set it to get a cycle at once
 
+    def close(self) -> None:
+        """Remove what simulation wrote (fake executables, fake /proc) at exit."""
+        if self.workdir:
+            import shutil
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
     def enabled_collectors(self) -> list[registry.CollectorEntry]:
         entries = registry.collector_entries()
         if self.scenario is not None:
@@ -206,6 +212,7 @@ def cmd_inspect(args: argparse.Namespace, extra: Sequence[str]) -> int:
         snap = sampler.collect()
     finally:
         sampler.close()
+        w.close()
     print(snapshot_to_json(snap, indent=2) if args.json else table.render(snap), end="" if not args.json else "\n")
     return EXIT_OK
 
@@ -242,6 +249,7 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     finally:
         server.stop()
         sampler.close()
+        w.close()
     return EXIT_OK
 
 
