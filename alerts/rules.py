@@ -1,0 +1,221 @@
+"""The Prometheus alert rules, written from Python so that metric names come from
+``hetero_exporter.exposition.names`` and are never retyped.
+
+    python alerts/rules.py           # write alerts/hetero-exporter.rules.yml and deploy/base/prometheusrule.yaml
+    python alerts/rules.py --check   # exit 1 when either is out of date
+
+Unit tests for every rule are in alerts/tests/ (``promtool test rules``); tests/test_alerts.py runs
+them, and tests/test_prometheus_integration.py loads the rules into a real Prometheus.
+Every rule carries the labels ``severity`` (critical | warning) and ``component``, and the
+annotations ``summary``, ``description`` and ``runbook`` (what to do, in plain text, so that
+the notification itself says it). ``node`` comes from the scrape's relabelling (deploy/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from hetero_exporter.exposition import names as N
+
+HERE = Path(__file__).resolve().parent
+RULES_FILE = HERE / "hetero-exporter.rules.yml"
+PROMETHEUS_RULE = HERE.parent / "deploy" / "base" / "prometheusrule.yaml"
+JOB = "hetero-exporter"  # the scrape job (jobLabel of deploy/base/servicemonitor.yaml)
+
+# Proposed to the health engineer (1 while the agent withholds a taint because the share of
+# tainted accelerator nodes is at the budget, else 0). Replaced by names.py's entry when it lands.
+TAINT_BUDGET_EXHAUSTED = getattr(N, "TAINT_BUDGET_EXHAUSTED", None) or N.Metric(
+    "accelerator_health_taint_budget_exhausted", "gauge",
+    "1 while the agent withholds a taint because the taint budget is exhausted.", ())
+PENDING_METRICS = {TAINT_BUDGET_EXHAUSTED.name} - set(N.BY_NAME)
+
+# Thresholds (defaults for a mixed fleet; tune per site). Temperatures are where NVIDIA, AMD and
+# Ascend data-centre parts start to slow down: core/board around 85-90 °C, HBM around 95 °C.
+CORE_HOT_CELSIUS = 85
+MEMORY_HOT_CELSIUS = 95
+FAULT_BURST_EVENTS = 5          # fault events on one device ...
+FAULT_BURST_WINDOW = "10m"      # ... within this window
+ECC_WINDOW = "30m"
+STALE_SNAPSHOT_SECONDS = 60     # six cycles at the default 10 s interval
+UNATTRIBUTED_RATIO = 0.25       # of the device's memory, held by no reported process
+
+# Device identity for annotations, looked up when the alert fires (the expression itself does
+# not join, so an alert never vanishes because the info series is missing).
+IDENTITY = ('{{ with printf "%s{uuid=%%q}" $labels.uuid | query }}{{ with first . }}'
+            "index {{ .Labels.index }}, {{ .Labels.model }}, PCI {{ .Labels.pci_address }}"
+            "{{ end }}{{ else }}identity unknown{{ end }}") % N.DEVICE_INFO.name
+DEVICE = "{{ $labels.vendor }} device {{ $labels.uuid }} on node {{ $labels.node }}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    alert: str
+    expr: str
+    severity: str
+    summary: str
+    description: str
+    runbook: str
+    for_: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        d: dict = {"alert": self.alert, "expr": self.expr}
+        if self.for_:
+            d["for"] = self.for_
+        d["labels"] = {"severity": self.severity, "component": "accelerator"}
+        d["annotations"] = {"summary": self.summary, "description": self.description, "runbook": self.runbook}
+        return d
+
+
+DEVICE_RULES = [
+    Rule("AcceleratorDeviceFailed",
+         f'{N.HEALTH_STATUS.name}{{state="failed"}} == 1', "critical", for_="1m",
+         summary=f"Accelerator failed: {DEVICE}",
+         description=f"{DEVICE} ({IDENTITY}) has been in health state failed for 1 minute. "
+                     f"{N.HEALTH_REASON.name} gives the fault code and reason.",
+         runbook="Check the node's AcceleratorUnhealthy condition and events (kubectl describe node) for "
+                 "the fault code. Drain the workloads on the device, then reset the device or reboot the "
+                 "node; if the fault returns, open a hardware case with the device serial/uuid."),
+    Rule("AcceleratorFaultBurst",
+         f"sum by (node, vendor, uuid) (increase({N.FAULT_EVENTS.name}[{FAULT_BURST_WINDOW}]))"
+         f" >= {FAULT_BURST_EVENTS}", "warning",
+         summary=f"Fault burst: {DEVICE}",
+         description=f"{DEVICE} ({IDENTITY}) reported {{{{ $value | printf \"%.0f\" }}}} vendor fault events "
+                     f"in {FAULT_BURST_WINDOW}.",
+         runbook=f"Look at {N.FAULT_EVENTS.name} by code on the Health and faults dashboard. Repeated "
+                 "application faults point at the workload; repeated device or link faults point at the "
+                 "hardware: drain the device and reset it."),
+    Rule("AcceleratorUncorrectableECC",
+         # summed so that the counter's own severity label does not clash with the alert's
+         f'sum by (node, vendor, uuid) (increase({N.ECC_ERRORS.name}{{severity="uncorrected"}}[{ECC_WINDOW}]))'
+         " > 0", "warning",
+         summary=f"Uncorrectable ECC errors: {DEVICE}",
+         description=f"{DEVICE} ({IDENTITY}) counted {{{{ $value | printf \"%.0f\" }}}} uncorrectable ECC "
+                     f"errors in {ECC_WINDOW}.",
+         runbook="Data on the device may be corrupt: let the running job checkpoint or fail, drain the "
+                 "device, reset it to retire/remap the bad pages or rows, and replace it if the count keeps "
+                 "growing."),
+    Rule("AcceleratorThermal",
+         f'{N.TEMPERATURE.name}{{sensor=~"core|board"}} > {CORE_HOT_CELSIUS}'
+         f' or {N.TEMPERATURE.name}{{sensor="memory"}} > {MEMORY_HOT_CELSIUS}', "warning", for_="5m",
+         summary=f"Accelerator hot: {DEVICE}",
+         description=f"{DEVICE} ({IDENTITY}) {{{{ $labels.sensor }}}} sensor has read "
+                     f"{{{{ $value | printf \"%.0f\" }}}} °C for 5 minutes (limits: core and board "
+                     f"{CORE_HOT_CELSIUS} °C, memory {MEMORY_HOT_CELSIUS} °C); expect clock throttling.",
+         runbook="Compare with the other devices of the node: one hot device suggests its fan, heat sink or "
+                 "airflow; the whole node suggests inlet temperature or cooling. Check the clocks panel for "
+                 "throttling."),
+    Rule("AcceleratorUnattributedMemoryHigh",
+         f"{N.UNATTRIBUTED_MEMORY.name} / {N.MEMORY_TOTAL.name} > {UNATTRIBUTED_RATIO}", "warning", for_="15m",
+         summary=f"Device memory held by no known process: {DEVICE}",
+         description=f"{{{{ $value | humanizePercentage }}}} of the memory of {DEVICE} ({IDENTITY}) has been in "
+                     "use by no reported process for 15 minutes.",
+         runbook="Usually a process outside the agent's view (hostPID off, another container runtime) or "
+                 "memory leaked by a crashed job. List the device's processes with the vendor tool on the "
+                 "node; if none holds the memory, drain and reset the device."),
+]
+
+NODE_RULES = [
+    Rule("AcceleratorDeviceMissing",
+         f"{N.DEVICES_EXPECTED.name} > {N.DEVICES_PRESENT.name}", "critical", for_="5m",
+         summary="{{ $labels.vendor }} accelerator missing from the vendor tool on node {{ $labels.node }}",
+         description="The PCI bus of node {{ $labels.node }} shows more {{ $labels.vendor }} devices than "
+                     "the vendor tool reports, for 5 minutes: a device fell off the bus or its driver "
+                     "did not bind.",
+         runbook="On the node compare lspci with the vendor tool (nvidia-smi, amd-smi, npu-smi info, "
+                 "cnmon) and read the kernel log (dmesg) for the PCI address. A device that fell off the "
+                 "bus needs a node reboot; if it stays missing, a hardware case."),
+    Rule("AcceleratorTaintBudgetExhausted",
+         f"{TAINT_BUDGET_EXHAUSTED.name} == 1", "critical", for_="1m",
+         summary="Taint withheld on node {{ $labels.node }}: taint budget exhausted",
+         description="The agent on node {{ $labels.node }} wants to taint the node for an unhealthy "
+                     "accelerator but does not, because the share of accelerator nodes that already carry "
+                     "its taint has reached the configured budget. Pods can still be scheduled onto the "
+                     "unhealthy node.",
+         runbook="Many nodes failing at once usually has one cause (driver rollout, firmware, power or "
+                 "cooling of a rack): find it first. Then cordon the affected nodes by hand or raise the "
+                 "budget in the agent's health configuration."),
+]
+
+AGENT_RULES = [
+    Rule("AcceleratorExporterDown",
+         f'up{{job="{JOB}"}} == 0', "warning", for_="5m",
+         summary="hetero-exporter on node {{ $labels.node }} cannot be scraped",
+         description="Prometheus has failed to scrape {{ $labels.instance }} (node {{ $labels.node }}) "
+                     "for 5 minutes: no accelerator metrics, health or fault data from that node.",
+         runbook="kubectl -n <namespace> get pods -o wide for the DaemonSet pod on the node; read its logs "
+                 "and events (crash loop, OOM kill, image pull, failing probes)."),
+    Rule("AcceleratorCollectorDown",
+         f"{N.COLLECTOR_SUCCESS.name} == 0", "warning", for_="5m",
+         summary="Collector {{ $labels.collector }} failing on node {{ $labels.node }}",
+         description="Every cycle of collector {{ $labels.collector }} on node {{ $labels.node }} has failed "
+                     "for 5 minutes"
+                     '{{ with printf "%s{collector=%%q, node=%%q}" $labels.collector $labels.node | query }}'
+                     '{{ with first . }} ({{ .Labels.kind }}: {{ .Labels.reason }}){{ end }}{{ end }}; '
+                     "its devices are served stale with health unknown." % N.COLLECTOR_ERROR_INFO.name,
+         runbook="unavailable: the vendor binding or tool is missing from the image or the host mounts; "
+                 "timeout/busy: the vendor tool hangs (driver problem, check dmesg); parse: the tool's output "
+                 "changed, capture it and report it with hetero-exporter parse."),
+    Rule("AcceleratorSnapshotStale",
+         f"{N.SNAPSHOT_AGE.name} > {STALE_SNAPSHOT_SECONDS}", "warning", for_="2m",
+         summary="hetero-exporter on node {{ $labels.node }} serves a stale snapshot",
+         description="The snapshot served on node {{ $labels.node }} is {{ $value | humanizeDuration }} old: "
+                     "the collection loop is stuck or the interval is longer than "
+                     f"{STALE_SNAPSHOT_SECONDS} s.",
+         runbook="Read the agent's logs on the node for a stuck cycle; restart the pod. If the interval is "
+                 "deliberately long, raise this rule's threshold."),
+]
+
+GROUPS = [("hetero-exporter.devices", DEVICE_RULES), ("hetero-exporter.nodes", NODE_RULES),
+          ("hetero-exporter.agent", AGENT_RULES)]
+ALL_RULES = [r for _, rules in GROUPS for r in rules]
+
+
+def rule_groups() -> dict:
+    """The ``groups`` document of a Prometheus rule file."""
+    return {"groups": [{"name": name, "rules": [r.to_dict() for r in rules]} for name, rules in GROUPS]}
+
+
+def _dump(doc: dict) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, width=4096, allow_unicode=True)
+
+
+def rules_yaml() -> str:
+    return "# Generated by alerts/rules.py; edit that file, then run it.\n" + _dump(rule_groups())
+
+
+def prometheus_rule_yaml() -> str:
+    """The same groups as a prometheus-operator PrometheusRule (deploy/base)."""
+    doc = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+           "metadata": {"name": "hetero-exporter", "labels": {"app.kubernetes.io/name": "hetero-exporter",
+                                                              "app.kubernetes.io/component": "alerts"}},
+           "spec": rule_groups()}
+    return "# Generated by alerts/rules.py from the same rules as alerts/hetero-exporter.rules.yml.\n" + _dump(doc)
+
+
+OUTPUTS = {RULES_FILE: rules_yaml, PROMETHEUS_RULE: prometheus_rule_yaml}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
+    args = ap.parse_args(argv)
+    stale = [p for p, make in OUTPUTS.items() if not p.is_file() or p.read_text(encoding="utf-8") != make()]
+    if args.check:
+        for p in stale:
+            print(f"out of date: {p.relative_to(HERE.parent)} (run: python alerts/rules.py)", file=sys.stderr)
+        return 1 if stale else 0
+    for p in stale:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(OUTPUTS[p](), encoding="utf-8")
+        print(f"wrote {p.relative_to(HERE.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

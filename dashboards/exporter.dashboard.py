@@ -1,0 +1,62 @@
+"""The exporter itself: scrape health, collector success and duration, snapshot age, attribution
+sources, and the quality of every field (where it comes from, whether it is ok)."""
+
+from panels import JOB, Q, Section, build_dashboard, external, increase, sel, table, timeseries
+
+from hetero_exporter.exposition import names as N
+
+COL = "{{node}} {{collector}}"
+job = f'job="{JOB}"'
+
+dashboard = build_dashboard(
+    title="Accelerators / Exporter",
+    uid="hetero-exporter-self",
+    description="Is the agent healthy on every node, and how good is the data it serves.",
+    var_names=("node", "vendor"),
+    sections=[
+        Section("Agents", [[
+            timeseries("Scrape up", "1 when Prometheus scraped the agent successfully.",
+                       Q(external("up", job), "{{node}}"), max_value=1),
+            timeseries("Scrape duration", "How long a scrape of /metrics takes.",
+                       Q(external("scrape_duration_seconds", job), "{{node}}"), unit="s"),
+            timeseries("Samples per scrape", "Series the agent serves.",
+                       Q(external("scrape_samples_scraped", job), "{{node}}")),
+            timeseries("Snapshot age", "Seconds since the snapshot being served was taken.",
+                       Q(sel(N.SNAPSHOT_AGE), "{{node}}"), unit="s"),
+        ]]),
+        Section("Collectors", [[
+            timeseries("Collector success", "1 when the collector's last cycle succeeded.",
+                       Q(sel(N.COLLECTOR_SUCCESS), COL), max_value=1),
+            timeseries("Collector duration", "Duration of each collector's last cycle.",
+                       Q(sel(N.COLLECTOR_DURATION), COL), unit="s"),
+            timeseries("Since last success", "Seconds since each collector's last successful cycle.",
+                       Q(f"time() - {sel(N.COLLECTOR_LAST_SUCCESS)}", COL), unit="s"),
+        ], [
+            timeseries("Collector errors", "Failed cycles by kind (unavailable, timeout, busy, parse, exception).",
+                       Q(increase(N.COLLECTOR_ERRORS), COL + " {{kind}}"), stacked=True),
+            table("Why collectors fail", "The reason of each collector's last failed cycle.",
+                  Q(sel(N.COLLECTOR_ERROR_INFO))),
+            timeseries("Devices: PCI bus vs vendor tool", "Devices the PCI bus shows and the vendor tool reports.",
+                       Q(sel(N.DEVICES_EXPECTED), "{{node}} {{vendor}} on the bus"),
+                       Q(sel(N.DEVICES_PRESENT), "{{node}} {{vendor}} reported")),
+        ]]),
+        Section("Attribution sources", [[
+            timeseries("Attribution source up", "1 when a source of pid -> pod attribution (procfs, pod-cache, "
+                       "podresources) answered its last refresh; stale = 1 when it serves what it last knew.",
+                       Q(sel(N.ATTRIBUTION_SOURCE_UP), "{{node}} {{source}} up"),
+                       Q(sel(N.ATTRIBUTION_SOURCE_STALE), "{{node}} {{source}} stale"), max_value=1),
+            timeseries("Attribution source age", "Seconds since each attribution source's last successful refresh.",
+                       Q(f"time() - {sel(N.ATTRIBUTION_SOURCE_LAST_SUCCESS)}", "{{node}} {{source}}"), unit="s"),
+            timeseries("Attribution source items", "What each source holds (pods, allocated devices, cached pids).",
+                       Q(sel(N.ATTRIBUTION_SOURCE_ITEMS), "{{node}} {{source}}")),
+        ]]),
+        Section("Field quality", [[
+            table("Field status", "Devices per vendor, field and quality status (ok, unsupported, error, stale).",
+                  Q(f"count by (vendor, field, status) ({sel(N.FIELD_STATUS)})")),
+            table("Where each field comes from",
+                  "Per vendor and field: the API call or CLI field, measured/sampled/derived/estimated, "
+                  "averaging window and relative error bound.",
+                  Q(f"max by (vendor, field, source, method, window_seconds, error_bound) ({sel(N.QUALITY_INFO)})")),
+        ]], height=10),
+    ],
+)
