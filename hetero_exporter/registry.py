@@ -36,7 +36,9 @@ BUILTIN_COLLECTORS: dict[str, CollectorEntry] = {
 
 # TOOL -> "module:function"; the function takes the captured text and returns a NodeSnapshot
 # (or, for non-device tools such as cgroup, a model object with a to_dict()).
-PARSERS: dict[str, str] = {}
+PARSERS: dict[str, str] = {
+    "cgroup": "hetero_exporter.attribution:parse_cgroup",  # /proc/<pid>/cgroup -> CgroupInfo
+}
 
 # PCI vendor ids (sysfs "vendor") -> our vendor name; used to count expected devices and
 # to enable by default only the collectors whose hardware is present.
