@@ -904,11 +904,14 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------ plumbing
     def _send_json(self, code: int, body: Any) -> None:
         data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client gave up (timeout): nothing to answer
+            self.close_connection = True
 
     def _drop(self) -> None:
         self.close_connection = True

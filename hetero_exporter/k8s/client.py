@@ -1,0 +1,147 @@
+"""Cluster access shared by every Kubernetes feature (health remedy, pod cache, node cache).
+
+The API is small on purpose:
+
+- ``connect(kubeconfig=None) -> Cluster``: credentials from ``--kubeconfig``, else the
+  ``KUBECONFIG`` environment variable, else the in-cluster service account, else none. A
+  ``Cluster`` without an ``api_client`` carries ``reason`` ("Kubernetes features off: ...")
+  so callers log one clear line and the rest of the agent runs.
+- ``call(fn, *args, **kwargs) -> dict``: run a typed API method of the ``kubernetes`` client
+  (``CoreV1Api(cluster.api_client).read_node``...) with a request timeout and return the JSON
+  body as plain dicts. Working on JSON, not on the generated models, keeps us independent of
+  the client's model layer (which changed between client majors) and lets a patch send back
+  exactly what the server sent.
+- ``K8sError``: every failure of ``call`` (HTTP status, timeout, refused connection), with
+  ``status`` (None for transport failures), ``conflict`` and ``retryable``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_SECONDS = 10.0  # per request: connect + read
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Cluster access, or why there is none. ``source`` says where credentials came from."""
+
+    api_client: Any = None  # kubernetes.client.ApiClient
+    source: str = ""
+    reason: str = ""
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+
+    @property
+    def enabled(self) -> bool:
+        return self.api_client is not None
+
+
+class K8sError(Exception):
+    """A failed API call. ``status`` is the HTTP status, None when no answer came back."""
+
+    def __init__(self, message: str, status: Optional[int] = None, reason: str = "",
+                 body: Optional[Mapping[str, Any]] = None):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.body = dict(body or {})
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def retryable(self) -> bool:
+        """Worth trying again later: no answer, a server error, throttling, or a conflict."""
+        return self.status is None or self.status >= 500 or self.status in (409, 429)
+
+
+def off(reason: str) -> Cluster:
+    return Cluster(reason=f"Kubernetes features off: {reason}")
+
+
+def connect(kubeconfig: Optional[str] = None, *, env: Optional[Mapping[str, str]] = None,
+            timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> Cluster:
+    """Credentials from ``kubeconfig``, else ``$KUBECONFIG``, else in-cluster, else none."""
+    env = os.environ if env is None else env
+    try:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError as e:
+        return off(f"the kubernetes client is not installed ({e}); pip install 'hetero-exporter[k8s]'")
+    cfg = client.Configuration()
+    if kubeconfig or env.get("KUBECONFIG"):
+        path = kubeconfig or env["KUBECONFIG"]
+        source = f"kubeconfig {path}" if kubeconfig else f"KUBECONFIG={path}"
+        try:
+            config.load_kube_config(config_file=path, client_configuration=cfg)
+        except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
+            return off(f"cannot load {source}: {e}")
+    elif env.get("KUBERNETES_SERVICE_HOST"):
+        source = "in-cluster service account"
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except (ConfigException, OSError) as e:
+            return off(f"in-cluster credentials unusable: {e}")
+    else:
+        return off("no --kubeconfig, no KUBECONFIG and not running in a pod")
+    return Cluster(api_client=client.ApiClient(cfg), source=source, timeout_seconds=timeout_seconds)
+
+
+def _error_from_body(status: int, raw: bytes | str | None, fallback: str) -> K8sError:
+    body: dict = {}
+    try:
+        parsed = json.loads(raw or b"{}")
+        if isinstance(parsed, dict):
+            body = parsed
+    except (ValueError, TypeError):
+        pass
+    message = str(body.get("message") or fallback or f"HTTP {status}")
+    return K8sError(f"HTTP {status}: {message}", status=status, reason=str(body.get("reason") or ""), body=body)
+
+
+def call(fn: Callable[..., Any], *args: Any, timeout: float = DEFAULT_TIMEOUT_SECONDS, **kwargs: Any) -> dict:
+    """Run an API method and return the decoded JSON body; raise ``K8sError`` on any failure."""
+    try:
+        from kubernetes.client.exceptions import ApiException
+    except ImportError:  # pragma: no cover - connect() would have said so
+        from kubernetes.client.rest import ApiException  # type: ignore
+    import urllib3
+    try:
+        resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+    except ApiException as e:
+        raise _error_from_body(int(e.status or 0), getattr(e, "body", None), str(e.reason or "")) from None
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        raise K8sError(f"no answer from the API server: {type(e).__name__}: {e}") from None
+    try:
+        data = resp.data if hasattr(resp, "data") else resp.read()
+        status = int(getattr(resp, "status", 200))
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        raise K8sError(f"answer cut short: {type(e).__name__}: {e}") from None
+    finally:
+        release = getattr(resp, "release_conn", None)
+        if release is not None:
+            release()
+    if not 200 <= status <= 299:
+        raise _error_from_body(status, data, "")
+    try:
+        out = json.loads(data or b"{}")
+    except ValueError:
+        raise K8sError(f"HTTP {status}: the API server answered with something that is not JSON",
+                       status=status) from None
+    return out if isinstance(out, dict) else {"items": out}
