@@ -5,6 +5,8 @@
                         [--health-mode observe|dry-run|enforce] [--log-format json|text]
     hetero-exporter inspect [--simulate [SCENARIO]] [--json]
     hetero-exporter parse TOOL FILE [--json]
+    hetero-exporter scheduler-extender [--listen HOST:PORT] [--kubeconfig FILE] [--policy binpack|spread]
+    hetero-exporter score --pod POD.yaml --nodes NODES.json [--policy binpack|spread] [--json]
     hetero-exporter version
 """
 
@@ -78,6 +80,23 @@ def build_parser() -> argparse.ArgumentParser:
     parse.add_argument("file", metavar="FILE", help="the captured output ('-' for stdin)")
     parse.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    ext = sub.add_parser("scheduler-extender", help="serve the kube-scheduler extender (/filter, /prioritize)")
+    _add_scoring(ext)
+    ext.add_argument("--listen", default="0.0.0.0:9401", help="HOST:PORT to serve on (default 0.0.0.0:9401)")
+    ext.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster; without "
+                                          "any, only nodes-in-request mode is served)")
+    ext.add_argument("--log-format", choices=("json", "text"), help="log line format (default json)")
+    ext.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+    score = sub.add_parser("score", help="the extender's decision for a pod, offline, with explanations")
+    _add_scoring(score)
+    score.add_argument("--pod", required=True, metavar="POD.yaml", help="the pod (or a workload with a pod template)")
+    score.add_argument("--nodes", required=True, metavar="NODES.json",
+                       help="node documents: a list, a map node -> document, or a NodeList")
+    score.add_argument("--now", type=float, metavar="UNIX_SECONDS",
+                       help="the time staleness is judged at (default: now)")
+    score.add_argument("--json", action="store_true", help="print the /explain JSON instead of a table")
+
     sub.add_parser("version", help="print the version")
     return ap
 
@@ -143,9 +162,15 @@ class Wiring:
         self.node = node_name(args, self.cfg, self.scenario)
         self.workdir = tempfile.mkdtemp(prefix="hetero-exporter-") if self.scenario is not None else None
         self.wake = threading.Event()  # collectors set it to get a cycle at once
+        self._closers: list[Any] = []  # background sources (pod cache, PodResources) to stop
 
     def close(self) -> None:
         """Remove what simulation wrote (fake executables, fake /proc) at exit."""
+        while self._closers:
+            try:
+                self._closers.pop()()
+            except Exception:  # noqa: BLE001 - shutting down anyway
+                log.debug("close failed", exc_info=True)
         if self.workdir:
             import shutil
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -193,7 +218,64 @@ class Wiring:
 
             specs.append(CollectorSpec(e.name, e.vendor, factory, opts.timeout_seconds))
         return Sampler(specs, self.node, clock=self.clock, expected=self.expected, boot_id=_boot_id(),
-                       wake=self.wake)
+                       wake=self.wake, enrichers=[self.attribution()])
+
+    # ---- process -> pod attribution (README: Attribution)
+
+    def attribution(self) -> Any:
+        """The enricher naming each device process's pod. Simulating: a fake /proc written from
+        the scenario, its pods as the pod directory, and a real PodResources gRPC server on a
+        socket in the workdir. On a node: ``proc_root`` (hostPID), the watch-backed pod cache
+        when Kubernetes is configured, kubelet PodResources when its socket is mounted."""
+        from hetero_exporter.attribution import Attributor, StaticPods
+        settings = self.cfg.attribution
+        if self.scenario is not None:
+            from hetero_exporter.simulate import kubelet, procfs
+            proc_root = str(procfs.write(self.scenario, os.path.join(self.workdir, "proc")))
+            pods: Any = StaticPods(kubelet.scenario_pods(self.scenario), clock=self.clock)
+            allocations = self._podresources(os.path.join(self.workdir, "pod-resources", "kubelet.sock"),
+                                             simulated=kubelet.scenario_allocations(self.scenario))
+        else:
+            proc_root = str(settings.get("proc_root") or self.cfg.proc_root)
+            pods = self._pod_cache() if settings.get("pod_cache", True) else None
+            allocations = self._podresources(str(settings.get("podresources_socket") or
+                                                 "/var/lib/kubelet/pod-resources/kubelet.sock"))
+        return Attributor(proc_root, pods=pods, allocations=allocations, clock=self.clock)
+
+    def _podresources(self, socket_path: str, simulated: Optional[list] = None) -> Any:
+        settings = self.cfg.attribution
+        wanted = settings.get("podresources")  # None: when the socket is there
+        if wanted is False or (wanted is None and simulated is None and not os.path.exists(socket_path)):
+            log.info("kubelet PodResources off", extra={"socket": socket_path,
+                                                         "reason": "disabled" if wanted is False else "socket not mounted"})
+            return None
+        try:
+            from hetero_exporter.podresources.client import PodResourcesPoller
+            if simulated is not None:
+                from hetero_exporter.podresources.server import PodResourcesServer
+                server = PodResourcesServer(socket_path, simulated).start()
+                self._closers.append(server.stop)
+        except (ImportError, RuntimeError) as e:  # grpcio/protobuf missing or too old
+            log.warning("kubelet PodResources off: %s (pip install 'hetero-exporter[attribution]')", e)
+            return None
+        timeout = float(settings.get("podresources_timeout", 2.0))
+        poller = PodResourcesPoller(socket_path, interval=float(settings.get("podresources_interval", self.cfg.interval)),
+                                    timeout=timeout, extra_vendors=settings.get("resources") or {},
+                                    clock=self.clock)
+        self._closers.append(poller.close)
+        return poller.start(wait_first=timeout)
+
+    def _pod_cache(self) -> Any:
+        from hetero_exporter.k8s import client as k8s_client
+        cluster = k8s_client.connect(self.cfg.kubeconfig)
+        if not cluster.enabled:
+            log.info("pod cache off", extra={"reason": cluster.reason})
+            return None
+        from hetero_exporter.k8s.pods import PodCache
+        cache = PodCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds)
+        self._closers.append(cache.close)
+        log.info("pod cache on", extra={"source": cluster.source, "node": self.node})
+        return cache.start(wait_first=float(self.cfg.attribution.get("pod_cache_wait", 5.0)))
 
 
 # --------------------------------------------------------------------------- commands
@@ -289,6 +371,85 @@ def cmd_parse(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_scoring(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default="binpack", choices=("binpack", "spread"),
+                   help="placement policy of pods that do not name one (default binpack)")
+    p.add_argument("--domain", default="hetero-exporter.io",
+                   help="annotation domain: <domain>/devices on nodes, <domain>/request on pods")
+    p.add_argument("--fresh-seconds", type=float, default=180.0,
+                   help="annotations younger than this are fully trusted (default 180)")
+
+
+def _scorer(args: argparse.Namespace) -> Any:
+    from hetero_exporter.scoring.scorer import Scorer, Staleness
+    fresh = max(0.0, args.fresh_seconds)
+    return Scorer(args.policy, Staleness(fresh_seconds=fresh, floor_seconds=max(fresh + 1.0, 10 * fresh)))
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    import time
+
+    import yaml
+
+    from hetero_exporter.scoring import explain, offline
+    try:
+        with open(args.pod, encoding="utf-8") as f:
+            pod = yaml.safe_load(f)
+        with open(args.nodes, encoding="utf-8") as f:
+            nodes = json.load(f)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{args.pod}: not YAML: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{args.nodes}: not JSON: {e}") from None
+    doc = offline.score(pod, nodes, _scorer(args), args.now if args.now is not None else time.time(),
+                        args.domain)
+    print(json.dumps(doc, indent=2) if args.json else explain.render(doc), end="\n" if args.json else "")
+    return EXIT_OK if any(r["feasible"] for r in doc["nodes"]) else EXIT_FAIL
+
+
+def cmd_scheduler_extender(args: argparse.Namespace) -> int:
+    from hetero_exporter.exposition.server import parse_listen
+    from hetero_exporter.k8s.client import connect
+    from hetero_exporter.scoring.extender import Extender
+    from hetero_exporter.scoring.nodetable import NodeTable
+    from hetero_exporter.scoring.server import ExtenderServer
+
+    scorer = _scorer(args)
+    annotation = f"{args.domain}/devices"
+    cluster = connect(args.kubeconfig)
+    table, cache = None, None
+    if cluster.enabled:
+        from hetero_exporter.k8s.node_cache import NodeCache
+        table = NodeTable(scorer, annotation)
+        cache = NodeCache(cluster.api_client, table, annotation=annotation).start()
+        mode = "nodes in the request, and node names (nodeCacheCapable) from a watch of the node annotations"
+    else:
+        mode = "nodes in the request only (register with nodeCacheCapable: false)"
+        log.warning("no cluster access: serving the nodes-in-request mode only", extra={"reason": cluster.reason})
+    extender = Extender(scorer, table, annotation=annotation, domain=args.domain)
+    server = ExtenderServer(parse_listen(args.listen), extender,
+                            ready=lambda: table is None or table.synced.is_set()).start()
+    host, port = server.address
+    log.info("scheduler extender serving", extra={"listen": f"{host}:{port}", "mode": mode,
+                                                  "policy": scorer.policy, "cluster": cluster.source or None})
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        server.stop()
+        if cache is not None:
+            cache.close()
+    return EXIT_OK
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -297,6 +458,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "version":
             return cmd_version(args)
+        if args.command in ("score", "scheduler-extender"):
+            if extra:
+                raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
+            return cmd_score(args) if args.command == "score" else cmd_scheduler_extender(args)
         if args.command == "parse":
             if extra:
                 raise UsageError(f"unrecognized arguments: {' '.join(extra)}")

@@ -1,0 +1,302 @@
+"""Watch-backed cache of the pods on this node: pod uid / container id -> namespace, names.
+
+One thread keeps it current with the ``kubernetes`` client: a list of the node's pods
+(``fieldSelector=spec.nodeName=<node>``), then a watch from the list's resourceVersion
+(with bookmarks, ``timeoutSeconds`` per stream, resumed from the last resourceVersion seen).
+A watch answered 410 Expired (or any ERROR event) is followed by a fresh list; a failure
+(API unreachable, 5xx, timeout) marks the cache stale and retries with a bounded back-off,
+while lookups keep answering with the pods last known. Lookups are dictionary reads under a
+lock: attribution never waits on the API during a collection cycle.
+
+Deleted pods are kept ``retain_deleted`` seconds, so a process still exiting when its pod
+object is gone keeps its labels.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any, Callable, Mapping, Optional
+
+from hetero_exporter.attribution import PodInfo
+from hetero_exporter.k8s.client import K8sError, call
+from hetero_exporter.model import SourceStatus
+
+log = logging.getLogger(__name__)
+
+NAME = "pod-cache"
+
+
+def pod_info(obj: Mapping[str, Any]) -> Optional[PodInfo]:
+    """A PodInfo from a pod's JSON (None without a uid). Container ids lose their
+    ``containerd://`` / ``cri-o://`` / ``docker://`` scheme, as cgroup paths show them bare."""
+    meta = obj.get("metadata") or {}
+    uid = meta.get("uid")
+    if not uid:
+        return None
+    status = obj.get("status") or {}
+    containers: dict[str, str] = {}
+    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        for cs in status.get(key) or ():
+            cid = (cs or {}).get("containerID") or ""
+            name = (cs or {}).get("name") or ""
+            if cid and name:
+                containers[cid.split("://", 1)[-1]] = name
+    qos = status.get("qosClass")
+    return PodInfo(uid=str(uid), namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
+                   containers=containers, qos_class=str(qos).lower() if qos else None)
+
+
+class _Expired(Exception):
+    """The watch's resourceVersion is too old (410): list again."""
+
+
+class PodCache:
+    """The pods of ``node_name``; ``start()`` it, then ``by_uid`` / ``by_container`` / ``status``."""
+
+    def __init__(self, api_client: Any, node_name: str, *, watch_seconds: int = 300,
+                 request_timeout: float = 10.0, backoff: tuple[float, float] = (1.0, 30.0),
+                 retain_deleted: float = 300.0, clock: Callable[[], float] = time.time):
+        self._api_client = api_client
+        self.node_name = node_name
+        self.watch_seconds = int(watch_seconds)
+        self.request_timeout = request_timeout
+        self._backoff = backoff
+        self._retain = retain_deleted
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pods: dict[str, PodInfo] = {}
+        self._deleted: dict[str, tuple[PodInfo, float]] = {}
+        self._by_container: dict[str, str] = {}
+        self._rv: Optional[str] = None
+        self._synced = False
+        self._error: Optional[str] = "not synced yet"
+        self._last_success: Optional[float] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._resp: Any = None
+        self.lists = 0  # successful lists (tests, logs)
+
+    # ------------------------------------------------------------------ lookups (memory only)
+
+    def by_uid(self, uid: str) -> Optional[PodInfo]:
+        with self._lock:
+            p = self._pods.get(uid)
+            if p is None:
+                gone = self._deleted.get(uid)
+                if gone is not None and self._clock() - gone[1] <= self._retain:
+                    p = gone[0]
+            return p
+
+    def by_container(self, container_id: str) -> Optional[PodInfo]:
+        with self._lock:
+            uid = self._by_container.get(container_id)
+        return self.by_uid(uid) if uid else None
+
+    def status(self) -> SourceStatus:
+        with self._lock:
+            return SourceStatus(NAME, ok=self._synced and self._error is None,
+                                stale=self._error is not None, last_success=self._last_success,
+                                error=self._error, items=len(self._pods))
+
+    @property
+    def synced(self) -> bool:
+        with self._lock:
+            return self._synced and self._error is None
+
+    # ------------------------------------------------------------------ state changes
+
+    def _index(self) -> None:
+        self._by_container = {cid: uid for uid, p in self._pods.items() for cid in p.containers}
+        for uid, (p, _) in self._deleted.items():
+            for cid in p.containers:
+                self._by_container.setdefault(cid, uid)
+
+    def _expire(self, now: float) -> None:
+        for uid in [u for u, (_, t) in self._deleted.items() if now - t > self._retain]:
+            del self._deleted[uid]
+
+    def _replace_all(self, items: list, rv: Optional[str]) -> None:
+        now = self._clock()
+        fresh = {}
+        for obj in items:
+            p = pod_info(obj) if isinstance(obj, dict) else None
+            if p is not None:
+                fresh[p.uid] = p
+        with self._lock:
+            for uid, p in self._pods.items():
+                if uid not in fresh:
+                    self._deleted[uid] = (p, now)
+            for uid in fresh:
+                self._deleted.pop(uid, None)
+            self._pods = fresh
+            self._expire(now)
+            self._index()
+            self._rv = rv
+            self._synced = True
+            if self._error is not None and self._error != "not synced yet":
+                log.info("pod cache in sync again", extra={"pods": len(fresh)})
+            self._error = None
+            self._last_success = now
+
+    def _apply(self, etype: str, obj: Mapping[str, Any]) -> None:
+        p = pod_info(obj)
+        now = self._clock()
+        with self._lock:
+            if p is not None:
+                if etype == "DELETED":
+                    old = self._pods.pop(p.uid, None)
+                    self._deleted[p.uid] = (old or p, now)
+                else:
+                    self._pods[p.uid] = p
+                    self._deleted.pop(p.uid, None)
+                self._expire(now)
+                self._index()
+            rv = ((obj.get("metadata") or {}).get("resourceVersion"))
+            if rv:
+                self._rv = str(rv)
+            self._last_success = now
+
+    def _fail(self, why: str) -> None:
+        with self._lock:
+            changed = self._error != why
+            self._error = why
+        if changed:
+            log.warning("pod cache stale: serving the pods last known", extra={"error": why})
+
+    # ------------------------------------------------------------------ API side
+
+    def _core(self) -> Any:
+        from kubernetes import client
+        return client.CoreV1Api(self._api_client)
+
+    def list_once(self) -> None:
+        """List the node's pods (K8sError on failure) and replace the cache with them."""
+        doc = call(self._core().list_pod_for_all_namespaces, timeout=self.request_timeout,
+                   field_selector=f"spec.nodeName={self.node_name}")
+        items = doc.get("items") or []
+        rv = (doc.get("metadata") or {}).get("resourceVersion")
+        self._replace_all(list(items), str(rv) if rv else None)
+        self.lists += 1
+
+    def _watch_once(self) -> None:
+        """One watch stream from the current resourceVersion until it ends or fails."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.watch.watch import iter_resp_lines
+        try:
+            resp = self._core().list_pod_for_all_namespaces(
+                watch=True, _preload_content=False, field_selector=f"spec.nodeName={self.node_name}",
+                resource_version=self._rv, allow_watch_bookmarks=True, timeout_seconds=self.watch_seconds,
+                _request_timeout=(self.request_timeout, self.watch_seconds + self.request_timeout))
+        except ApiException as e:
+            if e.status == 410:
+                raise _Expired() from None
+            raise K8sError(f"watch: HTTP {e.status}: {e.reason}", status=e.status) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise K8sError(f"watch: no answer from the API server: {type(e).__name__}: {e}") from None
+        self._resp = resp
+        try:
+            status = int(getattr(resp, "status", 200))
+            if not 200 <= status <= 299:
+                if status == 410:
+                    raise _Expired()
+                raise K8sError(f"watch: HTTP {status}", status=status)
+            with self._lock:
+                self._error = None  # the stream is open: the cache is current again
+                self._last_success = self._clock()
+            for line in iter_resp_lines(resp):
+                if self._stop.is_set():
+                    return
+                if not line or not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise K8sError(f"watch: a line that is not JSON: {line[:80]!r}") from None
+                etype = event.get("type") if isinstance(event, dict) else None
+                obj = event.get("object") if isinstance(event, dict) else None
+                if not isinstance(obj, dict):
+                    continue
+                if etype == "ERROR":
+                    if obj.get("code") == 410:
+                        raise _Expired()
+                    raise K8sError(f"watch: ERROR {obj.get('code')}: {obj.get('message', '')}",
+                                   status=obj.get("code"))
+                if etype == "BOOKMARK":
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    with self._lock:
+                        if rv:
+                            self._rv = str(rv)
+                        self._last_success = self._clock()
+                elif etype in ("ADDED", "MODIFIED", "DELETED"):
+                    self._apply(etype, obj)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            if self._stop.is_set():
+                return
+            raise K8sError(f"watch: stream broken: {type(e).__name__}: {e}") from None
+        finally:
+            self._resp = None
+            try:
+                resp.release_conn()
+            except Exception:  # noqa: BLE001 - the connection is being dropped anyway
+                pass
+
+    def _run(self) -> None:
+        delay = self._backoff[0]
+        need_list = not self.synced
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self.list_once()
+                    need_list = False
+                opened = time.monotonic()
+                self._watch_once()
+                delay = self._backoff[0]  # a stream that ended normally: resume from its rv
+                if time.monotonic() - opened < 1.0:
+                    self._stop.wait(delay)  # a server ending streams at once must not spin us
+            except _Expired:
+                log.info("pod watch expired (410): listing again")
+                need_list = True
+            except K8sError as e:
+                self._fail(str(e))
+                need_list = True
+                self._stop.wait(delay)
+                delay = min(self._backoff[1], delay * 2)
+            except Exception as e:  # noqa: BLE001 - the cache thread must outlive surprises
+                log.warning("pod cache error", exc_info=True)
+                self._fail(f"{type(e).__name__}: {e}")
+                need_list = True
+                self._stop.wait(delay)
+                delay = min(self._backoff[1], delay * 2)
+
+    def start(self, wait_first: float = 0.0) -> "PodCache":
+        """Start the list+watch thread; wait up to ``wait_first`` s for the first list (before any
+        collection cycle: a one-shot ``inspect`` then has names)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="pod-cache", daemon=True)
+            self._thread.start()
+        deadline = time.monotonic() + wait_first
+        while time.monotonic() < deadline and not self._stop.is_set():
+            with self._lock:
+                done = self._synced or (self._error not in (None, "not synced yet"))
+            if done:
+                break
+            self._stop.wait(0.01)
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        resp = self._resp
+        if resp is not None:
+            for attempt in (lambda: resp.shutdown(), lambda: resp.connection.sock.shutdown(2)):
+                try:
+                    attempt()
+                    break
+                except Exception:  # noqa: BLE001 - best effort to end a blocking read
+                    continue
+        t = self._thread
+        if t is not None:
+            t.join(timeout=self.request_timeout + 1.0)

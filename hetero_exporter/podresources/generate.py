@@ -1,0 +1,54 @@
+"""Regenerate ``api_pb2.py`` / ``api_pb2_grpc.py`` from ``api.proto`` with grpcio-tools.
+
+    python -m hetero_exporter.podresources.generate            # rewrite the committed modules
+    python -m hetero_exporter.podresources.generate --out DIR  # write them under DIR instead
+
+The generated modules are committed (the agent needs only grpcio + protobuf at run time, not
+grpcio-tools); tests/test_podresources_codegen.py regenerates them and compares. Their
+version checks need protobuf >= the "Protobuf Python Version" in api_pb2.py and grpcio >=
+GRPC_GENERATED_VERSION in api_pb2_grpc.py: pyproject.toml's floors follow them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent  # the folder holding hetero_exporter/, so imports are package-qualified
+PROTO = "hetero_exporter/podresources/api.proto"
+
+
+def generate(out: Path) -> list[Path]:
+    """Run protoc (from grpcio-tools) on api.proto; returns the two modules written."""
+    try:
+        from grpc_tools import protoc
+    except ImportError:
+        raise SystemExit("grpcio-tools is not installed: pip install -e '.[test]'") from None
+    out.mkdir(parents=True, exist_ok=True)
+    args = ["grpc_tools.protoc", f"-I{ROOT}", f"--python_out={out}", f"--grpc_python_out={out}", str(ROOT / PROTO)]
+    if protoc.main(args) != 0:
+        raise SystemExit(f"protoc failed on {PROTO}")
+    target = out / "hetero_exporter" / "podresources"
+    return [target / "api_pb2.py", target / "api_pb2_grpc.py"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="write under DIR/hetero_exporter/podresources instead of in place")
+    args = ap.parse_args(argv)
+    if args.out is not None:
+        for p in generate(args.out):
+            print(p)
+        return 0
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in generate(Path(tmp)):
+            (HERE / p.name).write_bytes(p.read_bytes())
+            print(HERE / p.name)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""What the Kubernetes API and the kubelet would say about a scenario's pods.
+
+- ``scenario_pods``: the pods as the pod cache would hold them (uid, namespace, name,
+  container id -> name, QoS class), so simulation resolves names through the same code path
+  as a real node (cgroup -> pod uid / container id -> names);
+- ``scenario_allocations``: PodResources records, one per device a pod's process uses, with
+  the resource name and device id in the form each vendor's device plugin advertises
+  (see podresources/mapping.py), served by a real gRPC server in ``run/inspect --simulate``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hetero_exporter.attribution import PodInfo
+from hetero_exporter.podresources.mapping import ContainerDevices
+
+# vendor -> (resource name, device id of the device spec) as the vendor's device plugin names them
+_PLUGIN_IDS = {
+    "nvidia": ("nvidia.com/gpu", lambda d: d.uuid),
+    "amd": ("amd.com/gpu", lambda d: d.pci_address),
+    "ascend": ("huawei.com/Ascend910", lambda d: f"Ascend910-{d.index}"),
+    "cambricon": ("cambricon.com/mlu", lambda d: d.uuid if d.uuid.upper().startswith("MLU-") else f"MLU-{d.uuid}"),
+    "hygon": ("hygon.com/dcu", lambda d: str(d.index)),
+}
+
+
+def scenario_pods(scenario: Any) -> list[PodInfo]:
+    return [PodInfo(uid=p.uid, namespace=p.namespace, name=p.name, containers={cid: name for name, cid in p.containers.items()},
+                    qos_class=p.qos) for p in scenario.pods]
+
+
+def scenario_allocations(scenario: Any) -> list[ContainerDevices]:
+    out: dict[tuple[str, str, str, str], list[str]] = {}
+    for d in scenario.devices:
+        plugin = _PLUGIN_IDS.get(d.vendor)
+        if plugin is None:
+            continue
+        resource, dev_id = plugin
+        for proc in d.processes:
+            pod = scenario.pod(proc.pod) if proc.pod else None
+            if pod is None:
+                continue
+            container = proc.container or next(iter(pod.containers), "")
+            ids = out.setdefault((pod.namespace, pod.name, container, resource), [])
+            if dev_id(d) not in ids:
+                ids.append(dev_id(d))
+    return [ContainerDevices(ns, pod, c, res, tuple(ids)) for (ns, pod, c, res), ids in out.items()]
