@@ -31,6 +31,12 @@ BUILTIN_COLLECTORS: dict[str, CollectorEntry] = {
                        description="NVIDIA GPUs through NVML (nvidia-ml-py)"),
         CollectorEntry("amdsmi", "amd", "hetero_exporter.collectors.amdsmi",
                        description="AMD GPUs through the amdsmi library (libamd_smi.so, ROCm 6+)"),
+        # Off by default: it would report the same GPUs as amdsmi under other uuids. Enable it
+        # (--collector.rocm_smi) on AMD nodes that have rocm-smi but no libamd_smi.so.
+        CollectorEntry("rocm_smi", "amd", "hetero_exporter.collectors.rocm_smi", default=False,
+                       description="AMD GPUs through `rocm-smi --json` (CLI-only nodes, ROCm < 6)"),
+        CollectorEntry("hy_smi", "hygon", "hetero_exporter.collectors.rocm_smi:HY_SMI",
+                       description="Hygon DCUs through `hy-smi --json` (DTK)"),
     )
 }
 
@@ -38,6 +44,8 @@ BUILTIN_COLLECTORS: dict[str, CollectorEntry] = {
 # (or, for non-device tools such as cgroup, a model object with a to_dict()).
 PARSERS: dict[str, str] = {
     "cgroup": "hetero_exporter.attribution:parse_cgroup",  # /proc/<pid>/cgroup -> CgroupInfo
+    "rocm-smi": "hetero_exporter.collectors.rocm_smi:parse_rocm_smi",  # --json, concise table, GPU[n] lines
+    "hy-smi": "hetero_exporter.collectors.rocm_smi:parse_hy_smi",
 }
 
 # PCI vendor ids (sysfs "vendor") -> our vendor name; used to count expected devices and
