@@ -144,6 +144,8 @@ class ProcessSample:
     pod_uid: Optional[str] = None
     container: Optional[str] = None
     attribution: str = "none"
+    # how utilization_ratio was measured (source call, method, averaging window)
+    utilization_quality: Optional[Quality] = None
 
 
 @dataclass(frozen=True)
