@@ -1,0 +1,217 @@
+"""Watch-backed cache of the nodes' ``hetero-exporter.io/devices`` annotation, for the scheduler
+extender's nodeCacheCapable mode.
+
+One thread lists the nodes (in pages, ``limit``/``continue``) and hands every node's annotation to
+a sink, then watches from the list's resourceVersion with the ``kubernetes`` client's
+``Watch`` (bookmarks on, ``timeoutSeconds`` per stream, resumed from the last resourceVersion
+seen). A watch answered 410 Gone is followed by a fresh list; any other failure is retried with
+a bounded back-off, the sink keeping what it knew. The sink (``scoring.NodeTable``) decodes and
+precomputes only when a node's annotation text changed, so the kubelet's status heartbeats
+cost a string comparison.
+
+Sink protocol: ``replace([(name, text)])`` after a list, ``update(name, text)``,
+``remove(name)``; ``text`` is None for a node without the annotation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable, Optional, Protocol
+
+from hetero_exporter.k8s.client import K8sError, call
+
+log = logging.getLogger(__name__)
+
+ANNOTATION = "hetero-exporter.io/devices"
+MAX_PAGES = 100_000  # bound on one paged list (500 nodes a page)
+
+
+class WatchExpired(Exception):
+    """The watch's resourceVersion is too old (410 Gone): list again."""
+
+
+def list_then_watch(stop: threading.Event, list_once: Callable[[], None], watch_once: Callable[[], None],
+                    on_error: Callable[[BaseException, float], None],
+                    backoff: tuple[float, float] = (1.0, 30.0)) -> None:
+    """The reflector loop: list, then watch stream after stream until ``stop``; a
+    ``WatchExpired`` lists again at once; any other failure is reported to ``on_error`` and
+    retried (list included) after a back-off doubling from ``backoff[0]`` up to ``backoff[1]``."""
+    delay = backoff[0]
+    need_list = True
+    while not stop.is_set():
+        try:
+            if need_list:
+                list_once()
+                need_list = False
+            opened = time.monotonic()
+            watch_once()
+            delay = backoff[0]
+            if time.monotonic() - opened < 1.0:
+                stop.wait(delay)  # a server ending streams at once must not spin us
+        except WatchExpired:
+            log.info("watch expired (410 Gone): listing again")
+            need_list = True
+        except Exception as e:  # noqa: BLE001 - the cache thread outlives any failure
+            if stop.is_set():
+                break
+            on_error(e, delay)
+            need_list = True
+            stop.wait(delay)
+            delay = min(backoff[1], delay * 2)
+
+
+class Sink(Protocol):
+    def replace(self, items: Iterable[tuple[str, Optional[str]]]) -> None: ...
+    def update(self, name: str, text: Optional[str]) -> None: ...
+    def remove(self, name: str) -> None: ...
+
+
+def annotation_of(node: Any, annotation: str = ANNOTATION) -> tuple[Optional[str], Optional[str]]:
+    """(node name, annotation text or None) of a Node's JSON; (None, None) if it has no name."""
+    meta = node.get("metadata") if isinstance(node, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        return None, None
+    ann = meta.get("annotations")
+    text = ann.get(annotation) if isinstance(ann, dict) else None
+    return meta["name"], text if isinstance(text, str) else None
+
+
+def list_pages(list_fn: Callable[..., dict], *, page_size: int, timeout: float,
+               label_selector: Optional[str] = None) -> tuple[list[dict], Optional[str]]:
+    """All items of a paged list and the resourceVersion of the list (``call`` semantics:
+    ``list_fn`` returns the decoded JSON body)."""
+    items: list[dict] = []
+    token: Optional[str] = None
+    rv: Optional[str] = None
+    for _ in range(MAX_PAGES):
+        kwargs: dict[str, Any] = {"limit": page_size}
+        if token:
+            kwargs["_continue"] = token
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        doc = list_fn(timeout=timeout, **kwargs)
+        items.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
+        meta = doc.get("metadata") or {}
+        rv = str(meta["resourceVersion"]) if meta.get("resourceVersion") else rv
+        token = meta.get("continue") or None
+        if not token:
+            return items, rv
+    raise K8sError(f"node list did not end after {MAX_PAGES} pages")
+
+
+class NodeCache:
+    """``start()`` it; ``synced`` tells when the first list has reached the sink."""
+
+    def __init__(self, api_client: Any, sink: Sink, *, annotation: str = ANNOTATION,
+                 label_selector: Optional[str] = None, watch_seconds: int = 300,
+                 request_timeout: float = 10.0, page_size: int = 500,
+                 backoff: tuple[float, float] = (1.0, 30.0)):
+        self._api_client = api_client
+        self.sink = sink
+        self.annotation = annotation
+        self.label_selector = label_selector
+        self.watch_seconds = int(watch_seconds)
+        self.request_timeout = request_timeout
+        self.page_size = page_size
+        self._backoff = backoff
+        self._rv: Optional[str] = None
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._watch: Any = None
+        self.error: Optional[str] = None
+        self.lists = 0  # full lists done (tests, logs)
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def _core(self) -> Any:
+        from kubernetes import client
+        return client.CoreV1Api(self._api_client)
+
+    def list_once(self) -> None:
+        """List every node (K8sError on failure) and load the sink with their annotations."""
+        def list_fn(timeout: float, **kwargs: Any) -> dict:
+            return call(self._core().list_node, timeout=timeout, **kwargs)
+        items, rv = list_pages(list_fn, page_size=self.page_size, timeout=self.request_timeout,
+                               label_selector=self.label_selector)
+        pairs = [p for p in (annotation_of(i, self.annotation) for i in items) if p[0] is not None]
+        self.sink.replace(pairs)  # type: ignore[arg-type]
+        self._rv = rv
+        self.lists += 1
+        self._synced.set()
+        log.info("node cache listed", extra={"nodes": len(pairs), "annotated": sum(1 for _, t in pairs if t),
+                                             "resource_version": rv})
+
+    def _watch_once(self) -> None:
+        """One watch stream from the last resourceVersion; WatchExpired on 410 Gone."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+        w = watch.Watch(return_type=object)  # raw dicts: no model deserialization
+        self._watch = w
+        kwargs: dict[str, Any] = {"resource_version": self._rv, "allow_watch_bookmarks": True,
+                                  "timeout_seconds": self.watch_seconds,
+                                  "_request_timeout": (self.request_timeout, self.watch_seconds + self.request_timeout)}
+        if self.label_selector:
+            kwargs["label_selector"] = self.label_selector
+        try:
+            for event in w.stream(self._core().list_node, **kwargs):
+                if self._stop.is_set():
+                    break
+                etype, obj = event.get("type"), event.get("raw_object")
+                if not isinstance(obj, dict):
+                    continue
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if rv:
+                    self._rv = str(rv)
+                if etype in ("ADDED", "MODIFIED", "DELETED"):
+                    name, text = annotation_of(obj, self.annotation)
+                    if name is None:
+                        continue
+                    if etype == "DELETED":
+                        self.sink.remove(name)
+                    else:
+                        self.sink.update(name, text)
+                self.error = None
+        except ApiException as e:
+            if e.status == 410:
+                raise WatchExpired(str(e.reason)) from None
+            raise
+        finally:
+            self._watch = None
+
+    def _run(self) -> None:
+        list_then_watch(self._stop, self.list_once, self._watch_once, self._failed, self._backoff)
+
+    def _failed(self, error: BaseException, delay: float) -> None:
+        why = f"{type(error).__name__}: {error}"
+        if why != self.error:
+            log.warning("node cache: API call failed; serving the annotations last known",
+                        extra={"error": why, "retry_seconds": delay})
+        self.error = why
+
+    def start(self) -> "NodeCache":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="node-cache", daemon=True)
+            self._thread.start()
+        return self
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def close(self) -> None:
+        self._stop.set()
+        w = self._watch
+        if w is not None:
+            w.stop()
+            resp = getattr(w, "_resp", None)
+            if resp is not None:
+                try:  # end a blocking read at once instead of waiting for the stream's timeout
+                    resp.connection.sock.shutdown(2)
+                except Exception:  # noqa: BLE001 - best effort: the stream ends at its timeout anyway
+                    pass
+        if self._thread is not None:
+            self._thread.join(timeout=self.request_timeout + 1.0)

@@ -1,0 +1,215 @@
+"""Node state for the scorer: the decoded node annotation, precomputed once per update.
+
+A ``NodeState`` holds, per device group (the extended resource its devices are allocated as),
+the devices that may be chosen (health ok or degraded; failed and unknown ones are listed with
+their reason, never chosen), their link matrix and what the request-independent scores need.
+Everything a request does not change is computed here, when the annotation changes, so that
+scoring a node for a request is a few lookups (see scorer.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from hetero_exporter import profiles
+from hetero_exporter.model import DeviceSample, NodeSnapshot, SchemaError, snapshot_from_doc, snapshot_from_json
+from hetero_exporter.scoring.resources import device_resource
+from hetero_exporter.scoring.versions import VersionKey, version_key
+
+# How close two devices are, by the best link between them (0..1). Fabric links (NVLink and
+# its peers of the other vendors) are one class: the "NVLink domain" of a request.
+LINK_SCORE = {"nvlink": 1.0, "nvswitch": 1.0, "xgmi": 1.0, "hccs": 1.0, "mlulink": 1.0,
+              "pcie-switch": 0.6, "pcie-hostbridge": 0.4, "numa": 0.3, "cross-numa": 0.1}
+FABRIC = frozenset(("nvlink", "nvswitch", "xgmi", "hccs", "mlulink"))
+SWITCH_SCORE = LINK_SCORE["pcie-switch"]
+UNKNOWN_LINK = 0.25  # no link reported and NUMA unknown: between same- and cross-NUMA
+DOWN_LINK_STATES = frozenset(("down", "inactive", "disabled", "error", "failed"))
+
+
+@dataclass(frozen=True, eq=False)
+class Dev:
+    """A device as the scorer sees it. Memory in bytes; ``load`` 0..1 is the larger of
+    utilization and used memory share (0 when neither is reported)."""
+
+    uuid: str
+    index: int
+    model: str
+    health: str
+    compute_units: float
+    cost_weight: float
+    features: frozenset
+    memory_total: Optional[float]
+    memory_free: Optional[float]
+    load: float
+    driver: Optional[str]
+    driver_key: Optional[VersionKey]
+    runtime: Optional[str]
+    runtime_key: Optional[VersionKey]
+    numa: Optional[int]
+
+    def label(self) -> str:
+        return f"#{self.index}"
+
+
+@dataclass(eq=False)
+class Group:
+    """The devices of one extended resource on one node."""
+
+    resource: str
+    vendor: str
+    devices: tuple[Dev, ...]  # candidates: health ok or degraded
+    excluded: tuple[tuple[Dev, str], ...]  # (device, why it is never chosen)
+    pair: list[list[float]]  # pair[i][j]: closeness of candidates i and j (0..1)
+    pair_kind: list[list[str]]  # the link type behind pair[i][j]
+    domain: tuple[int, ...]  # fabric-connected component of each candidate
+    load_total: float
+    has_links: bool
+    choices: dict[Any, Any] = field(default_factory=dict)  # scorer memo: see scorer.best_choice
+
+    def describe(self) -> str:
+        models = sorted({d.model for d in self.devices} | {d.model for d, _ in self.excluded})
+        n = len(self.devices) + len(self.excluded)
+        return f"{n} x {self.resource} ({', '.join(models)})"
+
+
+@dataclass(eq=False)
+class NodeState:
+    """One node's decoded annotation. ``error`` set: no device can be used (unreadable or
+    missing annotation). ``time`` is the snapshot time (Unix seconds), for staleness."""
+
+    name: str
+    time: float
+    groups: Mapping[str, Group]
+    error: Optional[str] = None
+    memo: dict[str, Any] = field(default_factory=dict)  # request key -> Decision (scorer.py)
+
+    def by_vendor(self, vendor: str) -> list[Group]:
+        return [g for g in self.groups.values() if g.vendor == vendor]
+
+    def inventory(self) -> str:
+        return "; ".join(g.describe() for g in self.groups.values()) or "no accelerators"
+
+
+def _dev(d: DeviceSample) -> Dev:
+    ident = d.identity
+    total = d.value("memory_total_bytes")
+    prof = d.profile or profiles.profile_for(ident.vendor, ident.model, kind=ident.kind,
+                                             memory_total_bytes=total)
+    if total is None and prof.memory_bytes:
+        total = float(prof.memory_bytes)
+    free = d.value("memory_free_bytes")
+    used = d.value("memory_used_bytes")
+    if free is None and used is not None and total:
+        free = max(0.0, total - used)
+    if used is None and free is not None and total:
+        used = max(0.0, total - free)
+    shares = [x for x in (d.value("utilization_ratio"), (used / total) if used is not None and total else None)
+              if x is not None]
+    runtime = ident.runtime_version
+    return Dev(uuid=ident.uuid, index=ident.index, model=ident.model or prof.model,
+               health=d.health.state, compute_units=float(prof.compute_units),
+               cost_weight=float(prof.cost_weight), features=frozenset(prof.features),
+               memory_total=total, memory_free=free, load=min(1.0, max(shares, default=0.0)),
+               driver=ident.driver_version, driver_key=version_key(ident.driver_version),
+               runtime=runtime, runtime_key=version_key(runtime), numa=ident.numa_node)
+
+
+def _links(devs: list[Dev], samples: list[DeviceSample]) -> tuple[list[list[float]], list[list[str]], bool]:
+    pos = {d.uuid: i for i, d in enumerate(devs)}
+    n = len(devs)
+    pair = [[0.0] * n for _ in range(n)]
+    kind = [[""] * n for _ in range(n)]
+    has_links = False
+    for i, s in enumerate(samples):
+        for link in s.links:
+            j = pos.get(link.peer)
+            score = LINK_SCORE.get(link.type)
+            if j is None or j == i or score is None or (link.state or "").lower() in DOWN_LINK_STATES:
+                continue
+            has_links = True
+            for a, b in ((i, j), (j, i)):  # a link seen from either end serves both
+                if score > pair[a][b]:
+                    pair[a][b], kind[a][b] = score, link.type
+    for i in range(n):
+        for j in range(n):
+            if i != j and not kind[i][j]:
+                a, b = devs[i].numa, devs[j].numa
+                if a is None or b is None:
+                    pair[i][j], kind[i][j] = UNKNOWN_LINK, "unknown"
+                else:
+                    pair[i][j], kind[i][j] = (LINK_SCORE["numa"], "numa") if a == b else \
+                        (LINK_SCORE["cross-numa"], "cross-numa")
+    return pair, kind, has_links
+
+
+def _domains(kind: list[list[str]]) -> tuple[int, ...]:
+    """Connected components over fabric links (each device's smallest member index)."""
+    n = len(kind)
+    comp = list(range(n))
+    for i in range(n):
+        stack = [i]
+        while stack:
+            a = stack.pop()
+            for b in range(n):
+                if kind[a][b] in FABRIC and comp[b] > comp[i]:
+                    comp[b] = comp[i]
+                    stack.append(b)
+    return tuple(comp)
+
+
+def _why_excluded(d: Dev) -> Optional[str]:
+    if d.health == "failed":
+        return "failed"
+    if d.health not in ("ok", "degraded"):
+        return f"health {d.health}"
+    return None
+
+
+def node_state(name: str, snapshot: NodeSnapshot) -> NodeState:
+    """Precompute the scorer's view of a node from its snapshot."""
+    samples: dict[str, list[DeviceSample]] = {}
+    for d in snapshot.devices:
+        if d.identity.parent is not None:  # MIG/vNPU partitions are not whole devices
+            continue
+        samples.setdefault(device_resource(d.identity.vendor, d.identity.model), []).append(d)
+    groups = {}
+    for resource, group_samples in sorted(samples.items()):
+        group_samples.sort(key=lambda s: s.identity.index)
+        devs, cand_samples, excluded = [], [], []
+        for s in group_samples:
+            dev = _dev(s)
+            why = _why_excluded(dev)
+            if why is None:
+                devs.append(dev)
+                cand_samples.append(s)
+            else:
+                excluded.append((dev, why))
+        pair, kind, has_links = _links(devs, cand_samples)
+        groups[resource] = Group(
+            resource=resource, vendor=group_samples[0].identity.vendor, devices=tuple(devs),
+            excluded=tuple(excluded), pair=pair, pair_kind=kind, domain=_domains(kind),
+            load_total=sum(d.load for d in devs), has_links=has_links)
+    return NodeState(name=name, time=snapshot.time, groups=groups)
+
+
+def from_annotation(name: str, text: Optional[str], annotation: str = "hetero-exporter.io/devices") -> NodeState:
+    """The state of a node from its annotation text; an unreadable or missing annotation
+    gives a state whose ``error`` says why (never an exception)."""
+    if text is None:
+        return NodeState(name=name, time=0.0, groups={},
+                         error=f"no {annotation} annotation (is the hetero-exporter agent running there?)")
+    try:
+        snapshot = snapshot_from_json(text)
+    except SchemaError as e:
+        return NodeState(name=name, time=0.0, groups={}, error=f"annotation unreadable: {e}")
+    return node_state(name, snapshot)
+
+
+def from_document(name: str, doc: Any) -> NodeState:
+    """Like ``from_annotation`` for an already parsed document (``score --nodes``)."""
+    try:
+        snapshot = snapshot_from_doc(doc)
+    except SchemaError as e:
+        return NodeState(name=name, time=0.0, groups={}, error=f"annotation unreadable: {e}")
+    return node_state(name, snapshot)

@@ -1,0 +1,358 @@
+"""Scoring a node for a pod's request: feasible or why not, a score in [0, 1], the devices.
+
+For each acceptable vendor, most preferred first, the node's device groups of that vendor are
+tried; the first vendor with a feasible group wins and its preference rank sets the score band
+(with vendors ``[nvidia, ascend]`` an NVIDIA placement scores in [0.5, 1], an Ascend one in
+[0, 0.5]). Within a group the devices that may be chosen are those with health ok or degraded
+that meet the per-device constraints (compute units, memory, features, minimum driver and
+runtime versions); among them the set of ``count`` devices that maximizes the node's score is
+chosen (exhaustively when there are few sets, greedily otherwise). The score of a set is a
+weighted sum of, each 0..1:
+
+- topology: mean closeness of the chosen pairs by their best link (``nodes.LINK_SCORE``);
+- fill: the group's load after placing the pod; binpack maximizes it, spread its complement;
+- idle: how idle the chosen devices are (shared requests: binpack prefers loaded ones);
+- health: ok devices 1, degraded 0.3;
+- cost: 1 / (1 + profile cost weight): a cheaper device that meets the request is better;
+- affinity: closeness of the chosen devices to busy ones; binpack packs next to them, spread
+  keeps away from them (less PCIe and host contention).
+
+The staleness of the annotation scales the score at answer time (``Staleness``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+from hetero_exporter.scoring.nodes import SWITCH_SCORE, Dev, Group, NodeState
+from hetero_exporter.scoring.request import POLICIES, Request
+from hetero_exporter.scoring.versions import at_least
+
+WEIGHTS: Mapping[str, float] = {"topology": 0.30, "fill": 0.25, "idle": 0.15, "health": 0.10,
+                                "cost": 0.10, "affinity": 0.10}
+DEGRADED_HEALTH = 0.3
+EXHAUSTIVE_LIMIT = 3500  # sets of devices evaluated one by one; beyond, greedy from each seed
+MEMO_LIMIT = 512  # decisions kept per node (distinct request shapes)
+TOPOLOGY_WORDS = {"same-switch": "under one PCIe switch or fabric",
+                  "same-nvlink-domain": "in one NVLink-class fabric domain"}
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """Confidence in an annotation by its age: 1 up to ``fresh_seconds``, then falling
+    linearly to ``floor`` at ``floor_seconds`` and staying there (a stale node is still
+    scored, below fresh ones; it is not filtered out)."""
+
+    fresh_seconds: float = 180.0
+    floor_seconds: float = 1800.0
+    floor: float = 0.1
+
+    def confidence(self, age: float) -> float:
+        if age <= self.fresh_seconds:
+            return 1.0
+        if age >= self.floor_seconds:
+            return self.floor
+        span = self.floor_seconds - self.fresh_seconds
+        return 1.0 - (1.0 - self.floor) * (age - self.fresh_seconds) / span
+
+
+@dataclass(frozen=True, eq=False)
+class Choice:
+    devices: tuple[Dev, ...]
+    inner: float  # the set's score 0..1
+    parts: Mapping[str, float]
+    weakest: str  # the weakest link type between chosen devices ("" for one device)
+
+
+@dataclass(frozen=True, eq=False)
+class Decision:
+    """The verdict on one node. ``score`` is before the staleness confidence; ``resolvable``
+    says whether freeing devices (preemption) could make an infeasible node fit."""
+
+    feasible: bool
+    score: float = 0.0
+    reason: str = ""
+    group: Optional[str] = None
+    devices: tuple[Dev, ...] = ()
+    parts: Mapping[str, float] = field(default_factory=dict)
+    resolvable: bool = False
+
+
+NO_ACCELERATOR = Decision(True, 0.0, "the pod asks for no accelerator")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def device_problem(d: Dev, req: Request, vendor: str) -> Optional[str]:
+    """Why ``d`` cannot serve ``req`` (None: it can)."""
+    if req.compute_units is not None:
+        have = d.compute_units * ((1.0 - d.load) if req.shared else 1.0)
+        if have < req.compute_units - 1e-9:
+            return f"{'free ' if req.shared else ''}compute {have:.2f} < {req.compute_units:g} units"
+    if req.memory_bytes is not None:
+        have_mem = d.memory_free if req.shared else d.memory_total
+        if have_mem is None:
+            return "free memory not reported" if req.shared else "memory size not reported"
+        if have_mem < req.memory_bytes:
+            return f"{'free ' if req.shared else ''}memory {_gib(have_mem)} < {_gib(req.memory_bytes)}"
+    missing = [f for f in req.features if f not in d.features]
+    if missing:
+        return "lacks feature " + ",".join(missing)
+    for which, key, text in (("driver", d.driver_key, d.driver), ("runtime", d.runtime_key, d.runtime)):
+        need = req.min_version(which, vendor)
+        if need is not None:
+            if text is None:
+                return f"{which} version not reported"
+            if not at_least(key, need[0]):
+                return f"{which} {text} older than required {need[1]}"
+    return None
+
+
+def _labels(devs: Sequence[Dev]) -> str:
+    return " ".join(d.label() for d in devs)
+
+
+def _problems_text(problems: Mapping[str, list[Dev]]) -> str:
+    return "; ".join(f"{why}: {_labels(devs)}" for why, devs in problems.items())
+
+
+class Scorer:
+    """Decisions for requests on node states, memoized per node state and request shape."""
+
+    def __init__(self, policy: str = "binpack", staleness: Staleness = Staleness(),
+                 weights: Mapping[str, float] = WEIGHTS):
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        self.policy = policy
+        self.staleness = staleness
+        self.weights = dict(weights)
+
+    # ------------------------------------------------------------------ per node
+
+    def memo_key(self, req: Request) -> str:
+        return f"{req.policy or self.policy}|{req.key}"
+
+    def decide(self, req: Request, state: NodeState, memo_key: Optional[str] = None) -> Decision:
+        if req.count == 0:
+            return NO_ACCELERATOR
+        key = memo_key or self.memo_key(req)
+        d = state.memo.get(key)
+        if d is None:
+            d = self._decide(req, state)
+            if len(state.memo) >= MEMO_LIMIT:
+                state.memo.clear()
+            state.memo[key] = d
+        return d
+
+    def confidence(self, state: NodeState, now: float) -> tuple[float, float]:
+        """(confidence, age seconds) of a node's annotation at ``now``."""
+        age = max(0.0, now - state.time)
+        return self.staleness.confidence(age), age
+
+    def precompute(self, state: NodeState) -> None:
+        """Best sets of every size under the default policy, for requests without per-device
+        constraints: done when the node's annotation changes, so that /prioritize only looks up."""
+        for g in state.groups.values():
+            every = tuple(range(len(g.devices)))
+            for k in range(1, len(g.devices) + 1):
+                self.best_choice(g, every, k, self.policy, "same-node", False)
+
+    def _decide(self, req: Request, state: NodeState) -> Decision:
+        if state.error:
+            return Decision(False, reason=state.error)
+        tiers: list[Optional[str]] = list(req.vendors) or [None]
+        policy = req.policy or self.policy
+        notes: list[str] = []
+        resolvable = False
+        for rank, vendor in enumerate(tiers):
+            groups = [g for g in state.groups.values()
+                      if (vendor is None or g.vendor == vendor) and (req.group is None or g.resource == req.group)]
+            if not groups:
+                notes.append(f"no {req.group or vendor or 'accelerator'} devices here")
+                continue
+            best: Optional[tuple[Group, Choice]] = None
+            for g in groups:
+                got = self._group(g, req, policy)
+                if isinstance(got, Choice):
+                    if best is None or got.inner > best[1].inner:
+                        best = (g, got)
+                else:
+                    notes.append(got[0])
+                    resolvable = resolvable or got[1]
+            if best is not None:
+                g, choice = best
+                band = len(tiers) - 1 - rank
+                score = (band + choice.inner) / len(tiers)
+                link = f", {choice.weakest} links" if choice.weakest else ""
+                why = f"{req.count} x {g.resource} {_labels(choice.devices)} ({choice.devices[0].model}{link})"
+                if notes:
+                    why += " -- not preferred: " + "; ".join(notes)
+                parts = {**choice.parts, "preference": band / max(1, len(tiers) - 1) if len(tiers) > 1 else 1.0}
+                return Decision(True, score, why, g.resource, choice.devices, parts)
+        if not state.groups:
+            notes.append("node reports no accelerators")
+        elif all(n.startswith("no ") for n in notes):
+            notes.append(f"node has {state.inventory()}")
+        return Decision(False, reason="; ".join(notes), resolvable=resolvable)
+
+    def _group(self, g: Group, req: Request, policy: str) -> "Choice | tuple[str, bool]":
+        """The best choice in one group, or (why not, resolvable by preemption)."""
+        problems: dict[str, list[Dev]] = {}
+        for d, why in g.excluded:
+            problems.setdefault(why, []).append(d)
+        constrained = (req.compute_units is not None or req.memory_bytes is not None or req.features
+                       or req.min_driver or req.min_runtime)
+        if constrained:
+            eligible = []
+            for i, d in enumerate(g.devices):
+                why = device_problem(d, req, g.vendor)
+                if why is None:
+                    eligible.append(i)
+                else:
+                    problems.setdefault(why, []).append(d)
+            elig = tuple(eligible)
+        else:
+            elig = tuple(range(len(g.devices)))
+        total = len(g.devices) + len(g.excluded)
+        if len(elig) < req.count:
+            detail = f": {_problems_text(problems)}" if problems else ""
+            # only a lack of free memory on shared devices can be fixed by evicting pods
+            resolvable = req.shared and any(w.startswith("free ") for w in problems)
+            return (f"needs {req.count} x {g.resource}, {len(elig)} usable of {total}{detail}", resolvable)
+        choice = self.best_choice(g, elig, req.count, policy, req.topology, req.shared)
+        if choice is None:
+            return (f"no {req.count} usable {g.resource} devices {TOPOLOGY_WORDS[req.topology]} "
+                    f"(largest such set: {_largest(g, elig, req.topology)})", False)
+        return choice
+
+    # ------------------------------------------------------------------ device sets
+
+    def best_choice(self, g: Group, elig: tuple[int, ...], k: int, policy: str, topology: str,
+                    shared: bool) -> Optional[Choice]:
+        key = (elig, k, policy, topology, shared)
+        if key in g.choices:
+            return g.choices[key]
+        if len(g.choices) >= MEMO_LIMIT:
+            g.choices.clear()
+        choice = self._search(g, elig, k, policy, topology, shared)
+        g.choices[key] = choice
+        return choice
+
+    def _values(self, g: Group, policy: str, shared: bool) -> list[float]:
+        """Per-device additive part of the score (idle, health, cost, affinity), weighted."""
+        key = ("values", policy, shared)
+        if key not in g.choices:
+            g.choices[key] = [sum(self.weights[k] * v for k, v in _device_parts(g, i, policy, shared).items())
+                              for i in range(len(g.devices))]
+        return g.choices[key]
+
+    def _search(self, g: Group, elig: tuple[int, ...], k: int, policy: str, topology: str,
+                shared: bool) -> Optional[Choice]:
+        vals = self._values(g, policy, shared)
+        w_topo, w_fill = self.weights["topology"], self.weights["fill"]
+        pair, loads = g.pair, [d.load for d in g.devices]
+        npairs = k * (k - 1) / 2
+        n = max(1, len(g.devices))
+        binpack = policy == "binpack"
+
+        def score(combo: Sequence[int]) -> float:
+            t = (sum(pair[a][b] for a, b in itertools.combinations(combo, 2)) / npairs) if k > 1 else 1.0
+            fill = _fill(g.load_total, sum(loads[i] for i in combo), k, n, shared)
+            return w_topo * t + sum(vals[i] for i in combo) / k + w_fill * (fill if binpack else 1.0 - fill)
+
+        pools = _pools(g, elig, k, topology)
+        best: Optional[tuple[float, tuple[int, ...]]] = None
+        for pool in pools:
+            if math.comb(len(pool), k) <= EXHAUSTIVE_LIMIT:
+                combos = itertools.combinations(pool, k)
+            else:
+                combos = _greedy(g, pool, k, vals, topology)
+            for combo in combos:
+                if topology == "same-switch" and not all(
+                        pair[a][b] >= SWITCH_SCORE for a, b in itertools.combinations(combo, 2)):
+                    continue
+                s = score(combo)
+                if best is None or s > best[0] + 1e-12:
+                    best = (s, combo)
+        if best is None:
+            return None
+        return self._choice(g, best[1], best[0], policy, shared)
+
+    def _choice(self, g: Group, combo: tuple[int, ...], inner: float, policy: str, shared: bool) -> Choice:
+        k = len(combo)
+        per_dev = [_device_parts(g, i, policy, shared) for i in combo]
+        parts = {name: sum(p[name] for p in per_dev) / k for name in per_dev[0]}
+        pairs = list(itertools.combinations(combo, 2))
+        parts["topology"] = sum(g.pair[a][b] for a, b in pairs) / len(pairs) if pairs else 1.0
+        fill = _fill(g.load_total, sum(g.devices[i].load for i in combo), k, max(1, len(g.devices)), shared)
+        parts["fill"] = fill if policy == "binpack" else 1.0 - fill
+        weakest = min(pairs, key=lambda p: g.pair[p[0]][p[1]]) if pairs else None
+        return Choice(tuple(g.devices[i] for i in combo), inner, {k2: round(v, 4) for k2, v in parts.items()},
+                      g.pair_kind[weakest[0]][weakest[1]] if weakest else "")
+
+
+def _fill(load_total: float, chosen_load: float, k: int, n: int, shared: bool) -> float:
+    """Share of the group busy after placing the pod (a slice adds no whole device)."""
+    after = load_total if shared else load_total - chosen_load + k
+    return min(1.0, max(0.0, after / n))
+
+
+def _device_parts(g: Group, i: int, policy: str, shared: bool) -> dict[str, float]:
+    d = g.devices[i]
+    binpack = policy == "binpack"
+    idle = (d.load if binpack else 1.0 - d.load) if shared else 1.0 - d.load
+    near_busy = max((g.pair[i][j] * g.devices[j].load for j in range(len(g.devices)) if j != i), default=0.0)
+    return {"idle": idle, "health": 1.0 if d.health == "ok" else DEGRADED_HEALTH,
+            "cost": 1.0 / (1.0 + d.cost_weight), "affinity": near_busy if binpack else 1.0 - near_busy}
+
+
+def _pools(g: Group, elig: tuple[int, ...], k: int, topology: str) -> list[tuple[int, ...]]:
+    """Where a set may come from: one fabric domain each for same-nvlink-domain."""
+    if topology != "same-nvlink-domain":
+        return [elig]
+    by_domain: dict[int, list[int]] = {}
+    for i in elig:
+        by_domain.setdefault(g.domain[i], []).append(i)
+    # a domain of several devices is joined by fabric links (nodes._domains)
+    return [tuple(v) for v in by_domain.values() if len(v) >= k]
+
+
+def _largest(g: Group, elig: tuple[int, ...], topology: str) -> int:
+    if topology == "same-nvlink-domain":
+        return max(Counter(g.domain[i] for i in elig).values(), default=0)
+    # same-switch: greedy clique size, enough for an explanation
+    best = 0
+    for seed in elig:
+        clique = [seed]
+        for j in elig:
+            if j != seed and all(g.pair[j][c] >= SWITCH_SCORE for c in clique):
+                clique.append(j)
+        best = max(best, len(clique))
+    return best
+
+
+def _greedy(g: Group, pool: tuple[int, ...], k: int, vals: list[float], topology: str):
+    """Candidate sets grown from each seed by the best marginal gain (for large groups)."""
+    for seed in pool:
+        chosen = [seed]
+        while len(chosen) < k:
+            best_j, best_gain = None, -1.0
+            for j in pool:
+                if j in chosen:
+                    continue
+                if topology == "same-switch" and any(g.pair[j][c] < SWITCH_SCORE for c in chosen):
+                    continue
+                gain = sum(g.pair[j][c] for c in chosen) / len(chosen) + vals[j]
+                if gain > best_gain:
+                    best_j, best_gain = j, gain
+            if best_j is None:
+                break
+            chosen.append(best_j)
+        if len(chosen) == k:
+            yield tuple(sorted(chosen))
