@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter.model import Allocation, DeviceIdentity, SourceStatus
-from hetero_exporter.podresources.mapping import ContainerDevices, map_allocations
+from hetero_exporter.podresources.mapping import ContainerDevices, map_allocations, vendor_of
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class PodResourcesPoller:
 
     def status(self) -> SourceStatus:
         with self._lock:
-            n = sum(len(r.device_ids) for r in self._records or ())
+            n = sum(len(r.device_ids) for r in self._records or () if vendor_of(r.resource, self._extra))
             return SourceStatus(NAME, ok=self._error is None and self._records is not None,
                                 stale=self._error is not None and self._records is not None,
                                 last_success=self._last_success, error=self._error, items=n)
