@@ -112,10 +112,10 @@ class Prometheus:
 
     def api(self, path: str, **params: Any) -> Any:
         """``data`` of a /api/v1 call; raises PromError with Prometheus' message on error."""
-        url = f"{self.base}/api/v1/{path}"
-        body = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None}).encode()
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        url = f"{self.base}/api/v1/{path}" + (f"?{query}" if query else "")
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30) as r:
+            with urllib.request.urlopen(url, timeout=30) as r:
                 doc = json.load(r)
         except urllib.error.HTTPError as e:
             try:
