@@ -144,7 +144,7 @@ def test_concise_mi308x_with_node_and_ids_columns():
     assert values(devs, F.POWER) == [155, 155, 159, 155, 160, 157, 160, 158] and values(devs, F.POWER_LIMIT) == [650] * 8
     assert values(devs, F.CLOCK_COMPUTE)[-1] == 107e6
     assert devs[0].identity.uuid == "amd-guid-1017" and devs[1].identity.uuid == "amd-guid-47713"
-    assert devs[0].identity.name == "0x74a2"
+    assert devs[0].identity.name == "0x74a2" and devs[0].identity.model == "MI300X"  # profiles alias by device id
 
 
 def test_keyed_text_of_use_and_vram():
