@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -722,6 +723,8 @@ def _create(options: CollectorOptions, tool: str, name: str) -> SmiCliCollector:
     settings = options.settings or {}
     timeout = float(settings.get("cli_timeout", max(0.5, 0.8 * options.timeout_seconds)))
     args = settings.get("args")
+    if isinstance(args, str):  # "args: --json --showtemp" in the config file
+        args = shlex.split(args)
     if options.scenario is not None:
         from hetero_exporter.collectors.rocm_smi_fake import FakeSmiCli
         fake = FakeSmiCli(options.scenario, options.clock, options.workdir, tool)
