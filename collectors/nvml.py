@@ -1,29 +1,49 @@
 """NVIDIA GPUs through NVML (nvidia-ml-py, ``import pynvml``).
 
-Thin I/O over the binding: each reading is one NVML call, converted to base units and
-tagged with the quality declared once in ``QUALITY``. Error mapping:
+Thin I/O over the binding: each reading is one NVML call (or one entry of a batched
+``nvmlDeviceGetFieldValues`` call), converted to base units and tagged with the quality
+declared once in ``QUALITY``. Error mapping:
 - NVMLError_NotSupported -> the field is absent, status ``unsupported`` (and not asked
   again for that GPU: support does not change while the driver is loaded);
 - NVMLError_GpuIsLost -> that GPU is reported ``failed`` with a ``gpu-lost`` fault, the
   other GPUs are read normally;
 - any other NVML error on one field -> that field is absent with status ``error``;
-- library missing / driver not loaded / nvmlInit failing -> ``Unavailable``.
+- library missing / driver not loaded / nvmlInit failing -> ``Unavailable`` (``create``
+  then falls back to ``nvidia-smi -q -x`` when that works, see collectors/nvidia_smi.py).
+
+Beyond the core readings: volatile ECC, retired pages, remapped rows, PCIe link generation
+and width (current vs max) and replay counter, clock-event reasons, the GPU recovery
+action, NVLink state and traffic, processes (nvml_processes), MIG instances as child
+devices (nvml_mig), topology links (nvml_topology) and an event thread for XIDs
+(nvml_events). Health is a faithful report, not a policy: failed while a critical fault is
+active (lost GPU, a critical XID within the last ``event_hold_seconds``, a recovery action
+the driver asks for), degraded for warnings; health/rules.py builds verdicts on top.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any, Callable, Optional
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.collector_api import CollectorOptions, Unavailable
+from hetero_exporter.collectors import nvidia_common as C
+from hetero_exporter.collectors.nvml_events import Event, EventWatcher
+from hetero_exporter.collectors.nvml_mig import MigReader
+from hetero_exporter.collectors.nvml_processes import ProcessReader, samples as process_samples
+from hetero_exporter.collectors.nvml_topology import Topology, normalize_bus_id
 from hetero_exporter.fault_ledger import FaultLedger
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Quality,
                                    Reading)
 
 log = logging.getLogger(__name__)
+
+__all__ = ["NvmlCollector", "QUALITY", "create", "normalize_bus_id"]
+
+_FV = "nvmlDeviceGetFieldValues"
 
 # Static quality of each field: source (the NVML call), method, window, resolution and
 # relative error bound where NVIDIA documents one.
@@ -31,10 +51,11 @@ QUALITY: dict[str, Quality] = {
     # "percent of time over the past sample period (1/6 s .. 1 s, product dependent)"
     F.UTILIZATION: Quality("nvmlDeviceGetUtilizationRates.gpu", "sampled", 1.0, 0.01),
     F.MEMORY_UTILIZATION: Quality("nvmlDeviceGetUtilizationRates.memory", "sampled", 1.0, 0.01),
-    F.MEMORY_USED: Quality("nvmlDeviceGetMemoryInfo.used", "measured", None, 1.0),
-    F.MEMORY_TOTAL: Quality("nvmlDeviceGetMemoryInfo.total", "measured", None, 1.0),
+    # _v2 reports driver-reserved memory apart, so "used" matches nvidia-smi's fb used
+    F.MEMORY_USED: Quality("nvmlDeviceGetMemoryInfo_v2.used", "measured", None, 1.0),
+    F.MEMORY_TOTAL: Quality("nvmlDeviceGetMemoryInfo_v2.total", "measured", None, 1.0),
     F.TEMP_CORE: Quality("nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)", "measured", None, 1.0),
-    F.TEMP_MEMORY: Quality("nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)", "measured", None, 1.0),
+    F.TEMP_MEMORY: Quality(f"{_FV}(NVML_FI_DEV_MEMORY_TEMP)", "measured", None, 1.0),
     # NVML: power "accurate to within +/- 5% of current power draw"; averaged over 1 s on
     # Ampere and later
     F.POWER: Quality("nvmlDeviceGetPowerUsage", "sampled", 1.0, 0.001, 0.05),
@@ -44,6 +65,51 @@ QUALITY: dict[str, Quality] = {
     F.CLOCK_MEMORY: Quality("nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)", "measured", None, 1e6),
     F.ECC_CORRECTED: Quality("nvmlDeviceGetTotalEccErrors(CORRECTED, AGGREGATE)", "measured", None, 1.0),
     F.ECC_UNCORRECTED: Quality("nvmlDeviceGetTotalEccErrors(UNCORRECTED, AGGREGATE)", "measured", None, 1.0),
+    C.ECC_CORRECTED_VOLATILE: Quality(f"{_FV}(NVML_FI_DEV_ECC_SBE_VOL_TOTAL)", "measured", None, 1.0),
+    C.ECC_UNCORRECTED_VOLATILE: Quality(f"{_FV}(NVML_FI_DEV_ECC_DBE_VOL_TOTAL)", "measured", None, 1.0),
+    C.RETIRED_SBE: Quality(f"{_FV}(NVML_FI_DEV_RETIRED_SBE)", "measured", None, 1.0),
+    C.RETIRED_DBE: Quality(f"{_FV}(NVML_FI_DEV_RETIRED_DBE)", "measured", None, 1.0),
+    C.RETIREMENT_PENDING: Quality(f"{_FV}(NVML_FI_DEV_RETIRED_PENDING)", "measured", None, 1.0),
+    C.REMAPPED_CORRECTABLE: Quality(f"{_FV}(NVML_FI_DEV_REMAPPED_COR)", "measured", None, 1.0),
+    C.REMAPPED_UNCORRECTABLE: Quality(f"{_FV}(NVML_FI_DEV_REMAPPED_UNC)", "measured", None, 1.0),
+    C.REMAP_PENDING: Quality(f"{_FV}(NVML_FI_DEV_REMAPPED_PENDING)", "measured", None, 1.0),
+    C.REMAP_FAILED: Quality(f"{_FV}(NVML_FI_DEV_REMAPPED_FAILURE)", "measured", None, 1.0),
+    C.PCIE_REPLAY: Quality(f"{_FV}(NVML_FI_DEV_PCIE_REPLAY_COUNTER)", "measured", None, 1.0),
+    C.RECOVERY_ACTION: Quality(f"{_FV}(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)", "measured", None, 1.0),
+    C.PCIE_GEN: Quality("nvmlDeviceGetCurrPcieLinkGeneration", "measured", None, 1.0),
+    C.PCIE_GEN_MAX: Quality("nvmlDeviceGetMaxPcieLinkGeneration", "measured", None, 1.0),
+    C.PCIE_WIDTH: Quality("nvmlDeviceGetCurrPcieLinkWidth", "measured", None, 1.0),
+    C.PCIE_WIDTH_MAX: Quality("nvmlDeviceGetMaxPcieLinkWidth", "measured", None, 1.0),
+    C.NVLINK_ACTIVE: Quality("nvmlDeviceGetNvLinkState", "measured", None, 1.0),
+    C.NVLINK_INACTIVE: Quality("nvmlDeviceGetNvLinkState", "measured", None, 1.0),
+    # per-link counters in KiB, summed over the links
+    C.NVLINK_RX: Quality(f"{_FV}(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)", "measured", None, 1024.0),
+    C.NVLINK_TX: Quality(f"{_FV}(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX)", "measured", None, 1024.0),
+}
+for _bit, _name, _smi in C.CLOCK_REASONS:
+    QUALITY[C.clock_reason_field(_name)] = Quality("nvmlDeviceGetCurrentClocksEventReasons", "measured", None, 1.0)
+
+# Fields read through one batched nvmlDeviceGetFieldValues call per GPU: field -> NVML id name
+_BATCH: tuple[tuple[str, str], ...] = (
+    (F.TEMP_MEMORY, "NVML_FI_DEV_MEMORY_TEMP"),
+    (C.ECC_CORRECTED_VOLATILE, "NVML_FI_DEV_ECC_SBE_VOL_TOTAL"),
+    (C.ECC_UNCORRECTED_VOLATILE, "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    (C.RETIRED_SBE, "NVML_FI_DEV_RETIRED_SBE"),
+    (C.RETIRED_DBE, "NVML_FI_DEV_RETIRED_DBE"),
+    (C.RETIREMENT_PENDING, "NVML_FI_DEV_RETIRED_PENDING"),
+    (C.REMAPPED_CORRECTABLE, "NVML_FI_DEV_REMAPPED_COR"),
+    (C.REMAPPED_UNCORRECTABLE, "NVML_FI_DEV_REMAPPED_UNC"),
+    (C.REMAP_PENDING, "NVML_FI_DEV_REMAPPED_PENDING"),
+    (C.REMAP_FAILED, "NVML_FI_DEV_REMAPPED_FAILURE"),
+    (C.PCIE_REPLAY, "NVML_FI_DEV_PCIE_REPLAY_COUNTER"),
+    (C.RECOVERY_ACTION, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"),
+)
+_NVLINK_BATCH = ((C.NVLINK_RX, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"),
+                 (C.NVLINK_TX, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"))
+_FIELD_SCALE = {C.NVLINK_RX: 1024.0, C.NVLINK_TX: 1024.0}
+_MEMORY_V1 = {  # drivers without nvmlDeviceGetMemoryInfo_v2: "used" includes reserved memory
+    F.MEMORY_USED: Quality("nvmlDeviceGetMemoryInfo.used", "measured", None, 1.0),
+    F.MEMORY_TOTAL: Quality("nvmlDeviceGetMemoryInfo.total", "measured", None, 1.0),
 }
 
 # nvmlInit errors that mean "no usable NVIDIA stack here" rather than a bug
@@ -55,15 +121,6 @@ def _text(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
-def normalize_bus_id(bus_id: Any) -> str:
-    """NVML's '00000000:18:00.0' -> '0000:18:00.0' (lower case, 4-digit domain)."""
-    s = _text(bus_id).strip().lower()
-    domain, _, rest = s.partition(":")
-    if rest and len(domain) > 4:
-        domain = domain[-4:]
-    return f"{domain}:{rest}" if rest else s
-
-
 class _Lost(Exception):
     """Raised inside one GPU's read when NVML says the GPU is lost."""
 
@@ -72,7 +129,9 @@ class NvmlCollector:
     name = "nvml"
     vendor = "nvidia"
 
-    def __init__(self, nvml: Any, clock: Callable[[], float], sysfs_root: str = "/sys"):
+    def __init__(self, nvml: Any, clock: Callable[[], float], sysfs_root: str = "/sys", *,
+                 wake: Callable[[], None] = lambda: None, events: bool = True,
+                 event_wait_ms: int = 1000, event_hold_seconds: float = 10.0):
         self._nv = nvml
         self._clock = clock
         self._sysfs = sysfs_root
@@ -84,7 +143,26 @@ class NvmlCollector:
         self._identities: dict[int, DeviceIdentity] = {}  # index -> identity (static)
         self._unsupported: dict[str, set[str]] = {}  # uuid -> fields NVML does not support
         self._ledger = FaultLedger()
+        self._conditions = C.ConditionTracker(self._ledger, "nvml")
         self._lost: set[str] = set()  # uuids currently lost (a new loss episode counts once)
+        self._static: dict[str, dict[str, Reading]] = {}  # uuid -> readings that never change
+        self._clock_api: Optional[tuple[Callable, Callable, str]] = None
+        self._clock_supported: dict[str, int] = {}
+        self._memory_v2: Any = getattr(nvml, "nvmlMemory_v2", None)
+        self._missing_version = tuple(c for c in (
+            getattr(nvml, "NVMLError_FunctionNotFound", None),
+            getattr(nvml, "NVMLError_ArgumentVersionMismatch", None)) if c is not None) + (AttributeError, TypeError)
+        self._procs = ProcessReader(nvml)
+        self._names: dict[int, Optional[str]] = {}
+        self._mig = MigReader(nvml)
+        self._topology = Topology(nvml)
+        self._nvlink_states: dict[str, Optional[list[bool]]] = {}
+        self._wake = wake
+        self._events_enabled = events
+        self._event_wait_ms = event_wait_ms
+        self._event_hold = event_hold_seconds
+        self._watcher: Optional[EventWatcher] = None
+        self._watcher_lock = threading.Lock()
 
     # ------------------------------------------------------------------ plumbing
     def _is(self, e: BaseException, name: str) -> bool:
@@ -97,10 +175,46 @@ class NvmlCollector:
             return None
 
     def close(self) -> None:
+        w = self._watcher
+        if w is not None:
+            w.stop()
         try:
             self._nv.nvmlShutdown()
         except Exception:  # noqa: BLE001 - best effort at exit
             pass
+
+    # ------------------------------------------------------------------ events
+    def event_watcher(self, devices: list[tuple[str, Any]]) -> EventWatcher:
+        """The event watcher over ``devices`` (uuid, handle); not started."""
+        return EventWatcher(self._nv, devices, on_event=self.record_event, on_lost=self._wake,
+                            on_mig_change=self._mig_changed, wait_ms=self._event_wait_ms)
+
+    def record_event(self, ev: Event) -> None:
+        """An NVML event: count it in the ledger and ask for a cycle now."""
+        fault = C.make_fault(ev.code, ev.message, ev.source)
+        self._ledger.record(ev.uuid, fault, self._clock())
+        log.warning("NVIDIA fault event", extra={"uuid": ev.uuid, "code": ev.code, "action": fault.action,
+                                                 "detail": ev.message})
+        self._wake()
+
+    def _mig_changed(self) -> None:
+        self._mig.invalidate()
+        self._wake()
+
+    def _ensure_watcher(self, devices: list[tuple[str, Any]]) -> None:
+        if not self._events_enabled or not devices:
+            return
+        with self._watcher_lock:
+            if self._watcher is not None and self._watcher.alive:
+                return
+            self._watcher = self.event_watcher(devices)
+            self._watcher.start()
+
+    def _event_reasons(self, uuid: str, now: float) -> list[Fault]:
+        """Event faults seen within the hold window (an event is news for one interval)."""
+        return [f for f in self._ledger.faults(uuid)
+                if f.source.startswith("nvmlEventSetWait") and f.last_seen is not None
+                and now - f.last_seen <= self._event_hold]
 
     # ------------------------------------------------------------------ identity
     def _identity(self, index: int, handle: Any) -> DeviceIdentity:
@@ -135,28 +249,57 @@ class NvmlCollector:
             return None
 
     # ------------------------------------------------------------------ readings
+    def _fail(self, e: BaseException, uuid: str, field: str) -> str:
+        """Status for an NVML error on one field (GpuIsLost ends this GPU's read)."""
+        if self._is(e, "GpuIsLost"):
+            raise _Lost() from None
+        if self._is(e, "NotSupported"):
+            self._unsupported.setdefault(uuid, set()).add(field)
+            return "unsupported"
+        return "error"
+
     def _read(self, uuid: str, readings: dict, field: str, fn: Callable, *args: Any,
               scale: float = 1.0, pick: Optional[Callable[[Any], Any]] = None) -> Any:
         """One NVML call -> readings[field] in base units; returns the raw result or None."""
-        unsupported = self._unsupported.setdefault(uuid, set())
         quality = QUALITY[field]
-        if field in unsupported:
+        if field in self._unsupported.get(uuid, ()):
             readings[field] = Reading(None, quality.with_status("unsupported"))
             return None
         try:
             raw = fn(*args)
             value = pick(raw) if pick else raw  # pick may raise too (field-value errors)
         except self._nv.NVMLError as e:
-            if self._is(e, "GpuIsLost"):
-                raise _Lost() from None
-            if self._is(e, "NotSupported"):
-                unsupported.add(field)
-                readings[field] = Reading(None, quality.with_status("unsupported"))
-            else:
-                readings[field] = Reading(None, quality.with_status("error"))
+            readings[field] = Reading(None, quality.with_status(self._fail(e, uuid, field)))
             return None
         readings[field] = Reading(float(value) * scale, quality)
         return raw
+
+    def _memory(self, uuid: str, r: dict, h: Any) -> None:
+        """Used and total from one call: ``_v2`` (reserved memory apart, as nvidia-smi
+        shows it) when the driver has it, else v1 (whose "used" includes reserved)."""
+        nv = self._nv
+        if F.MEMORY_USED in self._unsupported.get(uuid, ()):
+            for f in (F.MEMORY_USED, F.MEMORY_TOTAL):
+                r[f] = Reading(None, QUALITY[f].with_status("unsupported"))
+            return
+        quality = QUALITY
+        try:
+            mem = None
+            if self._memory_v2 is not None:
+                try:
+                    mem = nv.nvmlDeviceGetMemoryInfo(h, self._memory_v2)
+                except self._missing_version:
+                    self._memory_v2 = None  # driver older than _v2
+            if mem is None:
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                quality = _MEMORY_V1
+        except nv.NVMLError as e:
+            status = self._fail(e, uuid, F.MEMORY_USED)
+            for f in (F.MEMORY_USED, F.MEMORY_TOTAL):
+                r[f] = Reading(None, QUALITY[f].with_status(status))
+            return
+        r[F.MEMORY_USED] = Reading(float(mem.used), quality[F.MEMORY_USED])
+        r[F.MEMORY_TOTAL] = Reading(float(mem.total), quality[F.MEMORY_TOTAL])
 
     def _readings(self, ident: DeviceIdentity, h: Any) -> dict:
         nv, uuid, r = self._nv, ident.uuid, {}
@@ -167,12 +310,8 @@ class NvmlCollector:
         else:  # same call: same status
             r[F.MEMORY_UTILIZATION] = Reading(None, QUALITY[F.MEMORY_UTILIZATION].with_status(
                 r[F.UTILIZATION].quality.status))
-        mem = self._read(uuid, r, F.MEMORY_USED, nv.nvmlDeviceGetMemoryInfo, h, pick=lambda m: m.used)
-        if mem is not None:
-            r[F.MEMORY_TOTAL] = Reading(float(mem.total), QUALITY[F.MEMORY_TOTAL])
+        self._memory(uuid, r, h)
         self._read(uuid, r, F.TEMP_CORE, nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
-        self._read(uuid, r, F.TEMP_MEMORY, nv.nvmlDeviceGetFieldValues, h, [nv.NVML_FI_DEV_MEMORY_TEMP],
-                   pick=self._field_value)
         self._read(uuid, r, F.POWER, nv.nvmlDeviceGetPowerUsage, h, scale=1e-3)
         self._read(uuid, r, F.POWER_LIMIT, nv.nvmlDeviceGetEnforcedPowerLimit, h, scale=1e-3)
         self._read(uuid, r, F.ENERGY, nv.nvmlDeviceGetTotalEnergyConsumption, h, scale=1e-3)
@@ -182,16 +321,119 @@ class NvmlCollector:
                    nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_AGGREGATE_ECC)
         self._read(uuid, r, F.ECC_UNCORRECTED, nv.nvmlDeviceGetTotalEccErrors, h,
                    nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC)
+        self._read(uuid, r, C.PCIE_GEN, nv.nvmlDeviceGetCurrPcieLinkGeneration, h)
+        self._read(uuid, r, C.PCIE_WIDTH, nv.nvmlDeviceGetCurrPcieLinkWidth, h)
+        self._static_readings(uuid, r, h)
+        self._clock_reasons(uuid, r, h)
+        self._nvlink_states[uuid] = self._nvlink(uuid, r, h)  # before the batch: it sizes the link fields
+        self._field_batch(uuid, r, h)
         return r
 
-    def _field_value(self, values: Any) -> float:
-        """First entry of an nvmlDeviceGetFieldValues result; raises NotSupported through
-        the binding's own error type when NVML returned an error for it."""
-        v = values[0]
-        if v.nvmlReturn != self._nv.NVML_SUCCESS:
-            raise self._nv.NVMLError(v.nvmlReturn)
-        vt = v.valueType
+    def _static_readings(self, uuid: str, r: dict, h: Any) -> None:
+        """Maximum PCIe generation and width: read once per GPU."""
+        known = self._static.get(uuid)
+        if known is None:
+            nv, known = self._nv, {}
+            self._read(uuid, known, C.PCIE_GEN_MAX, nv.nvmlDeviceGetMaxPcieLinkGeneration, h)
+            self._read(uuid, known, C.PCIE_WIDTH_MAX, nv.nvmlDeviceGetMaxPcieLinkWidth, h)
+            if all(x.quality.status != "error" for x in known.values()):
+                self._static[uuid] = known  # an error is retried next cycle
+        r.update(known)
+
+    def _clock_reasons(self, uuid: str, r: dict, h: Any) -> None:
         nv = self._nv
+        if self._clock_api is None:
+            for cur, sup in (("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetSupportedClocksEventReasons"),
+                             ("nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetSupportedClocksThrottleReasons")):
+                if hasattr(nv, cur) and hasattr(nv, sup):
+                    self._clock_api = (getattr(nv, cur), getattr(nv, sup), cur)
+                    break
+        fields = [(bit, C.clock_reason_field(name)) for bit, name, _ in C.CLOCK_REASONS]
+        status = None
+        if self._clock_api is None or "clock_reasons" in self._unsupported.get(uuid, ()):
+            status = "unsupported"
+        else:
+            current_fn, supported_fn, source = self._clock_api
+            try:
+                supported = self._clock_supported.get(uuid)
+                if supported is None:
+                    supported = int(supported_fn(h))
+                    self._clock_supported[uuid] = supported
+                active = int(current_fn(h))
+            except (nv.NVMLError_FunctionNotFound, AttributeError):
+                self._clock_api = None  # an older driver: the throttle names next cycle
+                status = "unsupported"
+            except nv.NVMLError as e:
+                status = self._fail(e, uuid, "clock_reasons")
+        for bit, field in fields:
+            q = QUALITY[field]
+            if status is not None:
+                r[field] = Reading(None, q.with_status(status))
+            elif not supported & bit:
+                r[field] = Reading(None, q.with_status("unsupported"))
+            else:
+                if source != q.source:
+                    q = Quality(source, q.method, q.window_seconds, q.resolution, q.error_bound)
+                r[field] = Reading(1.0 if active & bit else 0.0, q)
+
+    def _batch_spec(self, uuid: str) -> list[tuple[str, Any]]:
+        nv, skip = self._nv, self._unsupported.get(uuid, set())
+        spec: list[tuple[str, Any]] = []
+        for field, fid_name in _BATCH:
+            fid = getattr(nv, fid_name, None)
+            if fid is None:
+                skip.add(field)
+            elif field not in skip:
+                spec.append((field, fid))
+        links = self._topology.nvlink_count(uuid)
+        for field, fid_name in _NVLINK_BATCH:
+            fid = getattr(nv, fid_name, None)
+            if fid is not None and links and field not in skip:
+                spec.extend((field, (fid, link)) for link in range(links))
+        return spec
+
+    def _field_batch(self, uuid: str, r: dict, h: Any) -> None:
+        """The batched nvmlDeviceGetFieldValues call: per-entry errors are per field."""
+        nv = self._nv
+        spec = self._batch_spec(uuid)
+        for field, _ in _BATCH + _NVLINK_BATCH:
+            if field in self._unsupported.get(uuid, ()):
+                r[field] = Reading(None, QUALITY[field].with_status("unsupported"))
+        if not spec:
+            return
+        try:
+            values = nv.nvmlDeviceGetFieldValues(h, [fid for _, fid in spec])
+        except nv.NVMLError as e:
+            for field, _ in spec:
+                r[field] = Reading(None, QUALITY[field].with_status(self._fail(e, uuid, field)))
+            return
+        sums: dict[str, Optional[float]] = {}
+        statuses: dict[str, str] = {}
+        for (field, _fid), v in zip(spec, values):
+            ret = v.nvmlReturn
+            if ret == nv.NVML_SUCCESS:
+                if statuses.get(field, "ok") == "ok":
+                    prev = sums.get(field) or 0.0
+                    sums[field] = prev + float(self._field_value(v))
+                    statuses[field] = "ok"
+                continue
+            if ret == nv.NVML_ERROR_GPU_IS_LOST:
+                raise _Lost()
+            if ret in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT):
+                self._unsupported.setdefault(uuid, set()).add(field)
+                statuses[field] = "unsupported"
+            else:
+                statuses[field] = "error"
+        for field, status in statuses.items():
+            q = QUALITY[field]
+            if status == "ok":
+                r[field] = Reading(sums[field] * _FIELD_SCALE.get(field, 1.0), q)
+            else:
+                r[field] = Reading(None, q.with_status(status))
+
+    def _field_value(self, v: Any) -> float:
+        nv = self._nv
+        vt = v.valueType
         if vt == nv.NVML_VALUE_TYPE_DOUBLE:
             return v.value.dVal
         if vt == nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
@@ -202,6 +444,24 @@ class NvmlCollector:
             return v.value.ulVal
         return v.value.uiVal
 
+    # ------------------------------------------------------------------ processes, NVLink
+    def _process_name(self, pid: int) -> Optional[str]:
+        if pid not in self._names:
+            try:
+                self._names[pid] = _text(self._nv.nvmlSystemGetProcessName(pid))
+            except (self._nv.NVMLError, AttributeError):
+                self._names[pid] = None
+        return self._names[pid]
+
+    def _nvlink(self, uuid: str, r: dict, h: Any) -> Optional[list[bool]]:
+        states = self._topology.nvlink_states(uuid, h)
+        if states is None:
+            return None
+        q = QUALITY[C.NVLINK_ACTIVE]
+        r[C.NVLINK_ACTIVE] = Reading(float(sum(states)), q)
+        r[C.NVLINK_INACTIVE] = Reading(float(len(states) - sum(states)), QUALITY[C.NVLINK_INACTIVE])
+        return states
+
     # ------------------------------------------------------------------ collect
     def collect(self) -> list[DeviceSample]:
         nv = self._nv
@@ -210,25 +470,68 @@ class NvmlCollector:
             count = nv.nvmlDeviceGetCount()
         except nv.NVMLError as e:
             raise Unavailable(f"nvmlDeviceGetCount failed: {type(e).__name__}: {e}") from None
-        out = []
+        results: list[Any] = []  # per index: a finished DeviceSample, or the parts of a live GPU
+        live: list[tuple[DeviceIdentity, Any]] = []
+        states: dict[str, list[bool]] = {}
+        seen_pids: set[int] = set()
         for index in range(count):
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(index)
                 ident = self._identity(index, handle)
                 readings = self._readings(ident, handle)
+                st = self._nvlink_states.get(ident.uuid)
+                running = self._procs.running(ident.uuid, handle)
+                util, util_q = self._procs.utilization(ident.uuid, handle)
+                migs = self._mig.instances(ident, handle)
+                mig_samples = [(m, self._mig.readings(m, self._memory_v2)) for m in migs]
             except _Lost:
-                out.append(self._lost_device(index, now))
+                results.append(self._lost_device(index, now))
                 continue
             except nv.NVMLError as e:
                 if self._is(e, "GpuIsLost"):
-                    out.append(self._lost_device(index, now))
+                    results.append(self._lost_device(index, now))
                     continue
                 # cannot even identify this GPU: report it unknown, keep the others
-                out.append(self._unreadable(index, now, e))
+                results.append(self._unreadable(index, now, e))
                 continue
             self._lost.discard(ident.uuid)
-            out.append(DeviceSample(identity=ident, timestamp=now, readings=readings,
-                                    faults=self._ledger.faults(ident.uuid)))
+            if st is not None:
+                states[ident.uuid] = st
+            live.append((ident, handle))
+            seen_pids.update(p.pid for p in running)
+            results.append((ident, readings, running, util, util_q, mig_samples))
+        self._names = {pid: n for pid, n in self._names.items() if pid in seen_pids}
+        self._ensure_watcher([(i.uuid, h) for i, h in live])
+        links = self._topology.links(live, states) if len(live) > 1 else {}
+        out: list[DeviceSample] = []
+        for item in results:
+            if isinstance(item, DeviceSample):
+                out.append(item)
+                continue
+            out.extend(self._build(item, now, links.get(item[0].uuid, ())))
+        return out
+
+    def _build(self, parts: tuple, now: float, links: tuple) -> list[DeviceSample]:
+        ident, readings, running, util, util_q, mig_samples = parts
+        conditions = self._conditions.update(ident.uuid, C.conditions(readings), now)
+        health = C.health_of(conditions + self._event_reasons(ident.uuid, now))
+        by_instance = {(m.gpu_instance, m.compute_instance): m.identity.uuid for m, _ in mig_samples}
+        by_gi = {m.gpu_instance: m.identity.uuid for m, _ in mig_samples}
+        own, per_mig = [], {m.identity.uuid: [] for m, _ in mig_samples}
+        for p in running:
+            target = by_instance.get((p.gpu_instance, p.compute_instance)) or by_gi.get(p.gpu_instance)
+            (per_mig[target] if target else own).append(p)
+        gpu = DeviceSample(
+            identity=ident, timestamp=now, readings=readings, health=health,
+            faults=self._ledger.faults(ident.uuid), links=links, processes_reported=True,
+            processes=tuple(process_samples(ident.uuid, own, util, util_q, self._process_name)))
+        out = [gpu]
+        for m, r in mig_samples:
+            uid = m.identity.uuid
+            # an instance cannot be healthier than the GPU it is carved from
+            out.append(DeviceSample(
+                identity=m.identity, timestamp=now, readings=r, health=health, processes_reported=True,
+                processes=tuple(process_samples(uid, per_mig[uid], util, util_q, self._process_name))))
         return out
 
     def _placeholder(self, index: int) -> DeviceIdentity:
@@ -238,15 +541,14 @@ class NvmlCollector:
 
     def _lost_device(self, index: int, now: float) -> DeviceSample:
         ident = self._placeholder(index)
-        fault = Fault(code="gpu-lost", fault_class="device-lost", action="reset-device",
-                      severity="critical", source="nvml",
-                      message=f"GPU {index} ({ident.uuid}) is lost: NVML_ERROR_GPU_IS_LOST")
+        fault = C.make_fault("gpu-lost", f"GPU {index} ({ident.uuid}) is lost: NVML_ERROR_GPU_IS_LOST", "nvml")
         if ident.uuid not in self._lost:  # one event per loss episode, not per poll
             self._lost.add(ident.uuid)
             fault = self._ledger.record(ident.uuid, fault, now)
         else:
             fault = self._ledger.get(ident.uuid, "gpu-lost") or fault
-        return DeviceSample(identity=ident, timestamp=now, health=Health("failed", (fault,)),
+        reasons = (fault,) + tuple(f for f in self._event_reasons(ident.uuid, now) if f.code != "gpu-lost")
+        return DeviceSample(identity=ident, timestamp=now, health=Health("failed", reasons),
                             faults=self._ledger.faults(ident.uuid))
 
     def _unreadable(self, index: int, now: float, e: BaseException) -> DeviceSample:
@@ -254,17 +556,46 @@ class NvmlCollector:
         reason = Fault(code="unreadable", fault_class="unreadable", action="none", severity="info",
                        message=f"GPU {index}: {type(e).__name__}: {e}", first_seen=now, last_seen=now,
                        source="nvml")
-        return DeviceSample(identity=ident, timestamp=now, health=Health("unknown", (reason,)))
+        return DeviceSample(identity=ident, timestamp=now, health=Health("unknown", (reason,)),
+                            faults=self._ledger.faults(ident.uuid))
 
 
-def create(options: CollectorOptions) -> NvmlCollector:
-    """The NVML collector over the real binding, or over the fake when simulating."""
+def _settings(options: CollectorOptions) -> dict:
+    s = options.settings
+    return {"sysfs_root": s.get("sysfs_root", "/sys"), "wake": options.wake,
+            "events": bool(s.get("events", True)),
+            "event_wait_ms": int(s.get("event_wait_ms", 1000)),
+            # an event stays a health reason for one interval: the window a poll would cover
+            "event_hold_seconds": float(s.get("event_hold_seconds", options.interval_seconds))}
+
+
+def create(options: CollectorOptions) -> Any:
+    """The NVML collector over the real binding, or over the fake when simulating. When
+    NVML cannot be used but ``nvidia-smi`` works, the ``nvidia-smi -q -x`` collector
+    stands in (its readings say so in their quality source); ``fallback: false`` in the
+    collector's settings turns that off."""
     if options.scenario is not None:
         from hetero_exporter.collectors.nvml_fake import FakeNvml
-        return NvmlCollector(FakeNvml(options.scenario, options.clock), options.clock,
-                             sysfs_root=options.settings.get("sysfs_root", "/sys"))
+        return NvmlCollector(FakeNvml(options.scenario, options.clock), options.clock, **_settings(options))
     try:
         import pynvml
     except ImportError as e:
-        raise Unavailable(f"nvidia-ml-py is not installed ({e}); pip install 'hetero-exporter[nvidia]'") from None
-    return NvmlCollector(pynvml, options.clock, sysfs_root=options.settings.get("sysfs_root", "/sys"))
+        return _fallback(options, Unavailable(
+            f"nvidia-ml-py is not installed ({e}); pip install 'hetero-exporter[nvidia]'"))
+    try:
+        return NvmlCollector(pynvml, options.clock, **_settings(options))
+    except Unavailable as e:
+        return _fallback(options, e)
+
+
+def _fallback(options: CollectorOptions, why: Unavailable) -> Any:
+    if not options.settings.get("fallback", True):
+        raise why
+    from hetero_exporter.collectors import nvidia_smi
+    try:
+        collector = nvidia_smi.create(options)
+        collector.probe()
+    except Unavailable as e:
+        raise Unavailable(f"{why}; nvidia-smi fallback: {e}") from None
+    log.warning("NVML unusable (%s); reading nvidia-smi -q -x instead", why)
+    return collector

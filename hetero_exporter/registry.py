@@ -28,7 +28,12 @@ BUILTIN_COLLECTORS: dict[str, CollectorEntry] = {
     e.name: e
     for e in (
         CollectorEntry("nvml", "nvidia", "hetero_exporter.collectors.nvml",
-                       description="NVIDIA GPUs through NVML (nvidia-ml-py)"),
+                       description="NVIDIA GPUs through NVML (nvidia-ml-py); falls back to "
+                                   "`nvidia-smi -q -x` when NVML cannot be loaded"),
+        # Off by default: nvml already falls back to it. Enable it (--collector.nvidia_smi,
+        # with --no-collector.nvml) to read the CLI only.
+        CollectorEntry("nvidia_smi", "nvidia", "hetero_exporter.collectors.nvidia_smi", default=False,
+                       description="NVIDIA GPUs through `nvidia-smi -q -x`"),
         CollectorEntry("amdsmi", "amd", "hetero_exporter.collectors.amdsmi",
                        description="AMD GPUs through the amdsmi library (libamd_smi.so, ROCm 6+)"),
         # Off by default: it would report the same GPUs as amdsmi under other uuids. Enable it
@@ -37,6 +42,10 @@ BUILTIN_COLLECTORS: dict[str, CollectorEntry] = {
                        description="AMD GPUs through `rocm-smi --json` (CLI-only nodes, ROCm < 6)"),
         CollectorEntry("hy_smi", "hygon", "hetero_exporter.collectors.rocm_smi:HY_SMI",
                        description="Hygon DCUs through `hy-smi --json` (DTK)"),
+        CollectorEntry("npu_smi", "ascend", "hetero_exporter.collectors.npu_smi",
+                       description="Huawei Ascend NPUs through `npu-smi info` (+ slower per-card details)"),
+        CollectorEntry("cnmon", "cambricon", "hetero_exporter.collectors.cnmon",
+                       description="Cambricon MLUs through `cnmon` (+ `cnmon info` per card)"),
     )
 }
 
@@ -46,6 +55,9 @@ PARSERS: dict[str, str] = {
     "cgroup": "hetero_exporter.attribution:parse_cgroup",  # /proc/<pid>/cgroup -> CgroupInfo
     "rocm-smi": "hetero_exporter.collectors.rocm_smi:parse_rocm_smi",  # --json, concise table, GPU[n] lines
     "hy-smi": "hetero_exporter.collectors.rocm_smi:parse_hy_smi",
+    "npu-smi": "hetero_exporter.collectors.npu_smi:parse_any",  # info, -m, -l, -t health|usages|board|...
+    "cnmon": "hetero_exporter.collectors.cnmon:parse_any",  # the default table, or cnmon info
+    "nvidia-smi": "hetero_exporter.collectors.nvidia_smi:parse",  # nvidia-smi -q -x (XML)
 }
 
 # PCI vendor ids (sysfs "vendor") -> our vendor name; used to count expected devices and
