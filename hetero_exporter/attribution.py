@@ -280,6 +280,7 @@ class CgroupCache:
 
     def __init__(self, proc_root: str = "/proc", *, forget_after: int = 3, max_entries: int = 65536):
         self.proc_root = proc_root
+        self._prefix = os.path.join(proc_root, "")
         self._forget_after = forget_after
         self._max = max_entries
         self._entries: dict[int, tuple[int, Lookup]] = {}  # pid -> (start time, lookup)
@@ -291,12 +292,26 @@ class CgroupCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def _read(self, pid: int, name: str) -> Optional[str]:
+    def _read(self, pid: int, name: str, limit: int = 65536) -> Optional[str]:
+        # raw os.read: half the cost of a text-mode open() per file, and /proc files are tiny
         try:
-            with open(os.path.join(self.proc_root, str(pid), name), encoding="utf-8", errors="replace") as f:
-                return f.read(65536)
+            fd = os.open(f"{self._prefix}{pid}/{name}", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return None
+        chunks: list[bytes] = []
+        try:
+            size = 0
+            while size < limit:
+                chunk = os.read(fd, 8192)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", "replace")
 
     def lookup(self, pid: int) -> Lookup:
         self._last_used[pid] = self._sweep
