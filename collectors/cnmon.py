@@ -1,0 +1,799 @@
+"""Cambricon MLUs through the ``cnmon`` command-line tool.
+
+Pure parsers for ``cnmon`` (the default table with its process section) and ``cnmon info``
+(per-card sections), a detector, and a collector that runs the tool through the shared
+runner (hetero_exporter.vendor_cli).
+
+Invocations per cycle (stated, and measured by benchmarks/cli_invocations.py):
+- ``cnmon``: one call for all cards, every cycle (utilization, memory, virtual memory,
+  temperature, fan, power and cap, ECC error count, bus id, processes);
+- ``cnmon info -c N``: once per card at first sight (serial / UUID for a stable id), then
+  every ``info_interval`` seconds (default 300; 0 disables) for the split ECC counts and the
+  board temperature, at most ``info_calls_per_cycle`` per cycle (default 1).
+
+Default-table layouts handled by structure (the header names the fields of each cell, and
+the values are read in that order, so a value that slid a column does not matter): the
+older ``Inited  Driver`` / ``vMemory-Usage`` layout (CNMON 1.x, v4.x), the ``Bus-Id`` /
+``SR-IOV  Compute-Mode`` layout (v5.x) with ``VF`` or ``MI`` process columns. cnmon prints
+binary units: MiB -> bytes is x 2**20.
+
+``cnmon info``: NO REAL CAPTURE of its output is at hand. Its parser follows the section
+structure the vendor documents (a "Card N" header, then "Key : value" lines and indented
+sub-sections such as Physical Memory Usage / Total, Used, Free; Utilization / MLU Average;
+Temperature / Board, Chip; Power / Usage, Cap; ECC counts) and reads values by key name
+and section, not position; its tests use documented-structure samples, not captures.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from hetero_exporter import fields as F
+from hetero_exporter import pci, profiles
+from hetero_exporter.collector_api import CollectorOptions, ParseError, Unavailable
+from hetero_exporter.fault_ledger import FaultLedger
+from hetero_exporter.health import faults as fault_tables
+from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot,
+                                   ProcessSample, Quality, Reading)
+
+log = logging.getLogger(__name__)
+
+TOOL = "cnmon"
+MIB = 1 << 20
+_NA = {"", "N/A", "NA", "-", "--"}
+
+# --------------------------------------------------------------------------- parsed structures
+
+
+@dataclass(frozen=True)
+class MluCard:
+    """One card (row pair) of the ``cnmon`` table, in cnmon's units (%, C, W, MiB)."""
+
+    card: int
+    name: str
+    vf: str = "/"  # "/" for the physical function, else the VF / MLU-instance number
+    firmware: Optional[str] = None
+    bus_id: Optional[str] = None  # lower case 0000:39:00.0; the older layout has none
+    inited: Optional[str] = None  # "On" / "Off" (older layout)
+    driver: Optional[str] = None  # per-row driver version (older layout)
+    util_pct: Optional[float] = None
+    ecc_errors: Optional[int] = None  # "Ecc-Error": N/A while inline ECC is off
+    fan_pct: Optional[float] = None
+    temp_c: Optional[float] = None
+    power_w: Optional[float] = None
+    power_cap_w: Optional[float] = None
+    memory_used_mib: Optional[int] = None
+    memory_total_mib: Optional[int] = None
+    vmemory_used_mib: Optional[int] = None
+    vmemory_total_mib: Optional[int] = None
+    sriov: Optional[str] = None
+    compute_mode: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class MluProcess:
+    card: int
+    instance: str  # the "VF" or "MI" column
+    pid: int
+    command: str = ""
+    memory_mib: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class CnmonTable:
+    """``cnmon`` (the default table): ``version`` from "CNMON v5.10.13", ``driver_version``
+    from "Driver v5.10.13" (None in layouts without it), ``instance_column`` VF or MI."""
+
+    version: str
+    driver_version: Optional[str]
+    timestamp: Optional[str] = None
+    cards: tuple[MluCard, ...] = ()
+    processes: tuple[MluProcess, ...] = ()
+    instance_column: str = "VF"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class CardInfo:
+    """One card of ``cnmon info``: keys are ``section/sub/key`` paths, lower case."""
+
+    card: int
+    values: Mapping[str, str] = field(default_factory=dict)
+
+    def find(self, *names: str, within: str = "") -> Optional[str]:
+        """The value of the first key whose last path part is one of ``names`` (and whose
+        path contains ``within``), in printing order."""
+        for path, v in self.values.items():
+            last = path.rsplit("/", 1)[-1]
+            if last in names and within in path:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class CnmonInfo:
+    cards: tuple[CardInfo, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"cards": [{"card": c.card, "values": dict(c.values)} for c in self.cards]}
+
+
+# --------------------------------------------------------------------------- value helpers
+
+
+def _num(text: str, line: Optional[int], what: str, unit: str = "") -> Optional[float]:
+    t = text.strip()
+    if unit and t.upper().endswith(unit.upper()):
+        t = t[: -len(unit)].strip()
+    if t.upper() in _NA:
+        return None
+    try:
+        v = float(t)
+    except ValueError:
+        raise ParseError(TOOL, f"{what}: expected a number{(' in ' + unit) if unit else ''} or N/A, "
+                               f"got {text.strip()[:40]!r}", line) from None
+    if not math.isfinite(v):
+        raise ParseError(TOOL, f"{what}: not a finite number: {text.strip()[:40]!r}", line)
+    return v
+
+
+def _whole(v: Optional[float]) -> Optional[int]:
+    return None if v is None else int(v)
+
+
+def _split_pair(text: str, line: Optional[int], what: str, unit: str) -> tuple[Optional[float], Optional[float]]:
+    """'106 W/ 250 W' or '0 MiB/ 23374 MiB' -> (106, 250); 'N/A' -> (None, None)."""
+    t = text.strip()
+    if t.upper() in _NA:
+        return None, None
+    m = re.fullmatch(r"(\S+?)\s*(?:%s)?\s*/\s*(\S+?)\s*(?:%s)?" % (unit, unit), t)
+    if not m:
+        raise ParseError(TOOL, f"{what}: expected 'used {unit}/ total {unit}', got {t[:40]!r}", line)
+    return _num(m.group(1), line, what), _num(m.group(2), line, what)
+
+
+def _bus(text: str, line: Optional[int]) -> Optional[str]:
+    t = text.strip()
+    if t.upper() in _NA:
+        return None
+    m = re.fullmatch(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])", t)
+    if not m:
+        raise ParseError(TOOL, f"Bus-Id: expected a PCI address like 0000:39:00.0, got {t[:40]!r}", line)
+    return f"{m.group(1)[-4:]}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
+
+
+# --------------------------------------------------------------------------- cnmon (default table)
+
+_BORDER = re.compile(r"^[+|][-=+|]*[+|]$")
+_ANY = r"\S+"  # a label this parser does not know: one word
+# What each header label's value looks like (labels are case-insensitive).
+_VALUE_RX = {
+    "card": r"\d+",
+    "vf": r"/|\d+|-|N/A", "mi": r"/|\d+|-|N/A",
+    "name": r"\S+(?: \S+)*?",
+    "firmware": r"\S+", "inited": r"\S+", "driver": r"\S+",
+    "fan": r"\d+(?:\.\d+)?%|N/A", "temp": r"-?\d+(?:\.\d+)?C|N/A",
+    "pwr:usage/cap": r"(?:[\d.]+|N/A)\s*W?\s*/\s*(?:[\d.]+|N/A)\s*W?|N/A",
+    "bus-id": r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]|N/A",
+    "memory-usage": r"(?:\d+|N/A)\s*(?:MiB)?\s*/\s*(?:\d+|N/A)\s*(?:MiB)?|N/A",
+    "vmemory-usage": r"(?:\d+|N/A)\s*(?:MiB)?\s*/\s*(?:\d+|N/A)\s*(?:MiB)?|N/A",
+    "util": r"\d+(?:\.\d+)?%|N/A", "ecc-error": r"\d+|N/A",
+    "sr-iov": r"\S+", "compute-mode": r"\S+",
+}
+
+
+def _cells(line: str) -> Optional[list[str]]:
+    s = line.strip()
+    if len(s) < 2 or s[0] != "|" or s[-1] != "|" or _BORDER.match(s):
+        return None
+    return s[1:-1].split("|")
+
+
+def _cell_pattern(header_cell: str) -> tuple[list[str], re.Pattern]:
+    labels = [x.lower() for x in re.split(r"\s{2,}", header_cell.strip()) if x]
+    parts = ["(?P<g%d>%s)" % (i, _VALUE_RX.get(lab, _ANY)) for i, lab in enumerate(labels)]
+    return labels, re.compile(r"\s*" + r"\s*".join(parts) + r"\s*" if parts else r"\s*")
+
+
+def _cell_values(cell: str, spec: tuple[list[str], re.Pattern], line: int) -> dict[str, str]:
+    labels, rx = spec
+    m = rx.fullmatch(cell)
+    if not m:
+        raise ParseError(TOOL, f"cell {cell.strip()[:50]!r} does not match its header "
+                               f"({', '.join(labels) or 'empty'})", line)
+    return {lab: m.group(f"g{i}") for i, lab in enumerate(labels)}
+
+
+def _card_from_rows(a: tuple[int, list[str]], b: tuple[int, list[str]], head: tuple[list, list]) -> MluCard:
+    vals: dict[str, tuple[str, int]] = {}
+    for (ln, cells), specs in ((a, head[0]), (b, head[1])):
+        if len(cells) != len(specs):
+            raise ParseError(TOOL, f"row has {len(cells)} cells, the header {len(specs)}", ln)
+        for cell, spec in zip(cells, specs):
+            for k, v in _cell_values(cell, spec, ln).items():
+                vals.setdefault(k, (v, ln))
+
+    def get(k: str) -> tuple[str, int]:
+        return vals.get(k, ("N/A", a[0]))
+
+    card = int(get("card")[0]) if "card" in vals else None
+    if card is None:
+        raise ParseError(TOOL, "a card row without a Card number", a[0])
+    pu, pc = _split_pair(*get("pwr:usage/cap"), "Pwr:Usage/Cap", "W")
+    mu, mt = _split_pair(*get("memory-usage"), "Memory-Usage", "MiB")
+    vu, vt = _split_pair(*get("vmemory-usage"), "vMemory-Usage", "MiB")
+
+    def text(k: str) -> Optional[str]:
+        v = get(k)[0].strip()
+        return None if v.upper() in _NA else v
+
+    return MluCard(
+        card=card, name=get("name")[0].strip(), vf=get("vf" if "vf" in vals else "mi")[0].strip() or "/",
+        firmware=text("firmware"), bus_id=_bus(*get("bus-id")), inited=text("inited"), driver=text("driver"),
+        util_pct=_num(get("util")[0], get("util")[1], "Util", "%"),
+        ecc_errors=_whole(_num(*get("ecc-error"), "Ecc-Error")),
+        fan_pct=_num(get("fan")[0], get("fan")[1], "Fan", "%"),
+        temp_c=_num(get("temp")[0], get("temp")[1], "Temp", "C"),
+        power_w=pu, power_cap_w=pc, memory_used_mib=_whole(mu), memory_total_mib=_whole(mt),
+        vmemory_used_mib=_whole(vu), vmemory_total_mib=_whole(vt),
+        sriov=text("sr-iov"), compute_mode=text("compute-mode"))
+
+
+_PROC_ROW = re.compile(r"^\s*(\d+)\s+(\S+)\s+(\d+)\s+(.*?)\s*(\d+|N/A)\s*MiB\s*$")
+
+
+MAX_LINE = 4096  # longer lines are not cnmon's (and would make the cell patterns slow)
+
+
+def _check_lines(text: str, tool: str) -> list[str]:
+    lines = text.splitlines()
+    for i, ln in enumerate(lines, 1):
+        if len(ln) > MAX_LINE:
+            raise ParseError(tool, f"a line of {len(ln)} characters; cnmon prints short lines", i)
+    return lines
+
+
+def parse_table(text: str) -> CnmonTable:
+    """Parse ``cnmon`` (the default table for all cards, with its process section)."""
+    lines = [(i, ln.rstrip()) for i, ln in enumerate(_check_lines(text, TOOL), 1) if ln.strip()]
+    if not lines:
+        raise ParseError(TOOL, "empty output")
+    timestamp = None
+    started = False
+    version = driver = None
+    head_rows: list[tuple[int, list[str]]] = []
+    head: Optional[tuple[list, list]] = None
+    block: list[tuple[int, list[str]]] = []
+    cards: list[MluCard] = []
+    procs: list[MluProcess] = []
+    section = "title"  # title -> header -> cards -> processes
+    instance = "VF"
+
+    def flush() -> None:
+        if head is None:
+            return
+        if len(block) % 2:
+            raise ParseError(TOOL, f"a card block of {len(block)} line(s); rows come in pairs", block[0][0])
+        for j in range(0, len(block), 2):
+            cards.append(_card_from_rows(block[j], block[j + 1], head))
+        block.clear()
+
+    for ln, raw in lines:
+        s = raw.strip()
+        if _BORDER.match(s):
+            started = True
+            if section == "cards":
+                flush()
+            continue
+        cells = _cells(s)
+        if cells is None:
+            if not started:
+                timestamp = s  # e.g. "Wed Jun 21 10:27:01 2023"
+                continue
+            raise ParseError(TOOL, f"not a table line: {s[:60]!r}", ln)
+        started = True
+        joined = "|".join(cells)
+        if section == "title":
+            m = re.search(r"CNMON\s+v?(\S+)", joined)
+            if not m:
+                raise ParseError(TOOL, "the first table line must be the 'CNMON <version>' title", ln)
+            version = m.group(1)
+            d = re.search(r"Driver\s+v?(\S+)", joined)
+            driver = d.group(1) if d else None
+            section = "header"
+        elif section == "header":
+            head_rows.append((ln, cells))
+            if len(head_rows) == 2:
+                (l1, c1), (l2, c2) = head_rows
+                if not re.search(r"\bCard\b", "|".join(c1)) or len(c1) != len(c2):
+                    raise ParseError(TOOL, "the card header must be two lines starting 'Card ...' "
+                                           "with the same cells", l1)
+                head = ([_cell_pattern(c) for c in c1], [_cell_pattern(c) for c in c2])
+                section = "cards"
+        elif section == "cards":
+            if re.match(r"\s*Processes:", joined):
+                flush()
+                section = "processes"
+            else:
+                block.append((ln, cells))
+        else:  # processes
+            row = " ".join(c.strip() for c in cells).strip()
+            if re.match(r"Card\s+(VF|MI)\b", row):
+                instance = row.split()[1]
+                continue
+            if re.match(r"No running processes found", row, re.I):
+                continue
+            m = _PROC_ROW.match(row)
+            if not m:
+                raise ParseError(TOOL, f"not a process row: {row[:60]!r}", ln)
+            procs.append(MluProcess(card=int(m.group(1)), instance=m.group(2), pid=int(m.group(3)),
+                                    command=m.group(4).strip(),
+                                    memory_mib=None if m.group(5) == "N/A" else int(m.group(5))))
+    if section == "cards":
+        flush()
+    if version is None:
+        raise ParseError(TOOL, "no 'CNMON <version>' title")
+    if head is None:
+        raise ParseError(TOOL, "no card header ('Card  VF  Name ...')")
+    seen = set()
+    for c in cards:
+        if (c.card, c.vf) in seen:
+            raise ParseError(TOOL, f"card {c.card} ({c.vf}) is listed twice")
+        seen.add((c.card, c.vf))
+    return CnmonTable(version=version, driver_version=driver, timestamp=timestamp, cards=tuple(cards),
+                      processes=tuple(procs), instance_column=instance)
+
+
+# --------------------------------------------------------------------------- cnmon info
+
+_INFO_KV = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][^:]{0,80}?)\s*:\s*(?P<value>.*?)\s*$")
+_CARD_HEAD = re.compile(r"^\s*Card\s*:?\s*(\d+)\s*:?\s*$", re.I)
+
+
+def parse_info(text: str) -> CnmonInfo:
+    """Parse ``cnmon info [-c N]`` (structure from the vendor documentation; no real capture
+    at hand): "Card N" starts a card; "Key : value" lines; a "Key :" with no value (or a
+    bare "Section" line) opens a section for the lines indented under it."""
+    tool = "cnmon info"
+    cards: list[CardInfo] = []
+    current: Optional[dict[str, str]] = None
+    number = 0
+    stack: list[tuple[int, str]] = []  # (indent, section name)
+    seen_any = False
+    for i, raw in enumerate(_check_lines(text.expandtabs(8), tool), 1):
+        if not raw.strip():
+            continue
+        m = _CARD_HEAD.match(raw)
+        if m:
+            if current is not None:
+                cards.append(CardInfo(number, current))
+            number, current, stack = int(m.group(1)), {}, []
+            continue
+        indent = len(raw) - len(raw.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        kv = _INFO_KV.match(raw)
+        if kv:
+            key, value = re.sub(r"\s+", " ", kv.group("key")).lower(), kv.group("value")
+        elif re.fullmatch(r"\s*[A-Za-z][\w .()/-]{0,60}", raw):
+            key, value = re.sub(r"\s+", " ", raw.strip()).lower(), ""
+        else:
+            raise ParseError(tool, f"not a 'key : value' or section line: {raw.strip()[:60]!r}", i)
+        if current is None:
+            current = {}  # `cnmon info -c N` of one card may print no "Card" line
+        if value == "":
+            stack.append((indent, key))
+            continue
+        path = "/".join([s for _, s in stack] + [key])
+        current.setdefault(path, value)
+        seen_any = True
+    if current is not None:
+        cards.append(CardInfo(number, current))
+    if not seen_any:
+        raise ParseError(tool, "no 'key : value' line")
+    return CnmonInfo(tuple(cards))
+
+
+def _info_number(v: Optional[str], what: str) -> Optional[float]:
+    if v is None:
+        return None
+    m = re.fullmatch(r"\s*(-?[\d.]+|N/A|NA)\s*([A-Za-z%°]*)\s*", v)
+    if not m:
+        raise ParseError("cnmon info", f"{what}: expected a number with a unit, got {v.strip()[:40]!r}")
+    n = _num(m.group(1), None, what)
+    unit = m.group(2).lower()
+    if n is not None and unit in ("kib", "mib", "gib", "tib", "b", "kb", "mb", "gb"):
+        n *= {"b": 1, "kib": 1 << 10, "mib": MIB, "gib": 1 << 30, "tib": 1 << 40,
+              "kb": 1 << 10, "mb": MIB, "gb": 1 << 30}[unit]  # cnmon's units are binary
+    return n
+
+
+@dataclass(frozen=True)
+class InfoReadings:
+    serial: Optional[str] = None
+    uuid: Optional[str] = None
+    product: Optional[str] = None
+    firmware: Optional[str] = None
+    ecc_corrected: Optional[float] = None
+    ecc_uncorrected: Optional[float] = None
+    temp_board: Optional[float] = None
+    memory_total: Optional[float] = None
+
+
+def info_readings(c: CardInfo) -> InfoReadings:
+    """What the collector takes from one ``cnmon info`` card (keys by name and section)."""
+    def text(*names: str) -> Optional[str]:
+        v = c.find(*names)
+        return None if v is None or v.strip().upper() in _NA else v.strip()
+
+    corrected = uncorrected = None
+    for path, v in c.values.items():
+        if "ecc" not in path:
+            continue
+        last = path.rsplit("/", 1)[-1]
+        n = _info_number(v, path)
+        if n is None:
+            continue
+        if re.search(r"one bit|single bit|\b1 ?bit|corrected(?! )|sbe", last) and "uncorrect" not in last:
+            corrected = (corrected or 0.0) + n
+        elif re.search(r"multi|two bit|double bit|\b2 ?bit|uncorrect|dbe", last):
+            uncorrected = (uncorrected or 0.0) + n
+    return InfoReadings(
+        serial=text("serial number", "board serial number", "sn"), uuid=text("uuid"),
+        product=text("product name"), firmware=text("firmware", "firmware version", "mcu firmware"),
+        ecc_corrected=corrected, ecc_uncorrected=uncorrected,
+        temp_board=_info_number(c.find("board", within="temperature"), "Temperature Board"),
+        memory_total=_info_number(c.find("total", within="physical memory"), "Physical Memory Total"))
+
+
+# --------------------------------------------------------------------------- detector
+
+
+def detect(text: str) -> str:
+    """``cnmon`` (the default table) or ``cnmon info``; ParseError otherwise."""
+    stripped = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not stripped:
+        raise ParseError(TOOL, "empty output")
+    if any("CNMON" in s and s.startswith("|") for s in stripped):
+        return "cnmon"
+    if any(_CARD_HEAD.match(s) for s in stripped) or any(
+            re.match(r"(Product Name|Physical Memory Usage|MLU Average)\s*:", s) for s in stripped):
+        return "cnmon info"
+    if re.search(r"command not found|no such device|error|failed", stripped[0], re.I):
+        raise ParseError(TOOL, f"cnmon printed an error: {' / '.join(stripped[:3])[:200]}")
+    raise ParseError(TOOL, f"not a cnmon output I recognize (first line {stripped[0][:60]!r})")
+
+
+# --------------------------------------------------------------------------- normalizing
+
+QUALITY: dict[str, Quality] = {
+    F.UTILIZATION: Quality("cnmon: Util", "sampled", None, 0.01),
+    F.MEMORY_USED: Quality("cnmon: Memory-Usage used (MiB)", "measured", None, MIB),
+    F.MEMORY_TOTAL: Quality("cnmon: Memory-Usage total (MiB)", "measured", None, MIB),
+    "virtual_memory_used_bytes": Quality("cnmon: vMemory-Usage used (MiB)", "measured", None, MIB),
+    "virtual_memory_total_bytes": Quality("cnmon: vMemory-Usage total (MiB)", "measured", None, MIB),
+    F.TEMP_CORE: Quality("cnmon: Temp", "measured", None, 1.0),
+    F.POWER: Quality("cnmon: Pwr:Usage", "measured", None, 1.0),
+    F.POWER_LIMIT: Quality("cnmon: Pwr:Cap", "measured", None, 1.0),
+    "fan_speed_ratio": Quality("cnmon: Fan", "measured", None, 0.01),
+    "ecc_errors_total": Quality("cnmon: Ecc-Error (all ECC errors; N/A while inline ECC is off)", "measured", None, 1.0),
+    # cnmon info, refreshed every info_interval seconds (age_seconds says how old)
+    F.ECC_CORRECTED: Quality("cnmon info: ECC one-bit (corrected) error counts", "measured", None, 1.0),
+    F.ECC_UNCORRECTED: Quality("cnmon info: ECC multi-bit (uncorrected) error counts", "measured", None, 1.0),
+    F.TEMP_BOARD: Quality("cnmon info: Temperature / Board", "measured", None, 1.0),
+}
+
+
+def _put(out: dict[str, Reading], name: str, value: Optional[float], age: float = 0.0) -> None:
+    q = QUALITY[name]
+    if value is None:
+        out[name] = Reading(None, q.with_status("unsupported", age))
+    else:
+        out[name] = Reading(float(value), q if not age else q.with_status("ok", age))
+
+
+def table_readings(c: MluCard) -> dict[str, Reading]:
+    """Readings of one card from the default table, in base units."""
+    r: dict[str, Reading] = {}
+    _put(r, F.UTILIZATION, None if c.util_pct is None else c.util_pct / 100.0)
+    _put(r, F.MEMORY_USED, None if c.memory_used_mib is None else c.memory_used_mib * MIB)
+    _put(r, F.MEMORY_TOTAL, None if c.memory_total_mib is None else c.memory_total_mib * MIB)
+    if c.vmemory_total_mib is not None:
+        _put(r, "virtual_memory_used_bytes", None if c.vmemory_used_mib is None else c.vmemory_used_mib * MIB)
+        _put(r, "virtual_memory_total_bytes", c.vmemory_total_mib * MIB)
+    _put(r, F.TEMP_CORE, c.temp_c)
+    _put(r, F.POWER, c.power_w)
+    _put(r, F.POWER_LIMIT, c.power_cap_w)
+    _put(r, "fan_speed_ratio", None if c.fan_pct is None else c.fan_pct / 100.0)
+    _put(r, "ecc_errors_total", c.ecc_errors)
+    return r
+
+
+def info_detail_readings(info: InfoReadings, age: float = 0.0) -> dict[str, Reading]:
+    r: dict[str, Reading] = {}
+    for name, v in ((F.ECC_CORRECTED, info.ecc_corrected), (F.ECC_UNCORRECTED, info.ecc_uncorrected),
+                    (F.TEMP_BOARD, info.temp_board)):
+        if v is not None:
+            _put(r, name, v, age)
+    return r
+
+
+def card_uuid(c: MluCard, info: Optional[InfoReadings]) -> str:
+    """cnmon info's UUID ("MLU-..."), else its serial, else the PCI address, else the card
+    number (edge modules without a PCI address)."""
+    suffix = "" if c.vf in ("/", "", "-") else f"-vf{c.vf}"
+    if info is not None and info.uuid:
+        u = info.uuid if info.uuid.upper().startswith("MLU-") else f"MLU-{info.uuid}"
+        return u + suffix
+    if info is not None and info.serial:
+        return f"cambricon-sn-{info.serial}{suffix}"
+    if c.bus_id:
+        return f"cambricon-pci-{c.bus_id}{suffix}"
+    return f"cambricon-card{c.card}{suffix}"
+
+
+def _fault(code: str, message: str, source: str = "cnmon") -> Fault:
+    info = fault_tables.lookup("cambricon", code)
+    text = f"{message}: {info.description}" if info.description and message else (message or info.description)
+    return Fault(code=code, fault_class=info.fault_class, action=info.action, severity=info.severity,
+                 message=text, source=source)
+
+
+_SEVERITY_STATE = {"critical": "failed", "warning": "degraded", "info": "ok"}
+_RANK = {"ok": 0, "degraded": 1, "failed": 2}
+
+
+def _state(reasons: Sequence[Fault]) -> str:
+    worst = "ok"
+    for f in reasons:
+        s = _SEVERITY_STATE.get(f.severity, "degraded")
+        worst = s if _RANK[s] > _RANK[worst] else worst
+    return worst
+
+
+def _identity(c: MluCard, uuid: str, driver: Optional[str], info: Optional[InfoReadings] = None,
+              numa: Optional[int] = None) -> DeviceIdentity:
+    drv = c.driver or driver
+    return DeviceIdentity(vendor="cambricon", kind="mlu", index=c.card, uuid=uuid,
+                          model=profiles.normalize_model("cambricon", c.name), pci_address=c.bus_id,
+                          numa_node=numa, driver_version=drv[1:] if drv and drv[:1] in "vV" else drv,
+                          firmware_version=c.firmware or (info.firmware if info else None),
+                          name=c.name or None, serial=info.serial if info else None)
+
+
+def _owner(p: MluProcess, cards: Sequence[MluCard]) -> Optional[MluCard]:
+    exact = [c for c in cards if c.card == p.card and c.vf == p.instance]
+    return exact[0] if exact else next((c for c in cards if c.card == p.card), None)
+
+
+def _processes(table: CnmonTable, c: MluCard, uuid: str) -> tuple[ProcessSample, ...]:
+    return tuple(ProcessSample(pid=p.pid, device_uuid=uuid, name=p.command or None,
+                               memory_bytes=None if p.memory_mib is None else p.memory_mib * MIB)
+                 for p in table.processes if _owner(p, table.cards) is c)
+
+
+def _inited_faults(c: MluCard) -> tuple[Fault, ...]:
+    if c.inited is not None and c.inited.lower() not in ("on", "yes", "true"):
+        return (_fault("not-initialized", f"card {c.card}: Inited {c.inited}"),)
+    return ()
+
+
+def table_snapshot(table: CnmonTable, node: str = "", now: float = 0.0) -> NodeSnapshot:
+    """The model of one ``cnmon`` text (what ``parse cnmon FILE`` prints)."""
+    devices = []
+    for c in table.cards:
+        uuid = card_uuid(c, None)
+        reasons = _inited_faults(c)
+        devices.append(DeviceSample(identity=_identity(c, uuid, table.driver_version), timestamp=now,
+                                    readings=table_readings(c), health=Health(_state(reasons), reasons),
+                                    faults=reasons, processes=_processes(table, c, uuid)))
+    return NodeSnapshot(node=node, time=now, devices=tuple(devices))
+
+
+@dataclass(frozen=True)
+class ParsedOutput:
+    command: str
+    data: Any
+
+    def to_dict(self) -> dict:
+        return {"command": self.command, "result": self.data.to_dict()}
+
+
+def parse_any(text: str) -> Any:
+    """``hetero-exporter parse cnmon FILE``: the default table gives a NodeSnapshot; ``cnmon
+    info`` gives its per-card sections and what the collector reads from them."""
+    kind = detect(text)
+    if kind == "cnmon":
+        return table_snapshot(parse_table(text))
+    info = parse_info(text)
+    for c in info.cards:
+        info_readings(c)  # the values must be readable too
+    return ParsedOutput(kind, info)
+
+
+# --------------------------------------------------------------------------- collector
+
+
+@dataclass
+class _Known:
+    uuid: str
+    identity: DeviceIdentity
+    card: MluCard
+    active: tuple[str, ...] = ()
+    missing: bool = False
+    ecc_base: Optional[float] = None  # uncorrected ECC count at the previous cnmon info
+    ecc_info_at: float = -1.0  # fetch time of the cnmon info last compared
+    ecc_rising: bool = False  # the last cnmon info showed new uncorrected errors
+
+
+@dataclass
+class _Info:
+    info: Optional[InfoReadings] = None
+    fetched_at: float = 0.0
+    due: float = 0.0
+    failures: int = 0
+
+
+class CnmonCollector:
+    name = "cnmon"
+    vendor = "cambricon"
+
+    def __init__(self, exe: str, *, clock: Callable[[], float] = time.time, timeout: float = 5.0,
+                 interval: float = 10.0, settings: Optional[Mapping[str, Any]] = None,
+                 runner: Optional[Callable[..., Any]] = None, extra_env: Callable[[], Mapping[str, str]] = dict):
+        from hetero_exporter import vendor_cli
+        settings = dict(settings or {})
+        self._exe = exe
+        self._clock = clock
+        self._run = runner or vendor_cli.run
+        self._extra_env = extra_env
+        self._budget = max(0.2, float(settings.get("budget_fraction", 0.9)) * timeout)
+        self._info_interval = float(settings.get("info_interval", 300.0))
+        self._info_budget = int(settings.get("info_calls_per_cycle", 1))
+        self._workers = max(1, int(settings.get("parallel_calls", 4)))
+        self._sysfs = str(settings.get("sysfs_root", "/sys"))
+        self._numa: dict[str, Optional[int]] = {}
+        self._ledger = FaultLedger()
+        self._known: dict[tuple[int, str], _Known] = {}
+        self._info: dict[int, _Info] = {}
+        self.calls = 0
+
+    def _call(self, args: Sequence[str], deadline: float) -> str:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0.05:
+            raise TimeoutError(f"{TOOL} {' '.join(args)}: no time left in this cycle")
+        self.calls += 1
+        return self._run([self._exe, *args], remaining, env=dict(self._extra_env()) or None).stdout
+
+    def _fetch_info(self, cards: Sequence[int], deadline: float) -> None:
+        def one(card: int) -> tuple[int, Any]:
+            try:
+                parsed = parse_info(self._call(["info", "-c", str(card)], deadline))
+                mine = next((c for c in parsed.cards if c.card == card), parsed.cards[0] if parsed.cards else None)
+                return card, info_readings(mine) if mine is not None else ParseError("cnmon info", "no card")
+            except Exception as e:  # noqa: BLE001 - logged; the table still gives the readings
+                return card, e
+
+        if not cards:
+            return
+        now = self._clock()
+        with concurrent.futures.ThreadPoolExecutor(min(self._workers, len(cards))) as pool:
+            results = list(pool.map(one, cards))
+        for card, res in results:
+            st = self._info.setdefault(card, _Info())
+            st.due = now + (self._info_interval or math.inf)
+            if isinstance(res, Exception):
+                st.failures += 1
+                log.warning("cnmon info -c %d failed: %s", card, res)
+                if st.failures >= 3:
+                    st.due = math.inf
+            else:
+                st.info, st.fetched_at, st.failures = res, now, 0
+
+    def _numa_of(self, bus: Optional[str]) -> Optional[int]:
+        if bus is None:
+            return None
+        if bus not in self._numa:
+            self._numa.update({d.address: d.numa_node for d in pci.scan(self._sysfs)})
+            self._numa.setdefault(bus, None)
+        return self._numa[bus]
+
+    def collect(self) -> list[DeviceSample]:
+        deadline = time.monotonic() + self._budget
+        now = self._clock()
+        table = parse_table(self._call([], deadline))
+        cards = sorted({c.card for c in table.cards})
+        new = [n for n in cards if n not in self._info]
+        if new:  # identity: once per card, before its first sample
+            self._fetch_info(new, deadline)
+        elif self._info_interval and deadline - time.monotonic() > 0.25 * self._budget:
+            due = sorted((st.due, n) for n, st in self._info.items() if n in cards and st.due <= now)
+            self._fetch_info([n for _, n in due[:self._info_budget]], deadline)
+        out, seen = [], set()
+        for c in table.cards:
+            key = (c.card, c.vf)
+            st = self._info.get(c.card)
+            info = st.info if st else None
+            k = self._known.get(key)
+            if k is None:
+                uuid = card_uuid(c, info)
+                k = _Known(uuid, _identity(c, uuid, table.driver_version, info, self._numa_of(c.bus_id)), c)
+                self._known[key] = k
+            seen.add(key)
+            readings = table_readings(c)
+            if info is not None and st is not None:
+                age = max(0.0, now - st.fetched_at)
+                for name, rd in info_detail_readings(info, age).items():
+                    if self._info_interval and age > 3 * self._info_interval:
+                        rd = Reading(rd.value, rd.quality.with_status("stale", age))
+                    readings.setdefault(name, rd)
+            health = self._health(k, c, info, now)
+            out.append(DeviceSample(identity=k.identity, timestamp=now, readings=readings, health=health,
+                                    faults=self._ledger.faults(k.uuid), processes=_processes(table, c, k.uuid)))
+        for key, k in self._known.items():
+            if key not in seen:
+                out.append(self._missing(k, now))
+        return out
+
+    def _health(self, k: _Known, c: MluCard, info: Optional[InfoReadings], now: float) -> Health:
+        reasons = []
+        codes = [f.code for f in _inited_faults(c)]
+        for code in codes:
+            if code not in k.active:
+                f = self._ledger.record(k.uuid, _fault(code, f"card {c.card}: Inited {c.inited}"), now)
+            else:
+                f = self._ledger.get(k.uuid, code) or _fault(code, "")
+            reasons.append(f)
+        st = self._info.get(c.card)
+        if info is not None and info.ecc_uncorrected is not None and st is not None and st.fetched_at != k.ecc_info_at:
+            # uncorrected ECC errors since the previous cnmon info: one fault occurrence per
+            # error; the count found at the first look is history (it is in the counter)
+            grown = 0 if k.ecc_base is None else int(info.ecc_uncorrected - k.ecc_base)
+            if grown > 0:
+                self._ledger.record(k.uuid, _fault("ecc-uncorrected", f"card {c.card}: {grown} new"), now, grown)
+            k.ecc_base, k.ecc_info_at, k.ecc_rising = info.ecc_uncorrected, st.fetched_at, grown > 0
+        if k.ecc_rising:
+            f = self._ledger.get(k.uuid, "ecc-uncorrected")
+            if f is not None:
+                reasons.append(f)
+        k.active, k.missing = tuple(codes), False
+        return Health(_state(reasons), tuple(reasons))
+
+    def _missing(self, k: _Known, now: float) -> DeviceSample:
+        if not k.missing:
+            k.missing, k.active = True, ()
+            fault = self._ledger.record(k.uuid, _fault("missing", f"card {k.card.card}"), now)
+        else:
+            fault = self._ledger.get(k.uuid, "missing") or _fault("missing", "")
+        return DeviceSample(identity=k.identity, timestamp=now, health=Health("failed", (fault,)),
+                            faults=self._ledger.faults(k.uuid))
+
+
+_TOOL_DIRS = "/usr/bin:/usr/local/bin:/usr/local/neuware/bin:/usr/sbin"
+
+
+def create(options: CollectorOptions) -> CnmonCollector:
+    """The cnmon collector: the real tool (``settings.path``, default ``cnmon``), or, when
+    simulating, a fake cnmon executable written into ``options.workdir``."""
+    settings = dict(options.settings)
+    common = dict(clock=options.clock, timeout=options.timeout_seconds,
+                  interval=options.interval_seconds, settings=settings)
+    if options.scenario is not None:
+        from hetero_exporter.collectors import cnmon_fake
+        exe, env = cnmon_fake.install(options.scenario, options.clock, options.workdir)
+        return CnmonCollector(exe, extra_env=env, **common)
+    import shutil
+    exe = str(settings.get("path") or "cnmon")
+    found = exe if "/" in exe else (shutil.which(exe) or shutil.which(exe, path=_TOOL_DIRS))
+    if found is None:
+        raise Unavailable(f"{exe} not found on PATH (Cambricon driver tools not installed)")
+    return CnmonCollector(found, **common)

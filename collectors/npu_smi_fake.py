@@ -1,0 +1,493 @@
+"""A fake ``npu-smi`` executable that prints a scenario's Ascend devices in npu-smi's layouts.
+
+``install()`` writes a small launcher named ``npu-smi`` into the collector's workdir; the
+launcher runs this module with the agent's own interpreter, so the real collector runs the
+real runner (hetero_exporter.vendor_cli) and the real parsers against it. The scenario file
+is baked into the launcher; the scenario time comes with each call in the environment
+variable ``HETERO_SIM_T`` (the collector's simulation branch passes it), so the fake prints
+the values of that moment and the real code path knows nothing of simulation.
+
+The renderers are pure functions of collectors/npu_smi.py's parsed structures (NpuSummary,
+DetailDoc-like key lists), which is what the render -> parse round-trip tests rely on.
+
+Scenario hooks (vendor ``ascend``):
+- ``settings: {ascend: {layout: 910|910-22|910-old|310|new, chips_per_card: N,
+  npu_id_base: N, mode: hung|slow|garbage|truncated|exit, seconds: S, status: N}}``;
+  ``layout`` defaults to ``310`` for a 310 product and ``910`` otherwise;
+- device ``extra``: ``ddr_total_mb``, ``hugepages_total``, ``aicore_count``,
+  ``aicore_max_mhz``, ``board_name``, ``aicpu_utilization_ratio``, ``ctrlcpu_utilization_ratio``;
+- faults ``kind: health`` (``state`` Warning|Alarm|Critical|UNKNOWN, ``code`` and/or
+  ``codes: [...]``, ``message``) on a device index; ``kind: missing`` (the chip is left out
+  of the table); ``kind: hung|slow|garbage|truncated|exit`` (the whole tool, any index;
+  ``command: summary|detail`` limits it to ``npu-smi info`` or to the ``-t``/``-m`` calls).
+A hung fake starts a grandchild ``sleep`` and writes both pids to ``npu-smi.hung.pids`` in
+its workdir, so tests can see the runner kill the whole process group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from hetero_exporter.collectors.npu_smi import MIB, NpuChip, NpuProcess, NpuSummary
+
+ENV_T = "HETERO_SIM_T"
+ENV_SCENARIO = "HETERO_SIM_SCENARIO"
+ENV_WORKDIR = "HETERO_SIM_WORKDIR"
+FAILURE_KINDS = ("hung", "slow", "garbage", "truncated", "exit")
+LAYOUTS = ("910", "910-22", "910-old", "310", "new")
+
+# --------------------------------------------------------------------------- table renderer
+
+
+def _num(v: Optional[float], fmt: str = "{:.1f}") -> str:
+    return "NA" if v is None else fmt.format(v)
+
+
+def _i(v: Optional[int]) -> str:
+    return "NA" if v is None else str(v)
+
+
+def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "|" + "|".join(c.ljust(w) for c, w in zip(cells, widths)) + "|"
+
+
+def _border(widths: Sequence[int], ch: str) -> str:
+    return "+" + "+".join(ch * w for w in widths) + "+"
+
+
+@dataclass(frozen=True)
+class _Style:
+    widths: tuple[int, ...]
+    head1: tuple[str, ...]
+    head2: tuple[str, ...]
+    processes: bool
+
+
+def _style(layout: str) -> _Style:
+    if layout in ("910", "910-22"):
+        w1 = 27 if layout == "910" else 22
+        return _Style((w1, 15, 52), (" NPU   Name", " Health", " Power(W)    Temp(C)           Hugepages-Usage(page)"),
+                      (" Chip", " Bus-Id", " AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)"), True)
+    if layout == "910-old":
+        return _Style((22, 15, 45), (" NPU   Name", " Health", " Power(W)   Temp(C)"),
+                      (" Chip", " Bus-Id", " AICore(%)  Memory-Usage(MB)  HBM-Usage(MB)"), False)
+    if layout == "310":
+        return _Style((19, 17, 40), (" NPU     Name", " Health", " Power(W)          Temp(C)"),
+                      (" Chip    Device", " Bus-Id", " AICore(%)         Memory-Usage(MB)"), False)
+    if layout == "new":
+        return _Style((8, 18, 15, 53), (" NPU ID", " Name", " Health", " Power(W)    Temp(C)           Hugepages-Usage(page) "),
+                      ("", "", " Bus-Id", " NPU Util(%) Memory-Usage(MB)  HBM-Usage(MB)"), True)
+    raise ValueError(f"unknown npu-smi layout {layout!r}; one of {LAYOUTS}")
+
+
+def _bus(b: Optional[str]) -> str:
+    return "NA" if b is None else b.upper()
+
+
+def _pair(u: Optional[int], t: Optional[int], w: int) -> str:
+    if u is None and t is None:
+        return "NA"
+    return f"{_i(u):<{w}}/ {_i(t)}"
+
+
+def _chip_rows(c: NpuChip, layout: str) -> tuple[list[str], list[str]]:
+    pw, tp, ai = _num(c.power_w), _num(c.temp_c, "{:.0f}"), _num(c.aicore_pct, "{:.0f}")
+    if layout in ("910", "910-22"):
+        w1 = 27 if layout == "910" else 22
+        return ([f" {c.npu_id:<6}{c.name:<{w1 - 7}}", f" {c.health:<14}",
+                 f" {pw:<12}{tp:<18}{_pair(c.hugepages_used, c.hugepages_total, 5)}"],
+                [f" {c.chip_id:<{w1 - 1}}", f" {_bus(c.bus_id):<14}",
+                 f" {ai:<12}{_pair(c.memory_used_mb, c.memory_total_mb, 5):<18}"
+                 f"{_pair(c.hbm_used_mb, c.hbm_total_mb, 5)}"])
+    if layout == "910-old":
+        return ([f" {c.npu_id:<6}{c.name:<15}", f" {c.health:<14}", f" {pw:<11}{tp}"],
+                [f" {c.chip_id:<21}", f" {_bus(c.bus_id):<14}",
+                 f" {ai:<11}{_pair(c.memory_used_mb, c.memory_total_mb, 5):<18}"
+                 f"{_pair(c.hbm_used_mb, c.hbm_total_mb, 5)}"])
+    if layout == "310":
+        return ([f" {c.npu_id:<8}{c.name:<10}", f" {c.health:<16}", f" {pw:<18}{tp}"],
+                [f" {c.chip_id:<8}{_i(c.logic_id):<10}", f" {_bus(c.bus_id):<16}",
+                 f" {ai:<18}{_pair(c.memory_used_mb, c.memory_total_mb, 5)}"])
+    return ([f" {c.npu_id:<7}", f" {c.name:<17}", f" {c.health:<14}",
+             f" {pw:<12}{tp:<18}{_pair(c.hugepages_used, c.hugepages_total, 6)}"],
+            ["", "", f" {_bus(c.bus_id):<14}",
+             f" {ai:<12}{_pair(c.memory_used_mb, c.memory_total_mb, 5):<18}{_pair(c.hbm_used_mb, c.hbm_total_mb, 6)}"])
+
+
+def render_summary(s: NpuSummary, layout: str = "910") -> str:
+    """``npu-smi info`` for ``s`` in one of LAYOUTS (fields a layout has no column for are
+    not printed: the 310 and 910-old layouts have no process section)."""
+    st = _style(layout)
+    inner = sum(st.widths) + len(st.widths) - 1
+    title_widths = st.widths if layout != "new" else (27, 15, 53)
+    lines = ["+" + "-" * inner + "+",
+             "|" + f" npu-smi {s.tool_version:<24} Version: {s.driver_version}".ljust(inner) + "|",
+             _border(title_widths, "-"), _row(st.head1, st.widths), _row(st.head2, st.widths),
+             _border(st.widths, "=")]
+    chips = sorted(s.chips, key=lambda c: (c.npu_id, c.chip_id))
+    for i, c in enumerate(chips):
+        a, b = _chip_rows(c, layout)
+        lines += [_row(a, st.widths), _row(b, st.widths)]
+        same_card = i + 1 < len(chips) and chips[i + 1].npu_id == c.npu_id
+        lines.append(_border(st.widths, "-" if same_card else "="))
+    if st.processes:
+        lines += _process_section(s, layout, st, inner)
+    return "\n".join(lines) + "\n"
+
+
+def _process_section(s: NpuSummary, layout: str, st: _Style, inner: int) -> list[str]:
+    w1 = st.widths[0] if layout != "new" else 27
+    pw = (w1, 15, 26, inner - w1 - 15 - 26 - 3)
+    border = _border(st.widths if layout != "new" else (27, 15, 53), "=")
+    first = " NPU     Chip" if layout != "new" else " NPU ID"
+    lines = [_border(st.widths if layout != "new" else (27, 15, 53), "-"),
+             _row((first, " Process id", " Process name", " Process memory(MB)"), pw), border]
+    for npu in sorted({c.npu_id for c in s.chips}):
+        procs = [p for p in s.processes if p.npu_id == npu]
+        if not procs:
+            lines += ["|" + f" No running processes found in NPU {npu}".ljust(inner) + "|", border]
+        for p in procs:
+            head = f" {p.npu_id:<8}{_i(p.chip_id):<{w1 - 9}}" if layout != "new" else f" {p.npu_id:<{w1 - 1}}"
+            lines += [_row((head, f" {p.pid:<14}", f" {p.name:<25}", f" {_i(p.memory_mb):<{pw[3] - 1}}"), pw),
+                      border]
+    return lines
+
+
+def render_mapping(chips: Sequence[NpuChip], mcu_cards: Sequence[int] = ()) -> str:
+    """``npu-smi info -m``: card, chip, logic id, chip name (and an Mcu row per card listed)."""
+    w = 31
+    lines = ["NPU ID".ljust(w) + "Chip ID".ljust(w) + "Chip Logic ID".ljust(w) + "Chip Name"]
+    by_card: dict[int, list[NpuChip]] = {}
+    for c in sorted(chips, key=lambda c: (c.npu_id, c.chip_id)):
+        by_card.setdefault(c.npu_id, []).append(c)
+    for card, cs in by_card.items():
+        for c in cs:
+            lines.append(f"{c.npu_id:<{w}}{c.chip_id:<{w}}{_i(c.logic_id):<{w}}Ascend {c.name}")
+        if card in mcu_cards:
+            lines.append(f"{card:<{w}}{len(cs):<{w}}{'-':<{w}}Mcu")
+    return "\n".join(lines) + "\n"
+
+
+def render_kv(blocks: Sequence[Sequence[tuple[str, str]]], indent: str = "\t") -> str:
+    """Blocks of ``key : value`` lines as npu-smi prints them (``\\t%-30s : %s``), blank
+    lines between blocks; a value with newlines continues under the value column."""
+    out = []
+    width = max([30] + [len(k) for block in blocks for k, _ in block])
+    for bi, block in enumerate(blocks):
+        if bi:
+            out.append("")
+        for key, value in block:
+            first, *rest = str(value).split("\n")
+            out.append(f"{indent}{key:<{width}} : {first}")
+            pad = " " * (len(indent.expandtabs(8)) + width + 3)
+            out += [pad + r for r in rest]
+    return "\n".join(out) + "\n"
+
+
+def render_health(state: str, codes: Sequence[str] = (), information: Sequence[str] = ()) -> str:
+    """``npu-smi info -t health -i N -c C``."""
+    return render_kv([[("Health Status", state), ("Error Code", " ".join(codes) if codes else "NA"),
+                       ("Error Information", "\n".join(information) if information else "NA")]])
+
+
+# --------------------------------------------------------------------------- scenario -> npu-smi
+
+
+@dataclass(frozen=True)
+class FakeChip:
+    chip: NpuChip
+    spec: Any  # simulate.scenario.DeviceSpec
+    codes: tuple[str, ...] = ()
+    information: tuple[str, ...] = ()
+
+
+def _mb(v: Optional[float]) -> Optional[int]:
+    return None if v is None else int(round(v / MIB))
+
+
+def _pct(v: Optional[float]) -> Optional[float]:
+    return None if v is None else float(round(100 * v))
+
+
+def _layout(scenario: Any) -> str:
+    cfg = scenario.vendor_settings("ascend")
+    if cfg.get("layout"):
+        return str(cfg["layout"])
+    devs = scenario.devices_of("ascend")
+    return "310" if devs and devs[0].product.startswith("310") and not devs[0].product.startswith("310P") else "910"
+
+
+def fake_chips(scenario: Any, t: float) -> tuple[list[FakeChip], list[NpuProcess], str]:
+    """The scenario's Ascend devices at ``t`` as npu-smi rows (vendor units), with their
+    processes and the layout to print them in."""
+    cfg = scenario.vendor_settings("ascend")
+    layout = _layout(scenario)
+    per_card = max(1, int(cfg.get("chips_per_card", 1)))
+    base = int(cfg.get("npu_id_base", 0))
+    chips, procs = [], []
+    for pos, d in enumerate(scenario.devices_of("ascend")):
+        faults = [f for f in scenario.faults_of("ascend", d.index) if f.active(t)]
+        if any(f.kind == "missing" for f in faults):
+            continue
+        state, codes, info = "OK", [], []
+        for f in faults:
+            if f.kind == "health":
+                state = str(f.params.get("state", "Alarm"))
+                codes += ([f.code] if f.code else []) + [str(c) for c in f.params.get("codes", [])]
+                if f.message:
+                    info.append(f.message)
+        npu, chip = base + pos // per_card, pos % per_card
+        total, used = _mb(d.value("memory_total_bytes", t)), _mb(d.value("memory_used_bytes", t))
+        ddr_total = d.extra.get("ddr_total_mb")
+        hp = d.extra.get("hugepages_total")
+        p = d.value("power_watts", t)
+        temp = d.value("temperature_core_celsius", t)
+        c = NpuChip(npu_id=npu, chip_id=chip, name=d.product, health=state, bus_id=d.pci_address,
+                    logic_id=pos if layout == "310" else None,
+                    power_w=None if p is None else round(p, 1), temp_c=None if temp is None else float(round(temp)),
+                    aicore_pct=_pct(d.value("utilization_ratio", t)))
+        if layout == "310":
+            c = _replace(c, memory_used_mb=used, memory_total_mb=total)
+        else:
+            ddr = int(ddr_total or 0)
+            c = _replace(c, memory_used_mb=min(ddr, int(d.extra.get("ddr_used_mb", 0))) if ddr else 0,
+                         memory_total_mb=ddr, hbm_used_mb=used, hbm_total_mb=total)
+            if layout != "910-old":
+                c = _replace(c, hugepages_used=0, hugepages_total=int(hp or 0))
+        chips.append(FakeChip(c, d, tuple(codes), tuple(info)))
+        if layout in ("910", "910-22", "new"):
+            for ps in d.processes:
+                procs.append(NpuProcess(npu_id=npu, chip_id=None if layout == "new" else chip, pid=ps.pid,
+                                        name=ps.name, memory_mb=_mb(ps.memory.at(t))))
+    return chips, procs, layout
+
+
+def _replace(c: NpuChip, **kw: Any) -> NpuChip:
+    import dataclasses
+    return dataclasses.replace(c, **kw)
+
+
+def _die_id(uuid: str) -> str:
+    h = hashlib.sha1(uuid.encode()).hexdigest().upper()
+    return " ".join(h[i:i + 8] for i in range(0, 40, 8))
+
+
+def _detail(kind: str, card: int, chip_id: Optional[int], chips: Sequence[FakeChip], t: float,
+            layout: str) -> Optional[str]:
+    mine = [fc for fc in chips if fc.chip.npu_id == card and (chip_id is None or fc.chip.chip_id == chip_id)]
+    if not mine:
+        return None
+    if kind == "health":
+        fc = mine[0]
+        return render_health(fc.chip.health, fc.codes, fc.information)
+    head = [("NPU ID", str(card)), ("Chip Count", str(len([f for f in chips if f.chip.npu_id == card])))]
+    blocks: list[list[tuple[str, str]]] = [head]
+    for fc in mine:
+        c, d = fc.chip, fc.spec
+
+        def val(field: str, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
+            v = None if field in d.unsupported else d.value(field, t)
+            return "NA" if v is None else fmt.format(v * scale)
+
+        hbm = c.hbm_total_mb or 0
+        if kind == "usages":
+            rows = [("DDR Capacity(MB)", _i(c.memory_total_mb or 0)),
+                    ("DDR Usage Rate(%)", "0"), ("DDR Hugepages Total(page)", _i(c.hugepages_total or 0)),
+                    ("DDR Hugepages Usage Rate(%)", "0")]
+            if hbm:
+                rows += [("HBM Capacity(MB)", str(hbm)),
+                         ("HBM Usage Rate(%)", str(round(100 * (c.hbm_used_mb or 0) / hbm)))]
+            rows += [("Aicore Usage Rate(%)", _num(c.aicore_pct, "{:.0f}")),
+                     ("Aicpu Usage Rate(%)", f"{round(100 * float(d.extra.get('aicpu_utilization_ratio', 0)))}"),
+                     ("Ctrlcpu Usage Rate(%)", f"{round(100 * float(d.extra.get('ctrlcpu_utilization_ratio', 0)))}"),
+                     ("DDR Bandwidth Usage Rate(%)", val("memory_utilization_ratio", 100) if not hbm else "0")]
+            if hbm:
+                rows.append(("HBM Bandwidth Usage Rate(%)", val("memory_utilization_ratio", 100)))
+        elif kind == "common":
+            rows = [("Memory Usage Rate(%)", "0"),
+                    ("HBM Usage Rate(%)", str(round(100 * (c.hbm_used_mb or 0) / hbm)) if hbm else "0"),
+                    ("Aicore Usage Rate(%)", _num(c.aicore_pct, "{:.0f}")),
+                    ("Aicore Freq(MHZ)", str(int(d.extra.get("aicore_max_mhz", 1800)))),
+                    ("Aicore curFreq(MHZ)", val("clock_compute_hertz", 1e-6)),
+                    ("Aicore Count", str(int(d.extra.get("aicore_count", 20)))),
+                    ("Temperature(C)", _num(c.temp_c, "{:.0f}")), ("NPU Real-time Power(W)", _num(c.power_w))]
+        elif kind == "memory":
+            rows = [("DDR Capacity(MB)", _i(c.memory_total_mb or 0)), ("DDR Clock Speed(MHz)", "0"),
+                    ("HBM Capacity(MB)", str(hbm)), ("HBM Clock Speed(MHz)", val("clock_memory_hertz", 1e-6)),
+                    ("HBM Temperature(C)", val("temperature_memory_celsius")), ("HBM Manufacturer ID", "0x57")]
+        elif kind == "ecc":
+            rows = []
+            for what, field in (("Single", "ecc_corrected_total"), ("Double", "ecc_uncorrected_total")):
+                rows += [(f"HBM {what} Bit Error Count", val(field)),
+                         (f"HBM {what} Bit Aggregate Total Err Cnt", val(field))]
+            rows += [("HBM Single Bit Isolated Pages Count", "0"), ("HBM Double Bit Isolated Pages Count", "0")]
+        elif kind == "board":
+            return render_kv([[("NPU ID", str(card)), ("Product Name", str(d.extra.get("board_name", "IT21HMDC_Bin5"))),
+                               ("Model", "NA"), ("Manufacturer", "Huawei"), ("Serial Number", d.serial),
+                               ("Software Version", d.driver_version), ("Firmware Version", d.firmware_version),
+                               ("Compatibility", "OK"), ("Board ID", "0x60"), ("PCIe Bus Info", _bus(c.bus_id)),
+                               ("PCI Vendor ID", "0x19E5"), ("PCI Device ID", "0xD802"),
+                               ("Chip Count", head[1][1])]
+                              + ([("DDie ID", _die_id(d.uuid))] if layout == "new" else [])])
+        elif kind == "board-chip":
+            return render_kv([[("NPU ID", str(card)), ("Chip ID", str(c.chip_id)), ("Chip Type", "Ascend"),
+                               ("Chip Name", c.name), ("Chip Version", "V1"), ("Board ID", "0x02"),
+                               ("VDie ID", _die_id(d.uuid)), ("Chip Position ID", str(c.chip_id)),
+                               ("PCIe Bus Info", _bus(c.bus_id)), ("Firmware Version", d.firmware_version)]])
+        else:
+            return None
+        blocks.append(rows + [("Chip ID", str(c.chip_id))])
+    return render_kv(blocks)
+
+
+USAGE = "Usage: npu-smi info <watch|proc|-h|-m|-l|-t type> [Options...]\n"
+
+
+def answer(scenario: Any, t: float, argv: Sequence[str]) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``npu-smi ARGV`` for the scenario at ``t``."""
+    chips, procs, layout = fake_chips(scenario, t)
+    args = list(argv)
+    if args[:1] != ["info"]:
+        return 1, "", USAGE
+    rest = args[1:]
+    if not rest:
+        drv = scenario.devices_of("ascend")[0].driver_version if scenario.devices_of("ascend") else "23.0.0"
+        summary = NpuSummary(tool_version=drv, driver_version=drv, layout=layout,
+                             chips=tuple(fc.chip for fc in chips), processes=tuple(procs))
+        return 0, render_summary(summary, layout), ""
+    if rest == ["-m"]:
+        return 0, render_mapping([_replace(fc.chip, logic_id=i) for i, fc in enumerate(chips)]), ""
+    if rest == ["-l"]:
+        cards = sorted({fc.chip.npu_id for fc in chips})
+        blocks = [[("Total Count", str(len(cards)))]]
+        for card in cards:
+            blocks.append([("NPU ID", str(card)),
+                           ("Chip Count", str(len([f for f in chips if f.chip.npu_id == card])))])
+        return 0, render_kv(blocks), ""
+    opts = dict(zip(rest[::2], rest[1::2])) if len(rest) % 2 == 0 else {}
+    kind, card, chip = opts.get("-t"), opts.get("-i"), opts.get("-c")
+    if kind is None or card is None or not card.isdigit() or (chip is not None and not chip.isdigit()):
+        return 1, "", USAGE
+    if kind == "board" and chip is not None:
+        kind = "board-chip"
+    text = _detail(kind, int(card), None if chip is None else int(chip), chips, t, layout)
+    if text is None:
+        return 1, "Invalid card id.\nError parameter of -i\n" + USAGE, ""
+    return 0, text, ""
+
+
+# --------------------------------------------------------------------------- fake CLI plumbing
+# Shared with collectors/cnmon_fake.py: failure modes, the launcher and the entry point.
+
+
+def failure(scenario: Any, vendor: str, t: float, detail: bool) -> Optional[tuple[str, Mapping[str, Any]]]:
+    """The failure mode in force for a call (``detail``: anything but the main table), from
+    the vendor's settings (``mode``) or an active fault of a FAILURE_KINDS kind."""
+    cfg = scenario.vendor_settings(vendor)
+    if cfg.get("mode") in FAILURE_KINDS:
+        return str(cfg["mode"]), cfg
+    for f in scenario.faults_of(vendor):
+        if f.kind in FAILURE_KINDS and f.active(t):
+            which = f.params.get("command", "all")
+            if which == "all" or (which == "detail") == detail:
+                return f.kind, f.params
+    return None
+
+
+def garbage(t: float) -> str:
+    """Deterministic junk: what a crashed or mis-linked tool might spill."""
+    h = hashlib.sha256(f"garbage:{t:.3f}".encode()).digest() * 8
+    return "".join(chr(32 + b % 95) if b % 7 else "\n" for b in h) + "\x00\x1b[0m\n"
+
+
+def _hang(workdir: Optional[str], tool: str) -> None:
+    child = subprocess.Popen(["sleep", "3600"])  # a grandchild: the runner must kill it too
+    if workdir:
+        with open(os.path.join(workdir, f"{tool}.hung.pids"), "w") as f:
+            f.write(f"{os.getpid()} {child.pid}\n")
+    for _ in range(3600):  # bounded: an hour, far past any deadline
+        time.sleep(1)
+
+
+Answer = Callable[[Any, float, Sequence[str]], tuple[int, str, str]]
+
+
+def fake_main(vendor: str, tool: str, answer_fn: Answer, argv: Optional[Sequence[str]] = None,
+              detail: Optional[Callable[[Sequence[str]], bool]] = None) -> int:
+    """Entry point of a fake tool: load the scenario, apply the failure mode, print."""
+    from hetero_exporter.simulate.scenario import load
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        scenario = load(os.environ[ENV_SCENARIO])
+    except (KeyError, ValueError, OSError) as e:
+        sys.stderr.write(f"fake {tool}: cannot load the scenario: {e}\n")
+        return 2
+    t = float(os.environ.get(ENV_T, "0") or 0)
+    mode = failure(scenario, vendor, t, detail(argv) if detail else len(argv) > 1)
+    if mode and mode[0] == "hung":
+        _hang(os.environ.get(ENV_WORKDIR), tool)
+    if mode and mode[0] == "slow":
+        time.sleep(float(mode[1].get("seconds", 2.0)))
+    if mode and mode[0] == "exit":
+        sys.stderr.write(str(mode[1].get("message", f"{tool}: driver not ready (simulated failure)")) + "\n")
+        return int(mode[1].get("status", 255))
+    status, out, err = answer_fn(scenario, t, argv)
+    if mode and mode[0] == "garbage":
+        out = garbage(t)
+    elif mode and mode[0] == "truncated":
+        out = out[: len(out) // 2]
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return status
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return fake_main("ascend", "npu-smi", answer, argv)
+
+
+def write_launcher(workdir: str, name: str, module: str, scenario_path: str) -> str:
+    """An executable ``workdir/name`` that runs ``python -m module`` with this interpreter."""
+    path = os.path.join(workdir, name)
+    script = (f"#!/bin/sh\n{ENV_SCENARIO}={shlex.quote(scenario_path)} {ENV_WORKDIR}={shlex.quote(workdir)} "
+              f"exec {shlex.quote(sys.executable)} -m {module} \"$@\"\n")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(script)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
+    return path
+
+
+def clock_env(clock: Any) -> Callable[[], dict[str, str]]:
+    """The per-call environment that tells a fake tool the scenario time."""
+    t = getattr(clock, "t", None)
+    return lambda: {ENV_T: repr(float(t())) if t is not None else "0.0"}
+
+
+def install_tool(scenario: Any, clock: Any, workdir: Optional[str], tool: str,
+                 module: str) -> tuple[str, Callable[[], dict[str, str]]]:
+    """Write the fake ``tool`` (running ``module``) for ``scenario``; returns (its path,
+    the per-call environment)."""
+    from hetero_exporter.collector_api import Unavailable
+    if not scenario.source or not os.path.isfile(scenario.source):
+        raise Unavailable(f"the fake {tool} needs the scenario's file (Scenario.source)")
+    wd = workdir or tempfile.mkdtemp(prefix=f"hetero-{tool}-")
+    os.makedirs(wd, exist_ok=True)
+    return write_launcher(wd, tool, module, os.path.abspath(scenario.source)), clock_env(clock)
+
+
+def install(scenario: Any, clock: Any, workdir: Optional[str]) -> tuple[str, Callable[[], dict[str, str]]]:
+    """Write the fake npu-smi for ``scenario``; returns (its path, the per-call environment)."""
+    return install_tool(scenario, clock, workdir, "npu-smi", __name__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
