@@ -110,6 +110,15 @@ SNAPSHOT_AGE = Metric("accelerator_snapshot_age_seconds", "gauge",
 HEALTH_ACTIONS = Metric("accelerator_health_actions_total", "counter",
                         "Kubernetes actions taken by the health loop (taint, untaint, condition, "
                         "event, cordon) by result.", ("action", "result"))
+HEALTH_BUDGET_EXHAUSTED = Metric("accelerator_health_budget_exhausted", "gauge",
+                                 "1 while the blast-radius budget refuses to taint this node.", ())
+HEALTH_BUDGET_NODES = Metric("accelerator_health_budget_nodes", "gauge",
+                             "Accelerator nodes seen at the last budget check, by state (total, tainted).",
+                             ("state",))
+HEALTH_NODE_UNHEALTHY = Metric("accelerator_health_node_unhealthy", "gauge",
+                               "1 when the node policy finds the node unhealthy (whatever the mode).", ())
+HEALTH_KUBERNETES_UP = Metric("accelerator_health_kubernetes_up", "gauge",
+                              "1 when the health loop's last Kubernetes round trip succeeded.", ())
 
 ALL: tuple[Metric, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Metric))
 BY_NAME: dict[str, Metric] = {m.name: m for m in ALL}

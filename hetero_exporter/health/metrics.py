@@ -1,0 +1,72 @@
+"""Self-metrics of the health loop, as a prometheus_client collector registered beside the
+snapshot collector: actions by result, the blast-radius budget, node verdict, API reachability.
+Names come from exposition/names.py."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Iterator, Optional
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from hetero_exporter.exposition import names as N
+
+RESULTS = ("ok", "error", "conflict", "refused", "dry-run", "exists")
+
+
+class HealthMetrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._actions: Counter = Counter()
+        self._budget_exhausted = 0.0
+        self._budget_nodes: Optional[tuple[int, int]] = None
+        self._unhealthy: Optional[float] = None
+        self._up: Optional[float] = None
+
+    def action(self, action: str, result: str, n: int = 1) -> None:
+        with self._lock:
+            self._actions[(action, result)] += n
+
+    def actions(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._actions)
+
+    def budget(self, exhausted: bool, total: Optional[int] = None, tainted: Optional[int] = None) -> None:
+        with self._lock:
+            self._budget_exhausted = 1.0 if exhausted else 0.0
+            if total is not None and tainted is not None:
+                self._budget_nodes = (total, tainted)
+
+    @property
+    def budget_exhausted(self) -> bool:
+        with self._lock:
+            return self._budget_exhausted == 1.0
+
+    def node(self, unhealthy: bool) -> None:
+        with self._lock:
+            self._unhealthy = 1.0 if unhealthy else 0.0
+
+    def kubernetes_up(self, up: bool) -> None:
+        with self._lock:
+            self._up = 1.0 if up else 0.0
+
+    def collect(self) -> Iterator:
+        with self._lock:
+            actions = dict(self._actions)
+            exhausted, nodes, unhealthy, up = self._budget_exhausted, self._budget_nodes, self._unhealthy, self._up
+        c = CounterMetricFamily(N.HEALTH_ACTIONS.family, N.HEALTH_ACTIONS.help, labels=N.HEALTH_ACTIONS.labels)
+        for (action, result), v in sorted(actions.items()):
+            c.add_metric([action, result], v)
+        yield c
+        yield GaugeMetricFamily(N.HEALTH_BUDGET_EXHAUSTED.name, N.HEALTH_BUDGET_EXHAUSTED.help, value=exhausted)
+        if nodes is not None:
+            g = GaugeMetricFamily(N.HEALTH_BUDGET_NODES.name, N.HEALTH_BUDGET_NODES.help,
+                                  labels=N.HEALTH_BUDGET_NODES.labels)
+            g.add_metric(["total"], nodes[0])
+            g.add_metric(["tainted"], nodes[1])
+            yield g
+        if unhealthy is not None:
+            yield GaugeMetricFamily(N.HEALTH_NODE_UNHEALTHY.name, N.HEALTH_NODE_UNHEALTHY.help, value=unhealthy)
+        if up is not None:
+            yield GaugeMetricFamily(N.HEALTH_KUBERNETES_UP.name, N.HEALTH_KUBERNETES_UP.help, value=up)

@@ -1,0 +1,289 @@
+"""The only code that writes to Kubernetes (through k8s/): applies health/plan.py to this node.
+
+One ``reconcile`` = read the Node, plan against what is there, write the Node (merge patch
+carrying the resourceVersion just read: a concurrent change is answered 409 and the cycle
+re-reads and re-plans, at most ``conflict_retries`` times), write the condition (strategic
+merge on ``status.conditions``), then send the outbox events (fixed names: a resend is answered
+AlreadyExists). A failed or timed-out write is not retried blindly: the next cycle reads the
+Node again, so a write that did land is seen and not repeated.
+
+Modes: ``observe`` makes no call at all (metrics only); ``dry-run`` writes events that say what
+would be done, plus its bookkeeping and the inventory; ``enforce`` taints, conditions, labels.
+
+``HealthLoop`` runs reconcile on its own thread with the latest published snapshot, so the
+sampler never waits on the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from hetero_exporter.health import plan as plan_mod
+from hetero_exporter.health.metrics import HealthMetrics
+from hetero_exporter.health.plan import Book, Budget, Plan, RemedyConfig
+from hetero_exporter.health.policy import Policy
+from hetero_exporter.health.verdicts import Evaluation, HealthVerdicts
+from hetero_exporter.k8s.client import Cluster, K8sError
+from hetero_exporter.k8s.events import Events, NodeEvent
+from hetero_exporter.k8s.nodes import Nodes
+from hetero_exporter.model import NodeSnapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """What one reconcile did."""
+
+    plan: Optional[Plan] = None
+    wrote_node: bool = False
+    wrote_condition: bool = False
+    events_sent: int = 0
+    error: Optional[str] = None
+    conflicts: int = 0
+    skipped: str = ""  # why nothing was attempted
+    notes: list[str] = field(default_factory=list)
+
+
+def _result(what: str) -> str:
+    if what == "refused":
+        return "refused"
+    if what.startswith("dry-run"):
+        return "dry-run"
+    return "ok"
+
+
+def empty_node(name: str) -> dict:
+    return {"metadata": {"name": name, "labels": {}, "annotations": {}}, "spec": {}, "status": {}}
+
+
+class Remedy:
+    def __init__(self, cluster: Optional[Cluster], node_name: str, policy: Policy, cfg: RemedyConfig,
+                 metrics: Optional[HealthMetrics] = None, *, clock: Callable[[], float] = time.time):
+        self.node = node_name
+        self.policy = policy
+        self.cfg = cfg
+        self.metrics = metrics or HealthMetrics()
+        self._clock = clock
+        on = cluster is not None and cluster.enabled and cfg.mode != "observe"
+        self._nodes = Nodes(cluster) if on else None
+        self._events = Events(cluster) if on else None
+        self._delivered: set[str] = set()
+        self.restored = not on  # sticky faults read back from the Node (or nothing to read)
+
+    @property
+    def writes(self) -> bool:
+        return self._nodes is not None
+
+    # ------------------------------------------------------------------ restart safety
+    def restore_into(self, verdicts: HealthVerdicts, current_boot_id: Optional[str]) -> bool:
+        """Read the bookkeeping on the Node and seed the rules with the sticky faults an
+        earlier agent process recorded. True once done (or when there is nothing to do)."""
+        if self.restored:
+            return True
+        try:
+            node = self._nodes.get(self.node)  # type: ignore[union-attr]
+        except K8sError as e:
+            if e.not_found:
+                self.restored = True
+                return True
+            log.warning("cannot read the node's bookkeeping yet", extra={"node": self.node, "error": str(e)})
+            self.metrics.kubernetes_up(False)
+            return False
+        book = Book.from_annotation(((node.get("metadata") or {}).get("annotations") or {}).get(self.cfg.book_annotation))
+        sticky = plan_mod.sticky_from_json(book.sticky)
+        verdicts.restore(sticky, book.boot_id, current_boot_id)
+        if sticky:
+            log.info("restored sticky faults from the node", extra={
+                "node": self.node, "devices": len(sticky),
+                "rebooted": bool(book.boot_id and current_boot_id and book.boot_id != current_boot_id)})
+        self.restored = True
+        self.metrics.kubernetes_up(True)
+        return True
+
+    # ------------------------------------------------------------------ one cycle
+    def _budget(self) -> Budget:
+        selector = f"{self.cfg.present_label}=true" if self.cfg.inventory else None
+        try:
+            nodes = self._nodes.list(selector)  # type: ignore[union-attr]
+        except K8sError as e:
+            return Budget(0, 0, error=str(e))
+        names = set()
+        tainted = 0
+        for n in nodes:
+            name = (n.get("metadata") or {}).get("name")
+            annotations = (n.get("metadata") or {}).get("annotations") or {}
+            taints = (n.get("spec") or {}).get("taints") or []
+            ours = any(isinstance(t, dict) and t.get("key") == self.cfg.taint_key for t in taints)
+            if selector is None and not ours and self.cfg.devices_annotation not in annotations:
+                continue  # without labels: accelerator nodes are those with our marks
+            names.add(name)
+            if ours and name != self.node:
+                tainted += 1
+        names.add(self.node)
+        return Budget(total=len(names), tainted=tainted)
+
+    def reconcile(self, snapshot: NodeSnapshot, ev: Evaluation) -> Outcome:
+        """Bring the Node in line with the verdicts. Never raises."""
+        self.metrics.node(ev.node.unhealthy)
+        if self._nodes is None:
+            p = plan_mod.plan(empty_node(self.node), snapshot, ev.verdicts, ev.node, self.policy, self.cfg,
+                              self._clock(), sticky=ev.sticky)
+            return Outcome(plan=p, skipped="observe mode" if self.cfg.mode == "observe" else "no cluster access")
+        out = Outcome()
+        now = self._clock()
+        for _ in range(self.cfg.conflict_retries + 1):
+            try:
+                node = self._nodes.get(self.node)
+            except K8sError as e:
+                self.metrics.kubernetes_up(False)
+                self.metrics.action("read", "error")
+                out.error = f"cannot read node {self.node}: {e}"
+                log.warning("health: cannot read the node", extra={"node": self.node, "error": str(e)})
+                return out
+            self.metrics.kubernetes_up(True)
+            book = Book.from_annotation(((node.get("metadata") or {}).get("annotations") or {}).get(
+                self.cfg.book_annotation))
+            budget = self._budget() if plan_mod.needs_budget(ev.node, book, self.cfg) else None
+            p = plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
+                              budget=budget, sticky=ev.sticky)
+            out.plan = p
+            if budget is not None:
+                self.metrics.budget(p.budget_refused, budget.total if budget.error is None else None,
+                                    budget.tainted if budget.error is None else None)
+            elif not ev.node.unhealthy or (book.taint or {}).get("applied"):
+                self.metrics.budget(False)
+            if p.node_patch is None:
+                break
+            rv = (node.get("metadata") or {}).get("resourceVersion")
+            try:
+                self._nodes.patch(self.node, p.node_patch, resource_version=rv)
+            except K8sError as e:
+                if e.conflict:
+                    out.conflicts += 1
+                    self.metrics.action("node", "conflict")
+                    continue  # someone wrote the node since we read it: read and plan again
+                self._count(p, "error")
+                out.error = f"cannot patch node {self.node}: {e}"
+                log.warning("health: node patch failed; the next cycle re-reads the node",
+                            extra={"node": self.node, "error": str(e)})
+                return out
+            out.wrote_node = True
+            self._count(p, None)
+            for action, what in p.actions:
+                if action in ("taint", "untaint", "cordon", "uncordon"):
+                    log.info("health action", extra={"node": self.node, "action": action, "what": what,
+                                                    "mode": self.cfg.mode})
+            break
+        else:
+            out.error = f"node {self.node} kept changing under us ({out.conflicts} conflicts); next cycle"
+            return out
+        if p.status_patch is not None:
+            try:
+                self._nodes.patch_status(self.node, p.status_patch)
+                out.wrote_condition = True
+                if any(a == "condition" for a, _ in p.actions):
+                    self.metrics.action("condition", "ok")
+            except K8sError as e:
+                self.metrics.action("condition", "error")
+                out.error = f"cannot write the condition: {e}"
+        out.events_sent = self._deliver(p, now)
+        return out
+
+    def _count(self, p: Plan, forced: Optional[str]) -> None:
+        for action, what in p.actions:
+            if action == "condition":
+                continue  # counted when the status patch lands
+            self.metrics.action(action, forced or _result(what))
+
+    def _deliver(self, p: Plan, now: float) -> int:
+        """Send the outbox entries not known to be delivered; a resend is AlreadyExists."""
+        sent = 0
+        ids = {e.get("id") for e in p.book.outbox}
+        self._delivered &= ids
+        for entry in p.book.outbox:
+            eid = entry.get("id")
+            if not eid or eid in self._delivered:
+                continue
+            ev = NodeEvent(name=f"{self.node}.{eid}", type=entry.get("type", "Normal"),
+                           reason=entry.get("reason", "Accelerator"), message=entry.get("message", ""),
+                           action=entry.get("action", ""), time=entry.get("time"))
+            try:
+                created = self._events.create(self.node, ev, now)  # type: ignore[union-attr]
+            except K8sError as e:
+                self.metrics.action("event", "error")
+                log.warning("health: event not sent; retried next cycle", extra={"node": self.node, "error": str(e)})
+                break
+            self._delivered.add(eid)
+            self.metrics.action("event", "ok" if created else "exists")
+            sent += int(created)
+        return sent
+
+
+class HealthLoop:
+    """Reconciles on its own thread with the latest snapshot (older ones are skipped)."""
+
+    def __init__(self, remedy: Remedy, verdicts: HealthVerdicts, *, boot_id: Optional[str] = None,
+                 idle_seconds: float = 1.0):
+        self.remedy = remedy
+        self.verdicts = verdicts
+        self._boot_id = boot_id
+        self._idle = idle_seconds
+        self._lock = threading.Lock()
+        self._latest: Optional[NodeSnapshot] = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.last: Optional[Outcome] = None
+        self.cycles = 0
+
+    def offer(self, snapshot: NodeSnapshot) -> None:
+        """SnapshotStore subscriber: keep the newest, wake the loop (called on the sampler thread)."""
+        with self._lock:
+            self._latest = snapshot
+        self._wake.set()
+
+    def run_once(self) -> Optional[Outcome]:
+        with self._lock:
+            snap, self._latest = self._latest, None
+        if snap is None:
+            return None
+        if not self.remedy.restored:
+            # Act only on verdicts that include the sticky faults recorded before a restart:
+            # restore now (or retry next time the API answers) and act from the next snapshot.
+            self.remedy.restore_into(self.verdicts, self._boot_id)
+            return None
+        ev = self.verdicts.evaluation(snap)
+        if ev is None:
+            return None
+        try:
+            out = self.remedy.reconcile(snap, ev)
+        except Exception:  # noqa: BLE001 - the loop outlives any bug in one cycle
+            log.exception("health reconcile failed")
+            return None
+        self.last = out
+        self.cycles += 1
+        return out
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._idle)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            self.run_once()
+
+    def start(self) -> "HealthLoop":
+        self._thread = threading.Thread(target=self._loop, name="health-loop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -1,0 +1,370 @@
+"""Health rules: pure functions from the history of snapshots to a verdict per device.
+
+``step(state, snapshot, policy) -> (state, verdicts)`` folds one snapshot into the rule state;
+``evaluate(history, policy)`` folds a whole history. The state is an immutable value, so the
+same history always gives the same verdicts, and the stateful wrapper (health/verdicts.py) only
+keeps the latest state. What goes in:
+
+- the collector's own health of each device (``failed`` = lost / fatal, ``degraded``,
+  ``unknown`` = cannot read) and its reasons;
+- new fault occurrences (a code seen for the first time or with a larger cumulative count),
+  classified by the vendor fault tables with the policy's overrides;
+- threshold rules on readings (temperature, ECC, retired pages, row remap, PCIe link).
+
+What comes out, per device: ``ok | degraded | failed | unknown`` with the reasons (faults).
+Critical faults fail a device at once; warnings must be seen in k of the last n readable polls
+(debounce); sticky classes stay until evidence clears them (node boot id changed, a reset code,
+or the lost device reading again); a device that failed too often is escalated; a device gets
+better only after ``recovery_polls`` consecutive better polls (hysteresis), unless evidence
+cleared it. A device that cannot be read is ``unknown``, never ``failed`` on that account.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional
+
+from hetero_exporter.health import faults as fault_tables
+from hetero_exporter.health.policy import Policy, ReadingRule
+from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
+
+STATE_RANK = {"ok": 0, "unknown": 0, "degraded": 1, "failed": 2}
+_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class StickyFault:
+    """A fault that holds until evidence clears it. ``seen_lost``: the device was reported
+    failed by its collector since (needed for ``readable`` evidence)."""
+
+    fault: Fault
+    since: float
+    clear_on: frozenset[str]
+    level: str  # failed | degraded
+    seen_lost: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    window: tuple[frozenset[str], ...] = ()  # warning codes of the last n readable polls
+    warnings: Mapping[str, Fault] = field(default_factory=dict)  # latest fault per warning code
+    active_rules: frozenset[str] = frozenset()  # threshold rules currently past their threshold
+    counts: Mapping[str, int] = field(default_factory=dict)  # fault code -> cumulative count seen
+    counters: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # field -> (time, value)
+    sticky: Mapping[str, StickyFault] = field(default_factory=dict)
+    state: str = "ok"
+    better_streak: int = 0  # consecutive polls whose raw state was better than ``state``
+    offenses: tuple[float, ...] = ()  # times the device entered failed
+
+
+@dataclass(frozen=True)
+class State:
+    boot_id: Optional[str] = None
+    devices: Mapping[str, DeviceState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The health of one device now. ``pending``: warnings seen but not yet confirmed
+    (code -> polls seen in the window); ``cleared``: sticky codes cleared by evidence this poll."""
+
+    uuid: str
+    state: str
+    reasons: tuple[Fault, ...] = ()
+    pending: Mapping[str, int] = field(default_factory=dict)
+    cleared: tuple[str, ...] = ()
+    node_level: bool = False  # failed with a node-level class or action
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """The node policy: unhealthy (taint) or not, and why."""
+
+    unhealthy: bool
+    taint_class: Optional[str]
+    failed: tuple[str, ...]  # uuids
+    degraded: tuple[str, ...]
+    total: int
+    why: str
+
+
+# --------------------------------------------------------------------------- readings
+
+
+def _rule_fault(rule: ReadingRule, value: float, what: str, now: float) -> Fault:
+    return Fault(code=rule.code, fault_class=rule.fault_class, action=rule.action, severity=rule.severity,
+                 message=f"{rule.field} {value:g} {what}", first_seen=now, last_seen=now, source="health.rules")
+
+
+def _check_rule(rule: ReadingRule, d: DeviceSample, active: bool,
+                counters: dict[str, tuple[float, float]], now: float) -> Optional[Fault]:
+    """The rule's fault when it holds on ``d`` (None when not, or when the field is absent)."""
+    v = d.value(rule.field)
+    if v is None:
+        return None
+    if rule.is_counter:
+        prev = counters.get(rule.field)
+        counters[rule.field] = (now, v)
+        if prev is None or v < prev[1]:  # first sight, or the counter was reset (driver reload)
+            return None
+        grown = v - prev[1]
+        if rule.increase is not None and grown >= rule.increase:
+            return _rule_fault(rule, v, f"grew by {grown:g} since the previous poll", now)
+        if rule.rate_above is not None and now > prev[0] and grown / (now - prev[0]) > rule.rate_above:
+            return _rule_fault(rule, v, f"grows {grown / (now - prev[0]):.3g}/s (above {rule.rate_above:g}/s)", now)
+        return None
+    if rule.above is not None:
+        limit = rule.clear_below if active and rule.clear_below is not None else rule.above
+        hit = v >= limit if active and rule.clear_below is not None else v > limit
+        return _rule_fault(rule, v, f"above {rule.above:g}", now) if hit else None
+    if rule.below is not None:
+        limit = rule.clear_above if active and rule.clear_above is not None else rule.below
+        hit = v <= limit if active and rule.clear_above is not None else v < limit
+        return _rule_fault(rule, v, f"below {rule.below:g}", now) if hit else None
+    other_name = rule.below_field or rule.above_field
+    other = d.value(other_name) if other_name else None
+    if other is None:
+        return None
+    if rule.below_field is not None and v < other:
+        return _rule_fault(rule, v, f"below {rule.below_field} {other:g}", now)
+    if rule.above_field is not None and v > other:
+        return _rule_fault(rule, v, f"above {rule.above_field} {other:g}", now)
+    return None
+
+
+# --------------------------------------------------------------------------- one device
+
+
+def _order(faults: Iterable[Fault], vendor: str, policy: Policy) -> tuple[Fault, ...]:
+    """Most important first: severity, node-level, a vendor catalogue code (the cause, e.g.
+    XID 79) before a synthetic one (the symptom, e.g. gpu-lost), then oldest."""
+    table = policy.tables.get(vendor) or fault_tables.table(vendor)
+
+    def key(f: Fault) -> tuple:
+        in_table = table.lookup(f.code).known
+        return (_SEVERITY_RANK.get(f.severity, 3), not policy.node_level(f), not in_table,
+                f.first_seen or 0.0, f.code)
+    seen: dict[str, Fault] = {}
+    for f in faults:
+        seen.setdefault(f.code, f)
+    return tuple(sorted(seen.values(), key=key))
+
+
+def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) -> tuple[DeviceState, Verdict]:
+    vendor = d.identity.vendor
+    collector = d.health.state
+    readable = collector in ("ok", "degraded")
+    lost = collector == "failed"
+
+    # new fault occurrences since the previous poll (cumulative counts grew)
+    counts = dict(s.counts)
+    new: list[Fault] = []
+    for f in d.faults:
+        prev = counts.get(f.code)
+        if prev is None or f.count > prev:
+            new.append(policy.classify(vendor, f))
+        counts[f.code] = f.count
+    reset_seen = any(f.code in policy.reset_codes for f in new) or any(
+        f.code in policy.reset_codes for f in d.health.reasons)
+
+    # evidence clears sticky faults
+    sticky: dict[str, StickyFault] = {}
+    cleared: list[str] = []
+    for code, st in s.sticky.items():
+        if ("reset" in st.clear_on and reset_seen) or ("readable" in st.clear_on and st.seen_lost and readable):
+            cleared.append(code)
+            continue
+        sticky[code] = dataclasses.replace(st, seen_lost=st.seen_lost or lost)
+
+    # conditions of this poll
+    critical: dict[str, Fault] = {}
+    warning: dict[str, Fault] = {}
+    for f in d.health.reasons:
+        f = policy.classify(vendor, f)
+        if f.code in policy.reset_codes:
+            continue
+        if lost:
+            critical.setdefault(f.code, dataclasses.replace(f, severity="critical"))
+        elif collector == "degraded":
+            warning.setdefault(f.code, f)
+    for f in new:
+        if f.code in policy.reset_codes or f.severity == "info":
+            continue
+        (critical if f.severity == "critical" else warning).setdefault(f.code, f)
+    counters = dict(s.counters)
+    active_rules = set()
+    if readable:  # stale or missing readings say nothing about thresholds
+        for rule in policy.readings:
+            hit = _check_rule(rule, d, rule.code in s.active_rules, counters, now)
+            if hit is not None:
+                active_rules.add(rule.code)
+                (critical if hit.severity == "critical" else warning).setdefault(hit.code, hit)
+    else:
+        active_rules = set(s.active_rules)
+
+    # sticky faults start on their first occurrence, without debounce: they are events
+    for code, f in list(critical.items()) + list(warning.items()):
+        cp = policy.class_policy(f)
+        if cp.sticky and code not in sticky:
+            level = "failed" if code in critical else "degraded"
+            sticky[code] = StickyFault(f, f.first_seen or now, cp.clear_on, level, seen_lost=lost)
+            warning.pop(code, None)
+
+    # warning debounce: k of the last n readable polls
+    window = s.window
+    warnings = dict(s.warnings)
+    if readable or warning:
+        window = (window + (frozenset(warning),))[-policy.n:]
+        warnings.update(warning)
+    seen_in = {c: sum(c in w for w in window) for c in set().union(*window)} if window else {}
+    confirmed = {c for c, n in seen_in.items() if n >= policy.k}
+    pending = {c: n for c, n in seen_in.items() if n < policy.k and c in warning}
+    warnings = {c: f for c, f in warnings.items() if c in seen_in}
+
+    # the raw state of this poll
+    failed_reasons = list(critical.values()) + [st.fault for st in sticky.values() if st.level == "failed"]
+    degraded_reasons = [warnings[c] for c in sorted(confirmed) if c in warnings] + [
+        st.fault for st in sticky.values() if st.level == "degraded"]
+    if failed_reasons:
+        raw = "failed"
+    elif degraded_reasons:
+        raw = "degraded"
+    elif not readable:
+        raw = "unknown"
+    else:
+        raw = "ok"
+
+    # escalation: entering failed too often
+    offenses = tuple(t for t in s.offenses if now - t <= policy.escalate_window_seconds)
+    if raw == "failed" and s.state != "failed":
+        offenses += (now,)
+        if len(offenses) >= policy.escalate_count and "repeat-offender" not in sticky:
+            f = Fault(code="repeat-offender", fault_class="repeat-offender", action=policy.escalate_action,
+                      severity="critical", first_seen=now, last_seen=now, count=len(offenses),
+                      message=f"failed {len(offenses)} times within {policy.escalate_window_seconds / 3600:g} h",
+                      source="health.rules")
+            cp = policy.class_policy(f)
+            sticky["repeat-offender"] = StickyFault(f, now, cp.clear_on if cp.sticky else frozenset({"boot"}), "failed")
+            failed_reasons.append(f)
+
+    # hysteresis: worse at once; better after recovery_polls polls, or at once on evidence
+    prev = s.state
+    if raw == "unknown" and prev != "failed" and prev != "degraded":
+        state, streak = "unknown", 0
+    elif STATE_RANK[raw] >= STATE_RANK[prev] and not (raw == "unknown" and prev in ("failed", "degraded")):
+        state, streak = raw, 0
+    elif cleared and not critical:  # evidence (a reset, the lost device back): no hysteresis
+        state, streak = raw, 0
+    elif raw == "unknown":  # cannot read: hold the last verdict, do not count toward recovery
+        state, streak = prev, s.better_streak
+    else:
+        streak = s.better_streak + 1
+        state, streak = (raw, 0) if streak >= policy.recovery_polls else (prev, streak)
+
+    if state == "failed":
+        reasons = failed_reasons or _held(s, sticky)
+    elif state == "degraded":
+        reasons = degraded_reasons or _held(s, sticky)
+    elif state == "unknown":
+        reasons = tuple(d.health.reasons)
+    else:
+        reasons = ()
+    if state in ("failed", "degraded") and not readable and d.health.reasons and not lost:
+        reasons = tuple(reasons) + tuple(d.health.reasons)  # say that it is not readable now
+    reasons = _order(reasons, vendor, policy)
+    node_level = state == "failed" and any(policy.node_level(f) for f in reasons if f.severity == "critical"
+                                           or f.code in sticky)
+    new_state = DeviceState(window=window, warnings=warnings, active_rules=frozenset(active_rules),
+                            counts=counts, counters=counters, sticky=sticky, state=state,
+                            better_streak=streak, offenses=offenses)
+    return new_state, Verdict(d.identity.uuid, state, reasons, pending, tuple(sorted(cleared)), node_level)
+
+
+def _held(s: DeviceState, sticky: Mapping[str, StickyFault]) -> tuple[Fault, ...]:
+    """Reasons while a better raw state waits out its hysteresis: the last known ones."""
+    out = [st.fault for st in sticky.values()] + list(s.warnings.values())
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- the node
+
+
+def step(state: State, snapshot: NodeSnapshot, policy: Policy) -> tuple[State, dict[str, Verdict]]:
+    """Fold one snapshot into the rule state; the verdict of every device in it."""
+    devices = dict(state.devices)
+    if state.boot_id and snapshot.boot_id and snapshot.boot_id != state.boot_id:
+        # the node rebooted: every sticky fault is cleared; repeat-offender history stays
+        devices = {u: DeviceState(offenses=ds.offenses) for u, ds in devices.items()}
+    verdicts: dict[str, Verdict] = {}
+    for d in snapshot.devices:
+        uuid = d.identity.uuid
+        ds, v = _device_step(devices.get(uuid, DeviceState()), d, snapshot.time, policy)
+        devices[uuid] = ds
+        verdicts[uuid] = v
+    present = {d.identity.uuid for d in snapshot.devices}
+    # forget devices that are gone unless they carry sticky faults (a lost GPU may vanish
+    # from enumeration: its fault must not vanish with it)
+    devices = {u: ds for u, ds in devices.items() if u in present or ds.sticky or ds.offenses}
+    return State(boot_id=snapshot.boot_id or state.boot_id, devices=devices), verdicts
+
+
+def evaluate(history: Iterable[NodeSnapshot], policy: Policy,
+             state: Optional[State] = None) -> tuple[State, dict[str, Verdict]]:
+    """Fold a history of snapshots (oldest first); the verdicts of the last one."""
+    state = state or State()
+    verdicts: dict[str, Verdict] = {}
+    for snap in history:
+        state, verdicts = step(state, snap, policy)
+    return state, verdicts
+
+
+def node_verdict(snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], policy: Policy) -> NodeVerdict:
+    """Unhealthy when a failed device is node-level, or too few devices are not failed.
+    Unknown devices count as serving: cannot read is not failed."""
+    tops = [d for d in snapshot.devices if d.identity.parent is None]
+    failed = [d for d in tops if verdicts.get(d.identity.uuid, Verdict("", "ok")).state == "failed"]
+    degraded = [d for d in tops if verdicts.get(d.identity.uuid, Verdict("", "ok")).state == "degraded"]
+    total = len(tops)
+    node_level = [d for d in failed if verdicts[d.identity.uuid].node_level]
+    healthy_fraction = (total - len(failed)) / total if total else 1.0
+    if node_level:
+        first = node_level[0]
+        cls = verdicts[first.identity.uuid].reasons[0].fault_class if verdicts[first.identity.uuid].reasons else "failed"
+        why = (f"{len(node_level)} device(s) failed with a node-level fault "
+               f"({', '.join(f'{d.identity.vendor} {d.identity.index}' for d in node_level)})")
+        return NodeVerdict(True, cls, tuple(d.identity.uuid for d in failed),
+                           tuple(d.identity.uuid for d in degraded), total, why)
+    if failed and healthy_fraction < policy.min_healthy_fraction:
+        why = (f"only {total - len(failed)} of {total} devices are not failed "
+               f"(below {policy.min_healthy_fraction:.0%})")
+        return NodeVerdict(True, "too-few-healthy", tuple(d.identity.uuid for d in failed),
+                           tuple(d.identity.uuid for d in degraded), total, why)
+    why = (f"{total - len(failed)} of {total} devices serving"
+           + (f"; {len(failed)} failed (device-level)" if failed else "")
+           + (f"; {len(degraded)} degraded" if degraded else ""))
+    return NodeVerdict(False, None, tuple(d.identity.uuid for d in failed),
+                       tuple(d.identity.uuid for d in degraded), total, why)
+
+
+# --------------------------------------------------------------------------- persistence
+
+
+def sticky_faults(state: State) -> dict[str, list[StickyFault]]:
+    """The sticky faults per device uuid (what must survive an agent restart)."""
+    return {u: list(ds.sticky.values()) for u, ds in state.devices.items() if ds.sticky}
+
+
+def restore(sticky: Mapping[str, Iterable[StickyFault]], boot_id: Optional[str],
+            current_boot_id: Optional[str]) -> State:
+    """A state holding sticky faults saved by an earlier agent process; nothing when the node
+    has rebooted since (a boot clears every sticky fault)."""
+    if boot_id and current_boot_id and boot_id != current_boot_id:
+        return State(boot_id=current_boot_id)
+    devices = {}
+    for uuid, items in sticky.items():
+        by_code = {st.fault.code: st for st in items}
+        if by_code:
+            level = "failed" if any(st.level == "failed" for st in by_code.values()) else "degraded"
+            devices[uuid] = DeviceState(sticky=by_code, state=level)
+    return State(boot_id=current_boot_id or boot_id, devices=devices)

@@ -1,0 +1,64 @@
+"""A health agent for tests: scenario -> real NVML collector over the fake pynvml -> sampler
+with the verdict enricher -> health loop -> the loopback API server, on a manual clock.
+
+``cycle(t)`` runs one collection and one reconcile at scenario time t, synchronously."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from hetero_exporter import registry
+from hetero_exporter.collector_api import CollectorOptions
+from hetero_exporter.health import policy as policy_mod
+from hetero_exporter.health.metrics import HealthMetrics
+from hetero_exporter.health.plan import RemedyConfig
+from hetero_exporter.health.remedy import HealthLoop, Remedy
+from hetero_exporter.health.verdicts import HealthVerdicts
+from hetero_exporter.k8s.client import connect
+from hetero_exporter.sampling import CollectorSpec, Sampler
+from hetero_exporter.simulate import ManualClock, load
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "fixtures" / "scenarios"
+
+
+class HealthAgent:
+    def __init__(self, scenario: str, kubeconfig: Optional[str], *, mode: str = "enforce",
+                 clock: Optional[ManualClock] = None, boot_id: str = "boot-1",
+                 health: Optional[dict] = None, policy: Optional[dict] = None):
+        self.scenario = load(str(SCENARIOS / scenario))
+        self.clock = clock or ManualClock()
+        self.node = self.scenario.node
+        self.boot_id = boot_id
+        self.policy = policy_mod.load(policy)
+        self.verdicts = HealthVerdicts(self.policy)
+        opts = CollectorOptions(node_name=self.node, scenario=self.scenario, clock=self.clock)
+        entry = registry.collector_entries()["nvml"]
+        spec = CollectorSpec("nvml", "nvidia", lambda: registry.collector_factory(entry)(opts), 5.0)
+        self.sampler = Sampler([spec], self.node, clock=self.clock, enrichers=[self.verdicts],
+                               boot_id=boot_id, min_cycle_gap=0)
+        self.metrics = HealthMetrics()
+        self.cfg = RemedyConfig.from_mapping(health or {}, mode=mode)
+        self.cluster = connect(kubeconfig, env={}) if kubeconfig else None
+        self.remedy = Remedy(self.cluster, self.node, self.policy, self.cfg, self.metrics, clock=self.clock)
+        self.loop = HealthLoop(self.remedy, self.verdicts, boot_id=boot_id)
+        self.last_snapshot: Any = None
+
+    def cycle(self, t: float):
+        self.clock.set_t(t)
+        snap = self.sampler.collect()
+        self.last_snapshot = snap
+        self.loop.offer(snap)
+        return self.loop.run_once()
+
+    def run(self, start: float, stop: float, step: float = 10.0) -> list:
+        out = []
+        t = start
+        while t <= stop:  # bounded by stop
+            out.append(self.cycle(t))
+            t += step
+        return out
+
+    def close(self) -> None:
+        self.sampler.close()
