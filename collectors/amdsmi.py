@@ -202,6 +202,7 @@ class AmdSmiCollector:
         self._no_data = {getattr(codes, f"AMDSMI_STATUS_{n}") for n in ("NO_DATA", "NOT_FOUND")
                          if hasattr(codes, f"AMDSMI_STATUS_{n}")}
         self._identities: dict[str, tuple] = {}  # bdf -> cached static identity parts
+        self._bdf_by_index: dict[int, str] = {}
         self._handle_count: Optional[int] = None
         self._unsupported: dict[str, set[str]] = {}  # bdf -> calls the GPU does not support
         self._ledger = FaultLedger()
@@ -268,7 +269,10 @@ class AmdSmiCollector:
     def _logical(self, index: int, h: Any) -> _Logical:
         amd = self._amd
         bdf_raw, st = self._fetch(f"#{index}", "amdsmi_get_gpu_device_bdf", h)
-        bdf = normalize_bdf(bdf_raw) if st == "ok" and _text(bdf_raw) else f"index-{index}"
+        if st == "ok" and _text(bdf_raw):
+            bdf = self._bdf_by_index[index] = normalize_bdf(bdf_raw)
+        else:  # a GPU that stops answering keeps the identity it had
+            bdf = self._bdf_by_index.get(index, f"index-{index}")
         cached = self._identities.get(bdf)
         if cached is None:
             uuid_raw, _ = self._fetch(bdf, "amdsmi_get_gpu_device_uuid", h)
@@ -601,6 +605,7 @@ class AmdSmiCollector:
             raise Unavailable(f"amdsmi_get_processor_handles failed: {self._describe(e)}") from None
         if self._handle_count is not None and len(handles) != self._handle_count:
             self._identities.clear()  # re-enumerated (partition change, GPU lost): identities moved
+            self._bdf_by_index.clear()
             self._topology = None
         self._handle_count = len(handles)
         logical = [self._logical(i, h) for i, h in enumerate(handles)]
@@ -646,7 +651,15 @@ class AmdSmiCollector:
             self._cper(lead, uuid, now)
             self._pcie_faults(uuid, r, now)
             ident = dataclasses.replace(lead.ident, index=pos, uuid=uuid)
-            out.append(DeviceSample(identity=ident, timestamp=now, readings=r, health=self._health(uuid, r, now),
+            health = self._health(uuid, r, now)
+            if health.state == "ok" and r and not any(x.quality.status == "ok" for x in r.values()) and any(
+                    x.quality.status == "error" for x in r.values()):
+                # every call failed: cannot read is "unknown", never "failed"
+                health = Health("unknown", (Fault(
+                    code="unreadable", fault_class="unreadable", action="none", severity="info",
+                    message=f"GPU {pos} ({uuid}): every amdsmi call failed", first_seen=now, last_seen=now,
+                    source="amdsmi"),))
+            out.append(DeviceSample(identity=ident, timestamp=now, readings=r, health=health,
                                     faults=self._ledger.faults(uuid), processes=procs,
                                     links=links.get(uuid, ())))
             out.extend(children)

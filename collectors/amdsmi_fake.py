@@ -22,7 +22,8 @@ Scenario hooks (vendor ``amd``):
   ``xgmi_link_gbps`` (Gb/s per link), ``xgmi_bytes_per_second`` (traffic to each peer);
 - faults: ``ecc`` (``block``: umc|gfx|..., ``uncorrectable``, ``correctable``, ``deferred``
   added from ``at`` on), ``cper`` (``severity``: fatal|non_fatal_uncorrected|non_fatal_corrected),
-  ``reset`` (GPU_PRE_RESET and GPU_POST_RESET events at ``at``);
+  ``reset`` (GPU_PRE_RESET and GPU_POST_RESET events at ``at``), ``unresponsive`` (every call on
+  that GPU fails with AMDSMI_STATUS_DRM_ERROR from ``at`` until ``until``);
 - settings ``amd: {init_error: STATUS_NAME, hang_seconds: N}``.
 """
 
@@ -320,10 +321,13 @@ class FakeAmdSmi:
             raise self._err("NOT_INIT")
         if not isinstance(h, _Handle):
             raise self.AmdSmiParameterException(h, _Handle)
+        t = self._t()
+        if any(f.kind == "unresponsive" and f.active(t) for f in self._scenario.faults_of("amd", h.spec.index)):
+            raise self._err("DRM_ERROR")  # the driver no longer answers for this GPU
         field = _CALL_FIELD.get(call)
         if field is not None and field in h.spec.unsupported:
             raise self._err("NOT_SUPPORTED")
-        return h.spec, self._t()
+        return h.spec, t
 
     def _value(self, spec: DeviceSpec, field: str, t: float) -> float:
         v = spec.value(field, t)

@@ -285,3 +285,17 @@ def test_every_call_the_collector_makes_exists_in_amdsmi_with_the_fakes_signatur
         fake = getattr(FakeAmdSmi, name)
         params = [p for p in inspect.signature(fake).parameters if p != "self"]
         assert len(params) == len(real[name]), (name, params, real[name])
+
+
+def test_a_gpu_that_stops_answering_is_unknown_and_keeps_its_identity():
+    doc = yaml.safe_load(BASE)
+    doc["faults"] = [{"at": 10, "until": 20, "vendor": "amd", "index": 1, "kind": "unresponsive"}]
+    c, clock = make(doc)
+    before = c.collect()[1].identity
+    clock.set_t(12)
+    d = c.collect()
+    assert d[1].identity == before and d[1].health.state == "unknown" and d[1].health.reasons[0].code == "unreadable"
+    assert d[1].value(F.POWER) is None and d[1].readings[F.POWER].quality.status == "error"
+    assert d[0].health.state == "ok" and d[0].value(F.POWER) == 480
+    clock.set_t(25)
+    assert c.collect()[1].health.state == "ok"
