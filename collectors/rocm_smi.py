@@ -249,7 +249,8 @@ def parse_concise(text: str, tool: str = "rocm-smi") -> Report:
             header_at = n
             break
     if header_at is None:
-        raise ParseError(tool, "no Concise Info header (a line starting with GPU/DCU/Device and naming Temp)")
+        raise ParseError(tool, "not rocm-smi/hy-smi output: no JSON object (--json), no 'GPU[n] : key: value' "
+                               "lines and no Concise Info header (a line starting with GPU/DCU/Device that names Temp)")
     head = _cells(lines[header_at])
     starts = [s for s, _ in head]
     names = [w for _, w in head]
