@@ -232,7 +232,10 @@ class Wiring:
         if self.scenario is not None:
             from hetero_exporter.simulate import kubelet, procfs
             proc_root = str(procfs.write(self.scenario, os.path.join(self.workdir, "proc")))
-            pods: Any = StaticPods(kubelet.scenario_pods(self.scenario), clock=self.clock)
+            # with --kubeconfig the names come from that API server (the scenario's pods seeded
+            # there), as on a node; otherwise the scenario's pods stand in for it
+            pods: Any = (self._pod_cache() if self.cfg.kubeconfig and settings.get("pod_cache", True)
+                         else StaticPods(kubelet.scenario_pods(self.scenario), clock=self.clock))
             allocations = self._podresources(os.path.join(self.workdir, "pod-resources", "kubelet.sock"),
                                              simulated=kubelet.scenario_allocations(self.scenario))
         else:

@@ -183,3 +183,28 @@ def test_metrics_keep_last_known_labels_and_report_the_stale_cache(kube_api, cac
     assert series in after
     assert 'accelerator_attribution_source_stale{source="pod-cache"} 1.0' in after
     assert 'accelerator_attribution_source_up{source="pod-cache"} 0.0' in after
+
+
+def test_agent_keeps_pod_labels_when_the_api_goes_away(kube_api, tmp_path):
+    """`run --simulate --kubeconfig`: names come from the API server; when it stops answering,
+    /metrics keeps the last known labels and says the pod cache is stale."""
+    from agent_proc import Agent
+    from hetero_exporter.simulate import load
+
+    scenario = load("default")
+    for p in scenario.pods:
+        running(kube_api, p.namespace, p.name, p.uid, dict(p.containers), node=scenario.node)
+    kc = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    labelled = 'namespace="ml-team",pid="4242",pod="train-llama-0"'
+    with Agent(["--simulate", "--interval", "1", "--kubeconfig", kc]) as agent:
+        text = agent.wait_metrics(lambda t: labelled in t and
+                                  'accelerator_attribution_source_up{source="pod-cache"} 1.0' in t)
+        assert labelled in text, "\n".join(l for l in text.splitlines() if "process_memory" in l)
+        assert f'accelerator_attribution_source_items{{source="pod-cache"}} {float(len(scenario.pods))}' in text
+        kube_api.fail_next(100000, 503)
+        kube_api.close_watches()
+        text = agent.wait_metrics(lambda t: 'accelerator_attribution_source_stale{source="pod-cache"} 1.0' in t)
+        assert 'accelerator_attribution_source_stale{source="pod-cache"} 1.0' in text
+        assert labelled in text  # the labels last known
+        assert 'accelerator_collector_success{collector="nvml"} 1.0' in text  # metrics keep flowing
+        assert agent.stop() == 0
