@@ -144,7 +144,8 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def _containers(spec: Mapping[str, Any], key: str) -> list[tuple[str, Mapping[str, Any]]]:
-    items = spec.get(key) or []
+    items = spec.get(key)
+    items = [] if items is None else items
     if not isinstance(items, list):
         raise RequestError(f"spec.{key}: expected a list, got {type(items).__name__}")
     out = []

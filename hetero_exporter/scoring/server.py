@@ -40,7 +40,8 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
-    protocol_version = "HTTP/1.1"
+    protocol_version = "HTTP/1.1"  # kube-scheduler keeps its connections alive
+    disable_nagle_algorithm = True  # headers and body go out at once: no delayed-ACK stall per call
 
     def log_message(self, fmt: str, *args: Any) -> None:
         log.debug("http %s", fmt % args)

@@ -8,6 +8,8 @@ Shapes (8 devices unless named otherwise):
 - ``dgx1-v100``: 8 x V100-SXM2-32GB in the DGX-1 hybrid cube-mesh: NVLink within the quads
   0-3 and 4-7 and between i and i+4; PCIe switches and NUMA as above.
 - ``pcie-a100``: 8 x A100-PCIE-80GB without bridges: PCIe switch pairs, two NUMA nodes.
+- ``pcie-h100-nvl``: 8 x H100-NVL-94GB, NVLink bridges joining the cards of each PCIe switch pair
+  (H100 NVL ships as bridged pairs).
 - ``atlas800-910b``: 8 x Ascend910B3, HCCS full mesh (Atlas 800T A2).
 - ``mi300x``: 8 x MI300X, XGMI full mesh (AMD Instinct MI300X platform).
 """
@@ -26,6 +28,7 @@ _SHAPES: Mapping[str, tuple[str, str, str, str, str]] = {
     "hgx-h100": ("nvidia", "gpu", "H100-SXM5-80GB", "550.54.15", "nvswitch"),
     "dgx1-v100": ("nvidia", "gpu", "V100-SXM2-32GB", "535.104.05", "nvlink"),
     "pcie-a100": ("nvidia", "gpu", "A100-PCIE-80GB", "550.54.15", ""),
+    "pcie-h100-nvl": ("nvidia", "gpu", "H100-NVL-94GB", "550.54.15", "nvlink"),
     "atlas800-910b": ("ascend", "npu", "Ascend910B3", "24.1.rc2", "hccs"),
     "mi300x": ("amd", "gpu", "MI300X", "6.7.0", "xgmi"),
 }
@@ -39,6 +42,8 @@ def _fabric_pairs(shape: str, n: int) -> Iterable[tuple[int, int]]:
             for b in range(a + 1, n):
                 if a // 4 == b // 4 or b == a + 4:
                     yield a, b
+    elif shape == "pcie-h100-nvl":
+        yield from ((a, a + 1) for a in range(0, n - 1, 2))
     elif _SHAPES[shape][4]:
         for a in range(n):
             for b in range(a + 1, n):
