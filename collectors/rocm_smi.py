@@ -183,7 +183,7 @@ def _str(v: Any) -> str:
     return str(v)
 
 
-_KEYED = re.compile(r"^\s*(GPU|DCU)\[(\d+)\]\s*:\s*(.*)$")
+_KEYED = re.compile(r"^\s*(GPU|DCU|HCU)\[(\d+)\]\s*:\s*(.*)$")
 
 
 def parse_keyed(text: str, tool: str = "rocm-smi") -> Report:
@@ -195,7 +195,7 @@ def parse_keyed(text: str, tool: str = "rocm-smi") -> Report:
         m = _KEYED.match(line)
         if not m:
             continue
-        dcu = dcu or m.group(1) == "DCU"
+        dcu = dcu or m.group(1) in ("DCU", "HCU")
         idx = int(m.group(2))
         card = cards.setdefault(idx, Card(idx, line=n))
         key, sep, value = m.group(3).partition(": ")
@@ -208,7 +208,7 @@ def parse_keyed(text: str, tool: str = "rocm-smi") -> Report:
 
 # Concise table column semantics by header word (case-insensitive).
 _COLUMNS = (
-    ("index", re.compile(r"^(GPU|DCU|Device)$", re.I)),
+    ("index", re.compile(r"^(GPU|DCU|HCU|Device)$", re.I)),
     ("model_rev", re.compile(r"^\[Model\s*:\s*Revision\]$", re.I)),
     ("ids", re.compile(r"^IDs$", re.I)),
     ("node", re.compile(r"^Node$", re.I)),
@@ -221,7 +221,7 @@ _COLUMNS = (
     ("perf", re.compile(r"^Perf$", re.I)),
     ("pwrcap", re.compile(r"^PwrCap$", re.I)),
     ("vram_pct", re.compile(r"^VRAM%$", re.I)),
-    ("util", re.compile(r"^(GPU|DCU)%$", re.I)),
+    ("util", re.compile(r"^(GPU|DCU|HCU)%$", re.I)),
 )
 _SEPARATOR = re.compile(r"^\s*[=_\-]{3,}")
 
@@ -244,7 +244,7 @@ def parse_concise(text: str, tool: str = "rocm-smi") -> Report:
     header_at = None
     for n, line in enumerate(lines):
         words = [w for _, w in _cells(line)]
-        if words and re.match(r"^(GPU|DCU|Device)$", words[0], re.I) and any(
+        if words and re.match(r"^(GPU|DCU|HCU|Device)$", words[0], re.I) and any(
                 re.match(r"^Temp", w, re.I) for w in words):
             header_at = n
             break
@@ -267,7 +267,7 @@ def parse_concise(text: str, tool: str = "rocm-smi") -> Report:
         sem = next((k for k, pat in _COLUMNS if pat.match(name)), name.lower())
         semantics.append(sem)
     if semantics[0] != "index":
-        raise ParseError(tool, f"the first column is {names[0]!r}, expected GPU, DCU or Device", header_at + 1)
+        raise ParseError(tool, f"the first column is {names[0]!r}, expected GPU, DCU, HCU or Device", header_at + 1)
     name_col = next((i for i, s in enumerate(sub) if s.lower().startswith("name")), None)
     cards: list[Card] = []
     for k in range(n, len(lines)):
@@ -291,9 +291,14 @@ def parse_concise(text: str, tool: str = "rocm-smi") -> Report:
             break
     if not cards:
         raise ParseError(tool, "the Concise Info table has no device rows", header_at + 1)
-    table = Report(tool, "concise", cards, {}, names[0].upper() == "DCU")
-    for card in cards:  # the temperature sensor named by the sub-header: "(Junction)", "(Edge)"...
-        card.columns["temp_sensor"] = sub[semantics.index("temp")] if "temp" in semantics else ""
+    table = Report(tool, "concise", cards, {}, names[0].upper() in ("DCU", "HCU"))
+    for card in cards:  # the sensor named by the sub-header "(Junction)" or the header "Temp (DieEdge)"
+        if "temp" in semantics:
+            i = semantics.index("temp")
+            inline = re.search(r"\(([^)]*)\)", names[i])
+            card.columns["temp_sensor"] = sub[i] or (f"({inline.group(1)})" if inline else "")
+        else:
+            card.columns["temp_sensor"] = ""
         card.columns["power_kind"] = (names[semantics.index("power")] + " " + sub[semantics.index("power")]
                                       if "power" in semantics else "")
         card.columns["partitions_header"] = sub[semantics.index("partitions")] if "partitions" in semantics else ""
@@ -356,7 +361,7 @@ def _card_vendor(card: Card, report: Report, default: str) -> str:
         return "hygon"
     if "advanced micro devices" in text or "amd" in text.split():
         return "amd"
-    if report.dcu_header or _find(keys, r"dcu use \(%\)") or _find(keys, r"dcu memory use \(%\)"):
+    if report.dcu_header or _find(keys, r"[dh]cu use \(%\)") or _find(keys, r"[dh]cu memory use \(%\)"):
         return "hygon"
     return default
 
@@ -440,9 +445,9 @@ def _json_readings(tool: str, keys: dict[str, tuple[str, str]], r: dict[str, Rea
     put(F.POWER, power, number(power[1]) if power else None)
     cap = _find(keys, r"max graphics package power \(w\)", r"power cap \(w\)")
     put(F.POWER_LIMIT, cap, number(cap[1]) if cap else None)
-    util = _find(keys, r"(gpu|dcu) use \(%\)")
+    util = _find(keys, r"(gpu|dcu|hcu) use \(%\)")
     put(F.UTILIZATION, util, _ratio(util[1]) if util else None)
-    mutil = _find(keys, r"(gpu|dcu) memory use \(%\)", r"(gpu|dcu) memory read/write activity \(%\)")
+    mutil = _find(keys, r"(gpu|dcu|hcu) memory use \(%\)", r"(gpu|dcu|hcu) memory read/write activity \(%\)")
     put(F.MEMORY_UTILIZATION, mutil, _ratio(mutil[1]) if mutil else None)
     for k, kv in keys.items():
         m = _VRAM_KEY.fullmatch(k)
