@@ -104,7 +104,7 @@ def test_an_expired_watch_410_is_followed_by_a_fresh_list(kube_api, cache, caplo
     # history is compacted: the resumed watch gets 410 Expired, and only a new list can
     # bring the change
     kube_api.delay_next(1, seconds=2, watch=True)
-    caplog.set_level("INFO", logger="hetero_exporter.k8s.pods")
+    caplog.set_level("INFO")
     kube_api.close_watches()
     kube_api.delete(PODS, "ml-team", "train-0")
     uid2 = "5d3c2a1e-0f6b-4b7a-9a51-3f1e2d4c5b62"

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from hetero_exporter.attribution import PodInfo
 from hetero_exporter.k8s.client import K8sError, call
+from hetero_exporter.k8s.node_cache import WatchExpired, list_then_watch
 from hetero_exporter.model import SourceStatus
 
 log = logging.getLogger(__name__)
@@ -47,10 +48,6 @@ def pod_info(obj: Mapping[str, Any]) -> Optional[PodInfo]:
     qos = status.get("qosClass")
     return PodInfo(uid=str(uid), namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
                    containers=containers, qos_class=str(qos).lower() if qos else None)
-
-
-class _Expired(Exception):
-    """The watch's resourceVersion is too old (410): list again."""
 
 
 class PodCache:
@@ -193,7 +190,7 @@ class PodCache:
                 _request_timeout=(self.request_timeout, self.watch_seconds + self.request_timeout))
         except ApiException as e:
             if e.status == 410:
-                raise _Expired() from None
+                raise WatchExpired() from None
             raise K8sError(f"watch: HTTP {e.status}: {e.reason}", status=e.status) from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise K8sError(f"watch: no answer from the API server: {type(e).__name__}: {e}") from None
@@ -202,7 +199,7 @@ class PodCache:
             status = int(getattr(resp, "status", 200))
             if not 200 <= status <= 299:
                 if status == 410:
-                    raise _Expired()
+                    raise WatchExpired()
                 raise K8sError(f"watch: HTTP {status}", status=status)
             with self._lock:
                 self._error = None  # the stream is open: the cache is current again
@@ -222,7 +219,7 @@ class PodCache:
                     continue
                 if etype == "ERROR":
                     if obj.get("code") == 410:
-                        raise _Expired()
+                        raise WatchExpired()
                     raise K8sError(f"watch: ERROR {obj.get('code')}: {obj.get('message', '')}",
                                    status=obj.get("code"))
                 if etype == "BOOKMARK":
@@ -245,32 +242,9 @@ class PodCache:
                 pass
 
     def _run(self) -> None:
-        delay = self._backoff[0]
-        need_list = not self.synced
-        while not self._stop.is_set():
-            try:
-                if need_list:
-                    self.list_once()
-                    need_list = False
-                opened = time.monotonic()
-                self._watch_once()
-                delay = self._backoff[0]  # a stream that ended normally: resume from its rv
-                if time.monotonic() - opened < 1.0:
-                    self._stop.wait(delay)  # a server ending streams at once must not spin us
-            except _Expired:
-                log.info("pod watch expired (410): listing again")
-                need_list = True
-            except K8sError as e:
-                self._fail(str(e))
-                need_list = True
-                self._stop.wait(delay)
-                delay = min(self._backoff[1], delay * 2)
-            except Exception as e:  # noqa: BLE001 - the cache thread must outlive surprises
-                log.warning("pod cache error", exc_info=True)
-                self._fail(f"{type(e).__name__}: {e}")
-                need_list = True
-                self._stop.wait(delay)
-                delay = min(self._backoff[1], delay * 2)
+        list_then_watch(self._stop, self.list_once, self._watch_once,
+                        lambda e, _delay: self._fail(str(e) if isinstance(e, K8sError) else f"{type(e).__name__}: {e}"),
+                        self._backoff)
 
     def start(self, wait_first: float = 0.0) -> "PodCache":
         """Start the list+watch thread; wait up to ``wait_first`` s for the first list (before any
