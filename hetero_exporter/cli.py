@@ -258,7 +258,7 @@ class Wiring:
                 from hetero_exporter.podresources.server import PodResourcesServer
                 server = PodResourcesServer(socket_path, simulated).start()
                 self._closers.append(server.stop)
-        except (ImportError, RuntimeError) as e:  # grpcio/protobuf missing or too old
+        except (ImportError, RuntimeError, OSError) as e:  # grpcio/protobuf missing or too old; no socket
             log.warning("kubelet PodResources off: %s (pip install 'hetero-exporter[attribution]')", e)
             return None
         timeout = float(settings.get("podresources_timeout", 2.0))
