@@ -26,7 +26,7 @@ SCENARIOS = ROOT / "fixtures" / "scenarios"
 class HealthAgent:
     def __init__(self, scenario: str, kubeconfig: Optional[str], *, mode: str = "enforce",
                  clock: Optional[ManualClock] = None, boot_id: str = "boot-1",
-                 health: Optional[dict] = None, policy: Optional[dict] = None):
+                 health: Optional[dict] = None, policy: Optional[dict] = None, timeout: float = 5.0):
         self.scenario = load(str(SCENARIOS / scenario))
         self.clock = clock or ManualClock()
         self.node = self.scenario.node
@@ -40,7 +40,7 @@ class HealthAgent:
                                boot_id=boot_id, min_cycle_gap=0)
         self.metrics = HealthMetrics()
         self.cfg = RemedyConfig.from_mapping(health or {}, mode=mode)
-        self.cluster = connect(kubeconfig, env={}) if kubeconfig else None
+        self.cluster = connect(kubeconfig, env={}, timeout_seconds=timeout) if kubeconfig else None
         self.remedy = Remedy(self.cluster, self.node, self.policy, self.cfg, self.metrics, clock=self.clock)
         self.loop = HealthLoop(self.remedy, self.verdicts, boot_id=boot_id)
         self.last_snapshot: Any = None

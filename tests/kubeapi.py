@@ -391,7 +391,7 @@ def label_matcher(selector: Optional[str]) -> Callable[[dict], bool]:
 
 @dataclass
 class InjectedFault:
-    kind: str  # status | delay | drop
+    kind: str  # status | delay | drop | call
     remaining: int
     status: int = 503
     seconds: float = 0.0
@@ -399,6 +399,7 @@ class InjectedFault:
     path: Optional[re.Pattern] = None
     after_apply: bool = False
     watch: Optional[bool] = None  # None: any request; True/False: only (non-)watch requests
+    fn: Optional[Callable[[], None]] = None  # kind "call": run before the request is handled
 
     def matches(self, method: str, path: str, is_watch: bool) -> bool:
         return (self.remaining > 0 and (self.methods is None or method in self.methods)
@@ -696,6 +697,12 @@ class KubeAPIServer:
         """Close the connection of the next ``n`` matching requests without an answer."""
         self._add_fault(InjectedFault("drop", n, after_apply=after_apply, watch=watch), methods, path)
 
+    def before_next(self, fn: Callable[[], None], n: int = 1, *, methods: Optional[Iterable[str]] = None,
+                    path: Optional[str] = None) -> None:
+        """Run ``fn`` (e.g. another client's write through ``mutate_node``) just before the next
+        ``n`` matching requests are handled: a genuine race, answered as the server would."""
+        self._add_fault(InjectedFault("call", n, fn=fn), methods, path)
+
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
@@ -973,6 +980,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _inject(self, fault: InjectedFault, rec: RequestRecord) -> bool:
         """Carry out an injected fault; True when the request is answered (or dropped)."""
         api = self.server_api
+        if fault.kind == "call":
+            fault.fn()
+            return False
         if fault.kind == "delay":
             api._stopping.wait(fault.seconds)
             return False  # then answer normally (the client may have given up)

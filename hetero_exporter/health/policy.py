@@ -67,6 +67,7 @@ class Policy:
     classes: Mapping[str, ClassPolicy] = field(default_factory=dict)
     actions: Mapping[str, ClassPolicy] = field(default_factory=dict)
     reset_codes: frozenset[str] = frozenset()
+    reset_counters: tuple[str, ...] = ()  # counters that restart at a device reset / driver reload
     overrides: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
     readings: tuple[ReadingRule, ...] = ()
     escalate_count: int = 3
@@ -177,6 +178,7 @@ def parse(doc: Mapping[str, Any], where: str = "policy") -> Policy:
             classes={str(c): _class_policy(v, f"{where}.classes.{c}") for c, v in (doc.get("classes") or {}).items()},
             actions={str(a): _class_policy(v, f"{where}.actions.{a}") for a, v in (doc.get("actions") or {}).items()},
             reset_codes=frozenset(str(c) for c in doc.get("reset_codes") or ()),
+            reset_counters=tuple(str(c) for c in doc.get("reset_counters") or ()),
             overrides={str(v): {str(c): dict(f or {}) for c, f in (codes or {}).items()}
                        for v, codes in overrides.items()},
             readings=tuple(_rule(r, f"{where}.readings[{i}]") for i, r in enumerate(doc.get("readings") or ())),

@@ -167,6 +167,15 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
         counts[f.code] = f.count
     reset_seen = any(f.code in policy.reset_codes for f in new) or any(
         f.code in policy.reset_codes for f in d.health.reasons)
+    counters = dict(s.counters)
+    for name in policy.reset_counters:  # a counter that restarts at a reset went backwards
+        v = d.value(name) if readable else None
+        if v is None:
+            continue
+        prev_counter = counters.get(f"reset:{name}")
+        counters[f"reset:{name}"] = (now, v)
+        if prev_counter is not None and v < prev_counter[1]:
+            reset_seen = True
 
     # evidence clears sticky faults
     sticky: dict[str, StickyFault] = {}
@@ -192,10 +201,12 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
         if f.code in policy.reset_codes or f.severity == "info":
             continue
         (critical if f.severity == "critical" else warning).setdefault(f.code, f)
-    counters = dict(s.counters)
     active_rules = set()
+    reported = {f.fault_class for f in d.health.reasons}
     if readable:  # stale or missing readings say nothing about thresholds
         for rule in policy.readings:
+            if rule.fault_class in reported:
+                continue  # the collector reports this condition itself
             hit = _check_rule(rule, d, rule.code in s.active_rules, counters, now)
             if hit is not None:
                 active_rules.add(rule.code)
