@@ -146,7 +146,7 @@ class NvmlCollector:
         self._conditions = C.ConditionTracker(self._ledger, "nvml")
         self._lost: set[str] = set()  # uuids currently lost (a new loss episode counts once)
         self._static: dict[str, dict[str, Reading]] = {}  # uuid -> readings that never change
-        self._clock_api: Optional[tuple[Callable, Callable, str]] = None
+        self._clock_dead: set[str] = set()  # clock-reason calls this driver lacks
         self._clock_supported: dict[str, int] = {}
         self._memory_v2: Any = getattr(nvml, "nvmlMemory_v2", None)
         self._missing_version = tuple(c for c in (
@@ -341,30 +341,30 @@ class NvmlCollector:
         r.update(known)
 
     def _clock_reasons(self, uuid: str, r: dict, h: Any) -> None:
+        """Clock-event reasons: nvmlDeviceGetCurrentClocksEventReasons (R535+), else the
+        older ...ClocksThrottleReasons names; a reason the GPU does not support is absent."""
         nv = self._nv
-        if self._clock_api is None:
-            for cur, sup in (("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetSupportedClocksEventReasons"),
-                             ("nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetSupportedClocksThrottleReasons")):
-                if hasattr(nv, cur) and hasattr(nv, sup):
-                    self._clock_api = (getattr(nv, cur), getattr(nv, sup), cur)
-                    break
         fields = [(bit, C.clock_reason_field(name)) for bit, name, _ in C.CLOCK_REASONS]
-        status = None
-        if self._clock_api is None or "clock_reasons" in self._unsupported.get(uuid, ()):
+        status, supported, active, source = None, 0, 0, ""
+        if "clock_reasons" in self._unsupported.get(uuid, ()):
             status = "unsupported"
         else:
-            current_fn, supported_fn, source = self._clock_api
-            try:
-                supported = self._clock_supported.get(uuid)
-                if supported is None:
-                    supported = int(supported_fn(h))
-                    self._clock_supported[uuid] = supported
-                active = int(current_fn(h))
-            except (nv.NVMLError_FunctionNotFound, AttributeError):
-                self._clock_api = None  # an older driver: the throttle names next cycle
-                status = "unsupported"
-            except nv.NVMLError as e:
-                status = self._fail(e, uuid, "clock_reasons")
+            status = "unsupported"
+            for current_fn, supported_fn, name in self._clock_apis():
+                try:
+                    supported = self._clock_supported.get(uuid)
+                    if supported is None:
+                        supported = int(supported_fn(h))
+                        self._clock_supported[uuid] = supported
+                    active = int(current_fn(h))
+                except self._missing_version:
+                    self._clock_dead.add(name)  # an older driver: try the older names
+                    continue
+                except nv.NVMLError as e:
+                    status = self._fail(e, uuid, "clock_reasons")
+                    break
+                status, source = None, name
+                break
         for bit, field in fields:
             q = QUALITY[field]
             if status is not None:
@@ -375,6 +375,14 @@ class NvmlCollector:
                 if source != q.source:
                     q = Quality(source, q.method, q.window_seconds, q.resolution, q.error_bound)
                 r[field] = Reading(1.0 if active & bit else 0.0, q)
+
+    def _clock_apis(self) -> list[tuple[Callable, Callable, str]]:
+        nv, out = self._nv, []
+        for cur, sup in (("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetSupportedClocksEventReasons"),
+                         ("nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetSupportedClocksThrottleReasons")):
+            if cur not in self._clock_dead and hasattr(nv, cur) and hasattr(nv, sup):
+                out.append((getattr(nv, cur), getattr(nv, sup), cur))
+        return out
 
     def _batch_spec(self, uuid: str) -> list[tuple[str, Any]]:
         nv, skip = self._nv, self._unsupported.get(uuid, set())
@@ -498,7 +506,7 @@ class NvmlCollector:
             if st is not None:
                 states[ident.uuid] = st
             live.append((ident, handle))
-            seen_pids.update(p.pid for p in running)
+            seen_pids.update(p.pid for p in running or ())
             results.append((ident, readings, running, util, util_q, mig_samples))
         self._names = {pid: n for pid, n in self._names.items() if pid in seen_pids}
         self._ensure_watcher([(i.uuid, h) for i, h in live])
@@ -517,20 +525,21 @@ class NvmlCollector:
         health = C.health_of(conditions + self._event_reasons(ident.uuid, now))
         by_instance = {(m.gpu_instance, m.compute_instance): m.identity.uuid for m, _ in mig_samples}
         by_gi = {m.gpu_instance: m.identity.uuid for m, _ in mig_samples}
+        reported = running is not None
         own, per_mig = [], {m.identity.uuid: [] for m, _ in mig_samples}
-        for p in running:
+        for p in running or ():
             target = by_instance.get((p.gpu_instance, p.compute_instance)) or by_gi.get(p.gpu_instance)
             (per_mig[target] if target else own).append(p)
         gpu = DeviceSample(
             identity=ident, timestamp=now, readings=readings, health=health,
-            faults=self._ledger.faults(ident.uuid), links=links, processes_reported=True,
+            faults=self._ledger.faults(ident.uuid), links=links, processes_reported=reported,
             processes=tuple(process_samples(ident.uuid, own, util, util_q, self._process_name)))
         out = [gpu]
         for m, r in mig_samples:
             uid = m.identity.uuid
             # an instance cannot be healthier than the GPU it is carved from
             out.append(DeviceSample(
-                identity=m.identity, timestamp=now, readings=r, health=health, processes_reported=True,
+                identity=m.identity, timestamp=now, readings=r, health=health, processes_reported=reported,
                 processes=tuple(process_samples(uid, per_mig[uid], util, util_q, self._process_name))))
         return out
 

@@ -354,7 +354,9 @@ class FakeNvml:
         """(nvmlReturn, value) of one field id."""
         name = _FIELD_IDS.get(fid)
         if name == "recovery_action":
-            return pynvml.NVML_SUCCESS, self._recovery(spec, t)
+            given = spec.value(name, t) is not None or any(
+                f.kind == "recovery" for f in self._scenario.faults_of("nvidia", spec.index))
+            return (pynvml.NVML_SUCCESS, self._recovery(spec, t)) if given else (pynvml.NVML_ERROR_NOT_SUPPORTED, 0)
         if name is not None:
             v = spec.value(name, t)
             return (pynvml.NVML_ERROR_NOT_SUPPORTED, 0) if v is None else (pynvml.NVML_SUCCESS, int(round(v)))

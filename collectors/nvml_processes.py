@@ -62,12 +62,13 @@ class ProcessReader:
                 out.append(fn)
         return out
 
-    def _list(self, kind: str, uuid: str, h: Any) -> list:
+    def _list(self, kind: str, uuid: str, h: Any) -> Optional[list]:
+        """One kind's processes; None when this driver/GPU cannot list that kind."""
         if kind in self._unsupported.get(uuid, ()):
-            return []
+            return None
         chosen = self._variant.get(kind, ...)
         if chosen is None:
-            return []
+            return None
         fns = [chosen] if chosen is not ... else self._candidates(kind)
         for fn in fns:
             try:
@@ -77,17 +78,24 @@ class ProcessReader:
             except self._nv.NVMLError_NotSupported:
                 self._unsupported.setdefault(uuid, set()).add(kind)
                 self._variant.setdefault(kind, fn)
-                return []
+                return None
             self._variant[kind] = fn
             return list(procs or ())
         self._variant[kind] = None
-        return []
+        return None
 
-    def running(self, uuid: str, h: Any) -> list[RunningProcess]:
-        """Every process of every kind on the GPU, merged by pid. GpuIsLost propagates."""
+    def running(self, uuid: str, h: Any) -> Optional[list[RunningProcess]]:
+        """Every process of every kind on the GPU, merged by pid; None when NVML lists
+        neither compute nor graphics processes here (not reported, rather than none).
+        GpuIsLost propagates."""
         merged: dict[int, RunningProcess] = {}
+        listed = False
         for kind in _KINDS:
-            for p in self._list(kind, uuid, h):
+            procs = self._list(kind, uuid, h)
+            if procs is None:
+                continue
+            listed = listed or kind != "MPSCompute"
+            for p in procs:
                 pid = int(p.pid)
                 mem = getattr(p, "usedGpuMemory", None)
                 mem = None if mem is None else int(mem)
@@ -99,7 +107,7 @@ class ProcessReader:
                     best = prev.memory_bytes if mem is None else max(mem, prev.memory_bytes or 0)
                     merged[pid] = RunningProcess(pid, best, prev.gpu_instance, prev.compute_instance,
                                                  prev.kinds + (kind,))
-        return list(merged.values())
+        return list(merged.values()) if listed else None
 
     def utilization(self, uuid: str, h: Any) -> tuple[dict[int, float], Optional[Quality]]:
         """pid -> SM busy ratio averaged over the samples since the previous poll, and the
