@@ -120,6 +120,36 @@ HEALTH_NODE_UNHEALTHY = Metric("accelerator_health_node_unhealthy", "gauge",
 HEALTH_KUBERNETES_UP = Metric("accelerator_health_kubernetes_up", "gauge",
                               "1 when the health loop's last Kubernetes round trip succeeded.", ())
 
+# Device memory health, PCIe link, clock-event reasons, interconnect links (issue 3)
+ECC_VOLATILE_ERRORS = Metric("accelerator_ecc_volatile_errors_total", "counter",
+                             "ECC errors since the driver loaded, by severity (corrected, uncorrected).",
+                             DEV + ("severity",))
+RETIRED_PAGES = Metric("accelerator_memory_retired_pages", "gauge",
+                       "Device memory pages retired, by cause (single_bit, double_bit).", DEV + ("cause",))
+RETIREMENT_PENDING = Metric("accelerator_memory_retirement_pending", "gauge",
+                            "1 while a page retirement waits for a driver reload / device reset.", DEV)
+REMAPPED_ROWS = Metric("accelerator_memory_remapped_rows", "gauge",
+                       "Device memory rows remapped, by cause (correctable, uncorrectable).", DEV + ("cause",))
+REMAP_PENDING = Metric("accelerator_memory_remap_pending", "gauge",
+                       "1 while a row remap waits for a device reset.", DEV)
+REMAP_FAILED = Metric("accelerator_memory_remap_failed", "gauge",
+                      "1 when a row remap failed (no spare rows left).", DEV)
+PCIE_GENERATION = Metric("accelerator_pcie_link_generation", "gauge", "Current PCIe link generation.", DEV)
+PCIE_GENERATION_MAX = Metric("accelerator_pcie_link_generation_max", "gauge",
+                             "Highest PCIe generation the device and its slot support.", DEV)
+PCIE_WIDTH = Metric("accelerator_pcie_link_width_lanes", "gauge", "Current PCIe link width, lanes.", DEV)
+PCIE_WIDTH_MAX = Metric("accelerator_pcie_link_width_max_lanes", "gauge",
+                        "Widest PCIe link the device and its slot support, lanes.", DEV)
+PCIE_REPLAYS = Metric("accelerator_pcie_replay_errors_total", "counter",
+                      "PCIe link-level replays (retransmitted TLPs).", DEV)
+CLOCK_THROTTLE = Metric("accelerator_clock_throttle_active", "gauge",
+                        "1 while a reason holds the clocks down (power_cap, hw_thermal, sw_thermal, "
+                        "hw_slowdown, hw_power_brake, sync_boost, idle, application_setting, display_setting).",
+                        DEV + ("reason",))
+INTERCONNECT_LINKS = Metric("accelerator_interconnect_links", "gauge",
+                            "Device interconnect links by type and state (active, inactive).",
+                            DEV + ("link_type", "state"))
+
 ALL: tuple[Metric, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Metric))
 BY_NAME: dict[str, Metric] = {m.name: m for m in ALL}
 
@@ -134,11 +164,27 @@ _EXACT: dict[str, tuple[Metric, tuple[str, ...]]] = {
     F.ENERGY: (ENERGY, ()),
     F.ECC_CORRECTED: (ECC_ERRORS, ("corrected",)),
     F.ECC_UNCORRECTED: (ECC_ERRORS, ("uncorrected",)),
+    "ecc_corrected_volatile_total": (ECC_VOLATILE_ERRORS, ("corrected",)),
+    "ecc_uncorrected_volatile_total": (ECC_VOLATILE_ERRORS, ("uncorrected",)),
+    "memory_retired_pages_single_bit": (RETIRED_PAGES, ("single_bit",)),
+    "memory_retired_pages_double_bit": (RETIRED_PAGES, ("double_bit",)),
+    "memory_retirement_pending": (RETIREMENT_PENDING, ()),
+    "memory_remapped_rows_correctable": (REMAPPED_ROWS, ("correctable",)),
+    "memory_remapped_rows_uncorrectable": (REMAPPED_ROWS, ("uncorrectable",)),
+    "memory_remap_pending": (REMAP_PENDING, ()),
+    "memory_remap_failed": (REMAP_FAILED, ()),
+    "pcie_link_generation": (PCIE_GENERATION, ()),
+    "pcie_link_generation_max": (PCIE_GENERATION_MAX, ()),
+    "pcie_link_width": (PCIE_WIDTH, ()),
+    "pcie_link_width_max": (PCIE_WIDTH_MAX, ()),
+    "pcie_replay_total": (PCIE_REPLAYS, ()),
 }
 _PATTERNS: tuple[tuple[re.Pattern, Metric], ...] = (
     (re.compile(r"^temperature_(core|memory|board)_celsius$"), TEMPERATURE),
     (re.compile(r"^clock_(compute|memory)_hertz$"), CLOCK),
     (re.compile(r"^interconnect_([a-z0-9-]+)_(rx|tx)_bytes_total$"), INTERCONNECT),
+    (re.compile(r"^interconnect_([a-z0-9-]+)_links_(active|inactive)$"), INTERCONNECT_LINKS),
+    (re.compile(r"^clock_throttle_([a-z_]+)$"), CLOCK_THROTTLE),
 )
 _FIELD_CACHE: dict[str, Optional[tuple[Metric, tuple[str, ...]]]] = {}
 
