@@ -793,7 +793,7 @@ def create(options: CollectorOptions) -> CnmonCollector:
         return CnmonCollector(exe, extra_env=env, **common)
     import shutil
     exe = str(settings.get("path") or "cnmon")
-    found = exe if "/" in exe else (shutil.which(exe) or shutil.which(exe, path=_TOOL_DIRS))
+    found = shutil.which(exe) if "/" in exe else (shutil.which(exe) or shutil.which(exe, path=_TOOL_DIRS))
     if found is None:
         raise Unavailable(f"{exe} not found on PATH (Cambricon driver tools not installed)")
     return CnmonCollector(found, **common)

@@ -200,7 +200,8 @@ def answer(scenario: Any, t: float, argv: Sequence[str]) -> tuple[int, str, str]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return fake_main("cambricon", "cnmon", answer, argv, detail=lambda a: bool(a))
+    return fake_main("cambricon", "cnmon", answer, argv, detail=lambda a: bool(a),
+                     error_message="Failed to initialize CNDev: the Cambricon driver is not loaded")
 
 
 def install(scenario: Any, clock: Any, workdir: Optional[str]):

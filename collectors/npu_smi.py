@@ -1336,7 +1336,7 @@ def create(options: CollectorOptions) -> NpuSmiCollector:
     import shutil
     exe = str(settings.get("path") or "npu-smi")
     # the Ascend driver installs npu-smi in /usr/local/sbin, often not on a container's PATH
-    found = exe if "/" in exe else (shutil.which(exe) or shutil.which(exe, path=_TOOL_DIRS))
+    found = shutil.which(exe) if "/" in exe else (shutil.which(exe) or shutil.which(exe, path=_TOOL_DIRS))
     if found is None:
         raise Unavailable(f"{exe} not found on PATH (Ascend driver tools not installed)")
     return NpuSmiCollector(found, **common)

@@ -421,7 +421,7 @@ Answer = Callable[[Any, float, Sequence[str]], tuple[int, str, str]]
 
 
 def fake_main(vendor: str, tool: str, answer_fn: Answer, argv: Optional[Sequence[str]] = None,
-              detail: Optional[Callable[[Sequence[str]], bool]] = None) -> int:
+              detail: Optional[Callable[[Sequence[str]], bool]] = None, error_message: str = "") -> int:
     """Entry point of a fake tool: load the scenario, apply the failure mode, print."""
     from hetero_exporter.simulate.scenario import load
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -437,7 +437,7 @@ def fake_main(vendor: str, tool: str, answer_fn: Answer, argv: Optional[Sequence
     if mode and mode[0] == "slow":
         time.sleep(float(mode[1].get("seconds", 2.0)))
     if mode and mode[0] == "exit":
-        sys.stderr.write(str(mode[1].get("message", f"{tool}: driver not ready (simulated failure)")) + "\n")
+        sys.stderr.write(str(mode[1].get("message") or error_message or f"{tool}: simulated failure") + "\n")
         return int(mode[1].get("status", 255))
     status, out, err = answer_fn(scenario, t, argv)
     if mode and mode[0] == "garbage":
@@ -450,7 +450,8 @@ def fake_main(vendor: str, tool: str, answer_fn: Answer, argv: Optional[Sequence
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return fake_main("ascend", "npu-smi", answer, argv)
+    return fake_main("ascend", "npu-smi", answer, argv,
+                     error_message="dcmi model initialized failed, because the device is used. ret is -8020")
 
 
 def write_launcher(workdir: str, name: str, module: str, scenario_path: str) -> str:

@@ -1,0 +1,103 @@
+"""Hypothesis fuzzing of every npu-smi parser: malformed text gives ParseError with a message,
+never another exception. Inputs: random text over the characters npu-smi prints, and the
+real captures mutated (lines dropped, doubled, cut, characters replaced)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import shared_fixtures
+from hetero_exporter.collector_api import ParseError
+from hetero_exporter.collectors import npu_smi as N
+
+CAPTURES = [p.read_text() for p in shared_fixtures("npu-smi")] or [
+    "+----+\n| npu-smi 1 Version: 1 |\n+----+\n| NPU Name | Health |\n| Chip | Bus-Id |\n"]
+ALPHABET = "| +-=.:/()%\t\nNPUChipNameHealthBus-IdOKAlarm0123456789ABCDEFxX NA..."
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def mutated(draw) -> str:
+    """A real capture with a few line- or character-level edits."""
+    lines = draw(st.sampled_from(CAPTURES)).splitlines()
+    for _ in range(draw(st.integers(1, 4))):
+        if not lines:
+            break
+        i = draw(st.integers(0, len(lines) - 1))
+        op = draw(st.sampled_from(["drop", "dup", "cut", "char", "swap", "insert"]))
+        if op == "drop":
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "cut":
+            lines[i] = lines[i][: draw(st.integers(0, max(0, len(lines[i]))))]
+        elif op == "char" and lines[i]:
+            j = draw(st.integers(0, len(lines[i]) - 1))
+            lines[i] = lines[i][:j] + draw(st.sampled_from(list("|+ :/x9-.\tN"))) + lines[i][j + 1:]
+        elif op == "swap" and len(lines) > 1:
+            k = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[k] = lines[k], lines[i]
+        else:
+            lines.insert(i, draw(st.text(ALPHABET, max_size=60)))
+    return "\n".join(lines) + "\n"
+
+
+TEXTS = st.one_of(st.text(ALPHABET, max_size=400), mutated())
+
+
+def _only_parse_errors(fn, *args) -> None:
+    try:
+        fn(*args)
+    except ParseError as e:
+        assert str(e).startswith("npu-smi"), e  # names the tool
+        assert len(str(e)) > len("npu-smi: ")  # and says what was wrong
+
+
+@FUZZ
+@given(TEXTS)
+def test_summary_parser(t):
+    _only_parse_errors(N.parse_summary, t)
+
+
+@FUZZ
+@given(TEXTS)
+def test_summary_snapshot(t):
+    try:
+        s = N.parse_summary(t)
+    except ParseError:
+        return
+    N.summary_snapshot(s)  # normalizing a parsed summary never fails
+
+
+@FUZZ
+@given(TEXTS)
+def test_mapping_and_list_parsers(t):
+    _only_parse_errors(N.parse_mapping, t)
+    _only_parse_errors(N.parse_list, t)
+    _only_parse_errors(N.parse_proc_mem, t)
+
+
+@FUZZ
+@given(TEXTS, st.sampled_from(["health", "usages", "common", "memory", "ecc", "temp", "board", "board-chip", "power"]))
+def test_detail_parser_and_readings(t, kind):
+    def go():
+        doc = N.parse_detail(t, kind)
+        for chip in [None, *doc.chip_ids()]:
+            N.detail_readings(doc, chip if chip is not None else 0, summary_fields=True)
+            if kind == "health":
+                N.health_detail(doc, chip)
+    _only_parse_errors(go)
+
+
+@FUZZ
+@given(TEXTS)
+def test_detector_and_parse_command(t):
+    _only_parse_errors(N.detect, t)
+    _only_parse_errors(N.parse_any, t)
+
+
+def test_a_huge_line_is_refused_quickly():
+    # the runner caps output at 8 MiB; a parser must not take long over one long line
+    _only_parse_errors(N.parse_summary, "| " + "9 " * 400_000 + "|\n")
+    _only_parse_errors(N.parse_detail, "Key : " + "x" * 1_000_000 + "\n", "health")
