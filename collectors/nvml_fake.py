@@ -358,6 +358,8 @@ class FakeNvml:
                 f.kind == "recovery" for f in self._scenario.faults_of("nvidia", spec.index))
             return (pynvml.NVML_SUCCESS, self._recovery(spec, t)) if given else (pynvml.NVML_ERROR_NOT_SUPPORTED, 0)
         if name is not None:
+            if name.startswith("ecc_") and "ecc_corrected_total" in spec.unsupported:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED, 0  # no ECC on this GPU: no ECC counter at all
             v = spec.value(name, t)
             return (pynvml.NVML_ERROR_NOT_SUPPORTED, 0) if v is None else (pynvml.NVML_SUCCESS, int(round(v)))
         links = int(spec.extra.get("nvlink_links", 0) or 0)
