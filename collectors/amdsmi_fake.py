@@ -9,7 +9,7 @@ Exception classes (``binding_types``): when ``import amdsmi`` works they are the
 Without libamd_smi.so the package cannot be imported (its wrapper indexes the loaded library
 at import time), so ``amdsmi/amdsmi_exception.py`` of the installed package is loaded from its
 file with its ``from . import amdsmi_wrapper`` answered by a stand-in holding the status
-constants parsed (not executed) from ``amdsmi_wrapper.py``. The enums the collector uses are
+constants read as text (not executed) from ``amdsmi_wrapper.py``. The enums the collector uses are
 rebuilt the same way from ``amdsmi_interface.py``. Only without the package at all are
 equivalent classes with the same names and attributes used.
 
@@ -29,11 +29,11 @@ Scenario hooks (vendor ``amd``):
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import enum
 import importlib.util
 import io
+import re
 import sys
 import threading
 import time
@@ -91,34 +91,30 @@ def _package_dir() -> Optional[Path]:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+_CONSTANT = re.compile(r"^([A-Za-z_]\w*) = (-?\d+)\s*$", re.M)
+_ENUM_CLASS = re.compile(r"^class (\w+)\((?:enum\.)?IntEnum\):\n((?:(?:[ \t]+.*)?\n)*)", re.M)
+_ENUM_MEMBER = re.compile(r"^[ \t]+(\w+) = (?:amdsmi_wrapper\.(\w+)|(-?\d+))\b", re.M)
+
+
 def _int_constants(source: str) -> dict[str, int]:
-    """``NAME = <int>`` assignments at module level (amdsmi_wrapper's enum values)."""
-    out = {}
-    for node in ast.parse(source).body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Constant)
-                and isinstance(node.value.value, int) and not isinstance(node.value.value, bool)):
-            out[node.targets[0].id] = node.value.value
-    return out
+    """``NAME = <int>`` lines at module level (amdsmi_wrapper's generated enum values). Read
+    as text, not executed: executing the wrapper is what fails without the library."""
+    return {name: int(value) for name, value in _CONSTANT.findall(source)}
 
 
 def _enum_members(source: str, constants: dict[str, int]) -> dict[str, dict[str, int]]:
     """``class X(IntEnum): NAME = amdsmi_wrapper.CONST`` bodies, resolved to integers."""
     out: dict[str, dict[str, int]] = {}
-    for node in ast.parse(source).body:
-        if not isinstance(node, ast.ClassDef) or node.name not in ENUMS:
+    for m in _ENUM_CLASS.finditer(source):
+        if m.group(1) not in ENUMS:
             continue
         members = {}
-        for stmt in node.body:
-            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                    and isinstance(stmt.targets[0], ast.Name)):
-                continue
-            v = stmt.value
-            if isinstance(v, ast.Attribute) and v.attr in constants:
-                members[stmt.targets[0].id] = constants[v.attr]
-            elif isinstance(v, ast.Constant) and isinstance(v.value, int):
-                members[stmt.targets[0].id] = v.value
-        out[node.name] = members
+        for name, const, literal in _ENUM_MEMBER.findall(m.group(2)):
+            if const in constants:
+                members[name] = constants[const]
+            elif literal:
+                members[name] = int(literal)
+        out[m.group(1)] = members
     return out
 
 
@@ -233,7 +229,7 @@ def _binding_types() -> BindingTypes:
             enum_values.update({k: v for k, v in parsed.items() if v})
             exceptions = _load_exception_module(pkg, constants)
             origin = "amdsmi-source"
-        except (OSError, SyntaxError, ImportError, KeyError, AttributeError):
+        except (OSError, ImportError, KeyError, AttributeError):
             constants = dict(_FALLBACK_CONSTANTS)
             exceptions = None
     if exceptions is None:
