@@ -5,6 +5,7 @@
                         [--health-mode observe|dry-run|enforce] [--log-format json|text]
     hetero-exporter inspect [--simulate [SCENARIO]] [--json]
     hetero-exporter parse TOOL FILE [--json]
+    hetero-exporter health --dry-run [--simulate [SCENARIO]] [--node-name NAME] [--kubeconfig FILE]
     hetero-exporter scheduler-extender [--listen HOST:PORT] [--kubeconfig FILE] [--policy binpack|spread]
     hetero-exporter score --pod POD.yaml --nodes NODES.json [--policy binpack|spread] [--json]
     hetero-exporter version
@@ -74,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     insp = sub.add_parser("inspect", help="collect once and print one table for all accelerators")
     _add_common(insp)
     insp.add_argument("--json", action="store_true", help="print the schema-1 JSON snapshot")
+
+    hl = sub.add_parser("health", help="print what the health loop would do on this node now, and why")
+    _add_common(hl)
+    hl.add_argument("--dry-run", action="store_true", required=True,
+                    help="plan only (the agent acts from `run --health-mode enforce`)")
 
     parse = sub.add_parser("parse", help="turn a captured vendor output into the model")
     parse.add_argument("tool", metavar="TOOL", help="which tool printed FILE: " + (", ".join(sorted(registry.PARSERS)) or "none yet"))
@@ -218,7 +224,57 @@ class Wiring:
 
             specs.append(CollectorSpec(e.name, e.vendor, factory, opts.timeout_seconds))
         return Sampler(specs, self.node, clock=self.clock, expected=self.expected, boot_id=_boot_id(),
-                       wake=self.wake, enrichers=[self.attribution()])
+                       wake=self.wake, enrichers=[self.attribution(), *self.health_enrichers()])
+
+    # ---- device health (README: Health and Kubernetes)
+
+    def health_settings(self) -> tuple[Any, Any]:
+        """(policy, RemedyConfig) from the config's health section and --health-mode."""
+        from hetero_exporter.health import policy as policy_mod
+        from hetero_exporter.health.plan import RemedyConfig
+        raw = dict(self.cfg.health)
+        policy = policy_mod.load(raw.get("policy"))
+        mode = getattr(self.args, "health_mode", None)
+        return policy, RemedyConfig.from_mapping(raw, mode=mode)
+
+    def health_enrichers(self) -> list[Any]:
+        """PCI presence (missing devices), then the rules' verdicts as each device's health."""
+        from hetero_exporter.health.pci_presence import PciPresence, simulated_scan
+        from hetero_exporter.health.verdicts import HealthVerdicts
+        policy, _ = self.health_settings()
+        self.verdicts = HealthVerdicts(policy)
+        out: list[Any] = []
+        if self.cfg.health.get("pci_presence", True):
+            scan = (simulated_scan(self.scenario, self.clock, registry.PCI_VENDORS) if self.scenario is not None
+                    else lambda: pci.scan(self.cfg.sysfs_root))
+            out.append(PciPresence(scan, registry.PCI_VENDORS))
+        return out + [self.verdicts]
+
+    def health_loop(self, metrics_registry: Any) -> Any:
+        """The health loop over ``self.verdicts`` (call after sampler()); its metrics go on the
+        registry. Without cluster access it only computes (metrics), and says why."""
+        from hetero_exporter.health.metrics import HealthMetrics
+        from hetero_exporter.health.pci_presence import UdevWatch
+        from hetero_exporter.health.remedy import HealthLoop, Remedy
+        from hetero_exporter.k8s import client as k8s_client
+        policy, rcfg = self.health_settings()
+        metrics = HealthMetrics()
+        metrics_registry.register(metrics)
+        cluster = None
+        if rcfg.mode != "observe":
+            cluster = k8s_client.connect(self.cfg.kubeconfig)
+            if not cluster.enabled:
+                log.warning("health loop writes nothing", extra={"mode": rcfg.mode, "reason": cluster.reason})
+        remedy = Remedy(cluster, self.node, policy, rcfg, metrics, clock=self.clock)
+        loop = HealthLoop(remedy, self.verdicts, boot_id=_boot_id())
+        log.info("health loop", extra={"mode": rcfg.mode, "writes": remedy.writes, "domain": rcfg.domain})
+        if self.scenario is None and self.cfg.health.get("udev", True):
+            watch = UdevWatch(registry.PCI_VENDORS, self.wake.set)
+            if watch.start():
+                self._closers.append(watch.stop)
+            else:
+                log.info("udev watch off", extra={"reason": watch.reason})
+        return loop
 
     # ---- process -> pod attribution (README: Attribution)
 
@@ -315,6 +371,9 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     reg.register(SnapshotCollector(store.latest, clock=w.clock))
     server = MetricsServer(w.cfg.listen, reg, store.latest).start()
     sampler = w.sampler()
+    health = w.health_loop(reg)
+    store.subscribe(health.offer)
+    health.start()
     host, port = server.address
     log.info("serving", extra={"listen": f"{host}:{port}", "node": w.node,
                                "collectors": ",".join(sampler.collector_names) or "none",
@@ -332,9 +391,63 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     try:
         sampler.run(w.cfg.interval, store.publish, stop)
     finally:
+        health.stop()
         server.stop()
         sampler.close()
         w.close()
+    return EXIT_OK
+
+
+def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    """Collect once and print what the agent would do (as in enforce mode), and why. With
+    cluster access the plan is made against the Node as it is (bookkeeping included); without,
+    against an empty node, and the report says so. Nothing is written."""
+    import dataclasses
+
+    from hetero_exporter.health import plan as plan_mod
+    from hetero_exporter.health import report
+    from hetero_exporter.health.remedy import Remedy, empty_node
+    from hetero_exporter.k8s import client as k8s_client
+    from hetero_exporter.k8s.client import K8sError
+    w = Wiring(args, extra)
+    sampler = w.sampler()
+    try:
+        policy, rcfg = w.health_settings()
+        rcfg = dataclasses.replace(rcfg, mode="enforce")
+        cluster = k8s_client.connect(w.cfg.kubeconfig)
+        node, source, remedy = empty_node(w.node), "", None
+        if cluster.enabled:
+            remedy = Remedy(cluster, w.node, policy, rcfg)
+            try:
+                node = remedy._nodes.get(w.node)  # type: ignore[union-attr]
+                source = f"read from the API server ({cluster.source})"
+                book = plan_mod.Book.from_annotation(
+                    ((node.get("metadata") or {}).get("annotations") or {}).get(rcfg.book_annotation))
+                w.verdicts.restore(plan_mod.sticky_from_json(book.sticky), book.boot_id, _boot_id())
+            except K8sError as e:
+                source = f"cannot read node {w.node} ({e}): compared against an empty node"
+        else:
+            source = f"no cluster access ({cluster.reason}): compared against an empty node"
+        snap = sampler.collect()
+        for _ in range(2):  # a collector that saw an event (an XID) asked for another cycle
+            if not w.wake.is_set():
+                break
+            w.wake.clear()
+            snap = sampler.collect()
+        ev = w.verdicts.evaluation(snap)
+        budget = None
+        if remedy is not None and plan_mod.needs_budget(ev.node, plan_mod.Book.from_annotation(
+                ((node.get("metadata") or {}).get("annotations") or {}).get(rcfg.book_annotation)), rcfg):
+            budget = remedy._budget()
+        elif remedy is None:
+            budget = plan_mod.Budget.unchecked()
+        import time
+        p = plan_mod.plan(node, snap, ev.verdicts, ev.node, policy, rcfg, time.time() if w.scenario is None else w.clock(),
+                          budget=budget, sticky=ev.sticky)
+    finally:
+        sampler.close()
+        w.close()
+    print(report.render(snap, ev, p, policy, rcfg, source), end="")
     return EXIT_OK
 
 
@@ -473,6 +586,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_inspect(args, extra)
         if args.command == "run":
             return cmd_run(args, extra)
+        if args.command == "health":
+            return cmd_health(args, extra)
         raise UsageError(f"unknown command {args.command}")
     except UsageError as e:
         parser.print_usage(sys.stderr)

@@ -75,3 +75,19 @@ def expected_by_vendor(devices: list[PciDevice], vendors: Mapping[int, str]) -> 
         if v:
             counts[v] = counts.get(v, 0) + 1
     return counts
+
+
+# Drivers that hold a device for a virtual machine or keep it away from the host on purpose:
+# such a device is invisible to the vendor tool by design, not missing.
+PASSTHROUGH_DRIVERS = frozenset({"vfio-pci", "pci-stub", "pciback", "xen-pciback"})
+
+
+def host_devices(devices: list[PciDevice], vendors: Mapping[int, str]) -> dict[str, list[PciDevice]]:
+    """Accelerator functions a vendor tool on this host should see, per vendor name: known
+    vendor ids, not bound to a passthrough driver."""
+    out: dict[str, list[PciDevice]] = {}
+    for d in devices:
+        v = vendors.get(d.vendor_id)
+        if v and d.driver not in PASSTHROUGH_DRIVERS:
+            out.setdefault(v, []).append(d)
+    return out

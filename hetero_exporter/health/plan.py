@@ -32,6 +32,8 @@ from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
 MODES = ("observe", "dry-run", "enforce")
 CONDITION_TYPE = "AcceleratorUnhealthy"
 BOOK_VERSION = 1
+# keys of the config's health section that are not remedy settings
+OTHER_HEALTH_KEYS = frozenset({"policy", "pci_presence", "udev"})
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -56,9 +58,9 @@ class RemedyConfig:
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], mode: Optional[str] = None) -> "RemedyConfig":
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(raw) - known - {"policy"})
+        unknown = sorted(set(raw) - known - OTHER_HEALTH_KEYS)
         if unknown:
-            raise ValueError(f"health: unknown keys {unknown}; known: {sorted(known | {'policy'})}")
+            raise ValueError(f"health: unknown keys {unknown}; known: {sorted(known | OTHER_HEALTH_KEYS)}")
         cfg = cls(**{k: v for k, v in raw.items() if k in known})
         if mode is not None:
             cfg = dataclasses.replace(cfg, mode=mode)
@@ -272,14 +274,23 @@ class Budget:
     total: int
     tainted: int
     error: Optional[str] = None  # the count could not be taken: refuse (safe side)
+    checked: bool = True  # False: a report without cluster access (nothing is written)
+
+    @classmethod
+    def unchecked(cls) -> "Budget":
+        return cls(0, 0, checked=False)
 
     def allows(self, cfg: RemedyConfig) -> bool:
+        if not self.checked:
+            return True
         if self.error is not None:
             return False
         limit = max(cfg.budget_min_nodes, int(cfg.budget_max_fraction * self.total))
         return self.tainted + 1 <= limit
 
     def describe(self, cfg: RemedyConfig) -> str:
+        if not self.checked:
+            return "the budget was not checked (no cluster access)"
         if self.error is not None:
             return f"the budget could not be checked ({self.error})"
         limit = max(cfg.budget_min_nodes, int(cfg.budget_max_fraction * self.total))
@@ -387,10 +398,12 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
     refused = False
     if nv.unhealthy and not book.suppressed:
         if needs_budget(nv, book, cfg):
-            if budget is None or not budget.allows(cfg):
+            if budget is None or not budget.allows(cfg):  # no budget given: refuse (safe side)
                 refused = True
             else:
                 book.refused_since = None
+                if not budget.checked:
+                    p.explain.append(budget.describe(cfg))
     if refused:
         p.budget_refused = True
         why = budget.describe(cfg) if budget is not None else "the budget was not checked"
