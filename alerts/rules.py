@@ -28,13 +28,6 @@ RULES_FILE = HERE / "hetero-exporter.rules.yml"
 PROMETHEUS_RULE = HERE.parent / "deploy" / "base" / "prometheusrule.yaml"
 JOB = "hetero-exporter"  # the scrape job (jobLabel of deploy/base/servicemonitor.yaml)
 
-# Proposed to the health engineer (1 while the agent withholds a taint because the share of
-# tainted accelerator nodes is at the budget, else 0). Replaced by names.py's entry when it lands.
-TAINT_BUDGET_EXHAUSTED = getattr(N, "TAINT_BUDGET_EXHAUSTED", None) or N.Metric(
-    "accelerator_health_taint_budget_exhausted", "gauge",
-    "1 while the agent withholds a taint because the taint budget is exhausted.", ())
-PENDING_METRICS = {TAINT_BUDGET_EXHAUSTED.name} - set(N.BY_NAME)
-
 # Thresholds (defaults for a mixed fleet; tune per site). Temperatures are where NVIDIA, AMD and
 # Ascend data-centre parts start to slow down: core/board around 85-90 °C, HBM around 95 °C.
 CORE_HOT_CELSIUS = 85
@@ -110,6 +103,19 @@ DEVICE_RULES = [
          runbook="Compare with the other devices of the node: one hot device suggests its fan, heat sink or "
                  "airflow; the whole node suggests inlet temperature or cooling. Check the clocks panel for "
                  "throttling."),
+    Rule("AcceleratorMemoryRemapFailed",
+         f"{N.REMAP_FAILED.name} == 1", "warning",
+         summary=f"Memory row remap failed: {DEVICE}",
+         description=f"{DEVICE} ({IDENTITY}) could not remap a failing memory row: it has no spare rows left.",
+         runbook="The device can no longer repair its memory: drain it and open a hardware case to replace it. "
+                 "Until then expect uncorrectable ECC errors and application faults on it."),
+    Rule("AcceleratorPCIeLinkDegraded",
+         f"{N.PCIE_WIDTH.name} < {N.PCIE_WIDTH_MAX.name}", "warning", for_="15m",
+         summary=f"PCIe link narrower than it can be: {DEVICE}",
+         description=f"{DEVICE} ({IDENTITY}) has run its PCIe link at {{{{ $value }}}} lanes for 15 minutes, "
+                     "fewer than the device and its slot support; host transfers are slower.",
+         runbook="Usually a badly seated card, riser or cable: reseat it at the next maintenance. A lower PCIe "
+                 "generation alone is power saving at idle and not alerted on."),
     Rule("AcceleratorUnattributedMemoryHigh",
          f"{N.UNATTRIBUTED_MEMORY.name} / {N.MEMORY_TOTAL.name} > {UNATTRIBUTED_RATIO}", "warning", for_="15m",
          summary=f"Device memory held by no known process: {DEVICE}",
@@ -131,7 +137,7 @@ NODE_RULES = [
                  "cnmon) and read the kernel log (dmesg) for the PCI address. A device that fell off the "
                  "bus needs a node reboot; if it stays missing, a hardware case."),
     Rule("AcceleratorTaintBudgetExhausted",
-         f"{TAINT_BUDGET_EXHAUSTED.name} == 1", "critical", for_="1m",
+         f"{N.HEALTH_BUDGET_EXHAUSTED.name} == 1", "critical", for_="1m",
          summary="Taint withheld on node {{ $labels.node }}: taint budget exhausted",
          description="The agent on node {{ $labels.node }} wants to taint the node for an unhealthy "
                      "accelerator but does not, because the share of accelerator nodes that already carry "

@@ -41,10 +41,20 @@ dashboard = build_dashboard(
                        Q(f"{sel(N.DEVICES_EXPECTED)} - {sel(N.DEVICES_PRESENT)}", "{{node}} {{vendor}}")),
         ]]),
         Section("Kubernetes actions", [[
+            timeseries("Nodes found unhealthy", "1 when the node policy finds the node unhealthy, whatever the "
+                       "health mode (observe and dry-run only report it).",
+                       Q(sel(N.HEALTH_NODE_UNHEALTHY), "{{node}}"), max_value=1),
             timeseries("Health actions", "Kubernetes actions of the health loop (taint, untaint, condition, "
                        "event, cordon) by result.",
                        Q(f"sum by (node, action, result) ({increase(N.HEALTH_ACTIONS)})",
                          "{{node}} {{action}} {{result}}"), stacked=True),
+            timeseries("Kubernetes API reachable", "1 when the health loop's last round trip to the API succeeded.",
+                       Q(sel(N.HEALTH_KUBERNETES_UP), "{{node}}"), max_value=1),
+        ], [
+            timeseries("Taint budget", "Accelerator nodes seen at the last budget check (total, tainted: the "
+                       "largest count any agent reports), and 1 on the nodes whose taint the budget withholds.",
+                       Q(f"max by (state) ({sel(N.HEALTH_BUDGET_NODES)})", "nodes {{state}}"),
+                       Q(sel(N.HEALTH_BUDGET_EXHAUSTED), "{{node}} taint withheld")),
             table("Nodes with the accelerator taint",
                   f"Nodes carrying the {TAINT_KEY} taint, from kube-state-metrics (absent without it).",
                   Q(external("kube_node_spec_taint", f'key="{TAINT_KEY}"'))),

@@ -51,6 +51,35 @@ dashboard = build_dashboard(
                          f"({by_device(rate(N.INTERCONNECT))})", DEV + " {{link_type}} {{direction}}"),
                        unit="Bps"),
         ]]),
+        Section("Memory health, PCIe and clocks held down", [[
+            timeseries("Retired pages and remapped rows",
+                       "Device memory pages retired (single/double bit) and rows remapped (correctable/uncorrectable).",
+                       Q(by_device(sel(N.RETIRED_PAGES)), DEV + " retired {{cause}}"),
+                       Q(by_device(sel(N.REMAPPED_ROWS)), DEV + " remapped {{cause}}")),
+            timeseries("Memory repairs pending or failed",
+                       "1 while a page retirement or row remap waits for a reset; 1 when a remap failed (no spare "
+                       "rows left: replace the device).",
+                       Q(by_device(sel(N.RETIREMENT_PENDING)), DEV + " retirement pending"),
+                       Q(by_device(sel(N.REMAP_PENDING)), DEV + " remap pending"),
+                       Q(by_device(sel(N.REMAP_FAILED)), DEV + " remap failed"), max_value=1),
+            timeseries("ECC errors since the driver loaded", "The volatile ECC counters, by severity.",
+                       Q(by_device(sel(N.ECC_VOLATILE_ERRORS)), DEV + " {{severity}}")),
+        ], [
+            table("PCIe link", "Current and maximum PCIe generation and width per device; a link below its "
+                  "width points at the slot or riser (a lower generation at idle is power saving).",
+                  Q(by_device(sel(N.PCIE_GENERATION)), "generation"),
+                  Q(by_device(sel(N.PCIE_GENERATION_MAX)), "generation max"),
+                  Q(by_device(sel(N.PCIE_WIDTH)), "lanes"),
+                  Q(by_device(sel(N.PCIE_WIDTH_MAX)), "lanes max")),
+            timeseries("PCIe replays", "Link-level retransmissions per second; a steady rate means a bad link.",
+                       Q(by_device(rate(N.PCIE_REPLAYS)), DEV), unit="ops"),
+            timeseries("Clocks held down", "Devices per reason holding their clocks down (power cap, thermal, "
+                       "hardware slowdown, ...).",
+                       Q(f"sum by (node, vendor, model, reason) ({by_device(sel(N.CLOCK_THROTTLE))})",
+                         "{{node}} {{vendor}} {{model}} {{reason}}"), stacked=True),
+            timeseries("Interconnect links", "Links per device, type and state (active, inactive).",
+                       Q(by_device(sel(N.INTERCONNECT_LINKS)), DEV + " {{link_type}} {{state}}")),
+        ]]),
         Section("Processes", [[
             table("Processes", "Processes on the devices with the pod they belong to and the memory they hold.",
                   Q(by_device(sel(N.PROCESS_MEMORY)))),

@@ -55,7 +55,7 @@ def test_the_issue_s_alerts_are_all_there():
 
 
 def test_metric_names_in_rules_and_unit_tests_exist_in_names_py():
-    allowed = rules.PENDING_METRICS | set(panels.EXTERNAL_METRICS)
+    allowed = set(panels.EXTERNAL_METRICS)
     for r in rules.ALL_RULES:
         assert problems(r.expr, allowed) == [], r.alert
         assert problems(r.description, allowed) == [], r.alert
@@ -63,11 +63,6 @@ def test_metric_names_in_rules_and_unit_tests_exist_in_names_py():
         for t in yaml.safe_load(path.read_text())["tests"]:
             for s in t["input_series"]:
                 assert problems(s["series"], allowed) == [], f"{path.name}: {s['series']}"
-
-
-def test_only_the_taint_budget_metric_is_pending():
-    # When names.py gains it, this set empties by itself and the rule uses names.py's entry.
-    assert rules.PENDING_METRICS <= {"accelerator_health_taint_budget_exhausted"}
 
 
 def test_every_rule_has_a_unit_test_that_fires_and_one_that_stays_quiet():
