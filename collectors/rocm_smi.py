@@ -141,16 +141,15 @@ class Report:
 
 def _decode_json(text: str, tool: str) -> Any:
     """The first JSON object in the text (rocm-smi may print warnings before it)."""
-    lines = text.splitlines()
-    for n, line in enumerate(lines):
-        if line.lstrip().startswith("{"):
-            start = sum(len(x) + 1 for x in lines[:n]) + (len(line) - len(line.lstrip()))
-            try:
-                doc, _ = json.JSONDecoder().raw_decode(text[start:])
-            except (ValueError, RecursionError) as e:
-                raise ParseError(tool, f"--json output is not valid JSON: {e}", n + 1) from None
-            return doc
-    raise ParseError(tool, "no JSON object in the output")
+    m = re.search(r"^[ \t]*\{", text, re.M)
+    if m is None:
+        raise ParseError(tool, "no JSON object in the output")
+    start = m.end() - 1
+    try:
+        doc, _ = json.JSONDecoder().raw_decode(text[start:])
+    except (ValueError, RecursionError) as e:
+        raise ParseError(tool, f"--json output is not valid JSON: {e}", text.count("\n", 0, start) + 1) from None
+    return doc
 
 
 _CARD_KEY = re.compile(r"^card(\d+)$", re.I)
@@ -309,7 +308,7 @@ def parse_report(text: str, tool: str = "rocm-smi") -> Report:
     """Any of the three formats, recognised by structure."""
     if not isinstance(text, str):
         raise ParseError(tool, f"expected text, got {type(text).__name__}")
-    if any(line.lstrip().startswith("{") for line in text.splitlines()):
+    if re.search(r"^[ \t]*\{", text, re.M):
         return parse_json(text, tool)
     if any(_KEYED.match(line) for line in text.splitlines()):
         return parse_keyed(text, tool)

@@ -352,3 +352,12 @@ def test_fake_rejects_unknown_modes(tmp_path):
     fake = FakeSmiCli(d, ManualClock(), str(tmp_path), "rocm-smi")
     with pytest.raises(ValueError):
         fake.set_mode("sideways")
+
+
+@pytest.mark.skipif(not CAPTURES, reason="../shared/fixtures absent")
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_warnings_before_the_output_and_crlf_line_ends_change_nothing(path):
+    text = path.read_text(encoding="utf-8")
+    noisy = "WARNING: AMD GPU device(s) is/are in a low-power state. Check power control/runtime_status\r\n\r\n"
+    noisy += text.replace("\n", "\r\n")
+    assert rocm_smi.parse(noisy, "rocm-smi").devices == rocm_smi.parse(text, "rocm-smi").devices
