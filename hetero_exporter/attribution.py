@@ -59,14 +59,15 @@ _POD_CGROUPFS = re.compile(rf"^pod({_UID_DASHED}|{_HASH32})$")
 _POD_SYSTEMD = re.compile(rf"(?:^|-)kubepods(?:-(burstable|besteffort))?-pod({_UID_SYSTEMD}|{_HASH32})\.slice$")
 _HEX64 = r"[0-9a-f]{64}"
 # <prefix>-<id>[.scope]: systemd scopes of each runtime; cgroupfs CRI-O uses crio-<id> too
-_PREFIXED = re.compile(rf"^(cri-containerd|crio|docker|libpod)-({_HEX64})(?:\.scope)?$")
+_PREFIXED = re.compile(rf"^(cri-containerd|crio|docker|libpod|nerdctl)-({_HEX64})(?:\.scope)?$")
 _CONMON = re.compile(rf"^crio-conmon-({_HEX64})(?:\.scope)?$")
 _BARE = re.compile(rf"^({_HEX64})$")
 _GARDEN_ID = re.compile(r"^[0-9a-f]{8}(?:-[0-9a-f]{4}){2,4}(?:-[0-9a-f]{4,12})?$")
 _ECS_TASK = re.compile(rf"^{_HASH32}$")
 _ECS_CONTAINER = re.compile(rf"^{_HASH32}-\d+$")
 _PREFIX_RUNTIME = {"cri-containerd": "containerd", "crio": "cri-o", "docker": "docker",
-                   "libpod": "podman", "cri-o": "cri-o", "containerd": "containerd"}
+                   "libpod": "podman", "cri-o": "cri-o", "containerd": "containerd",
+                   "nerdctl": "containerd"}
 _SERVICE_RUNTIME = {"containerd.service": "containerd", "crio.service": "cri-o",
                     "docker.service": "docker", "cri-docker.service": "docker"}
 # v1 controllers in the order their path is trusted when lines disagree
@@ -109,6 +110,7 @@ class _Found:
     qos: Optional[str] = None
     driver: Optional[str] = None
     service_runtime: Optional[str] = None
+    ecs: bool = False  # the path starts with /ecs/
 
     @property
     def score(self) -> int:
@@ -129,6 +131,8 @@ def _container(comp: str, prev: str, found: _Found) -> bool:
         if prev == "docker":  # standalone docker, cgroupfs driver: /docker/<id>
             found.runtime = "docker"
             found.driver = found.driver or "cgroupfs"
+        elif _ECS_TASK.match(prev) and found.ecs:  # ECS on EC2: /ecs/<task>/<container id>
+            found.runtime = "ecs"
         return True
     if prev == "garden" and _GARDEN_ID.match(comp):
         found.runtime, found.container_id = "garden", comp
@@ -143,6 +147,7 @@ def _scan_path(path: str) -> _Found:
     """Attribution facts in one cgroup path (components scanned left to right)."""
     found = _Found()
     comps = [c for c in path.split("/") if c and c not in (".", "..")]
+    found.ecs = bool(comps) and comps[0] == "ecs"
     prev = ""
     for comp in comps:
         if comp in _SERVICE_RUNTIME:

@@ -67,7 +67,9 @@ def test_every_capture_parses_into_what_its_text_shows(path: Path):
     if name.startswith("host_") or "non-container" in name:
         assert info.container_id is None and info.pod_uid is None and info.note == "not in a container"
     if name.startswith(("k8s_", "kind_")):
-        assert info.pod_uid is not None and info.container_id is not None
+        assert info.pod_uid is not None
+    if re.search(r"[/:-][0-9a-f]{64}(?:\.scope)?(?:/|$)", info.path):
+        assert info.container_id is not None
     runtimes_named = [r for r, token in (("cri-o", "crio"), ("containerd", "containerd"),
                                          ("docker", "docker"), ("podman", "podman")) if token in name]
     if info.runtime is not None and len(runtimes_named) == 1:
@@ -149,6 +151,15 @@ def test_reader_in_its_own_cgroup_namespace_sees_dotdot_components():
     info = parse_cgroup(text)
     assert info.pod_uid == "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
     assert info.qos_class == "besteffort" and info.runtime == "containerd" and info.container_id == "ab" * 32
+
+
+@pytest.mark.parametrize("text,runtime", [
+    ("0::/system.slice/nerdctl-" + "ef" * 32 + ".scope\n", "containerd"),
+    ("4:memory:/ecs/" + "1a" * 16 + "/" + "2b" * 32 + "\n", "ecs"),
+])
+def test_other_container_layouts(text, runtime):
+    info = parse_cgroup(text)
+    assert info.runtime == runtime and info.container_id is not None and info.pod_uid is None
 
 
 def test_guaranteed_pods_have_no_qos_level_in_either_driver():
