@@ -195,3 +195,41 @@ def test_scenario_through_fake_and_collector_gives_the_values_back(n, util, tota
         assert (d.value(F.ECC_CORRECTED), d.value(F.ECC_UNCORRECTED)) == (corr, unc)
         assert d.value("ecc_errors_total") == corr + unc
         assert d.health.state == "ok"  # counts found at the first look are history, not faults
+
+
+# --------------------------------------------------------------------------- fixtures/scenarios/cambricon-*
+
+def _scenario(name):
+    from conftest import ROOT
+    return load(str(ROOT / "fixtures" / "scenarios" / f"{name}.yaml"))
+
+
+def test_scenario_cambricon_mlu370_x8():
+    sc = _scenario("cambricon-mlu370-x8")
+    clock, calls = ManualClock(), []
+    col = C.CnmonCollector("cnmon", clock=clock, runner=in_process(sc, clock, calls))
+    devs = col.collect()
+    assert [d.identity.uuid for d in devs] == [f"MLU-{s.uuid}" for s in sc.devices]
+    assert all(d.value(F.MEMORY_TOTAL) == 48 * GIB and len(d.processes) == 1 for d in devs)
+    for t in range(10, 340, 10):  # cnmon info of card 2 after t=120 comes at t=320 (one card a cycle)
+        clock.set_t(t)
+        devs = col.collect()
+    ecc = devs[2].health.reasons
+    assert devs[2].health.state == "failed" and [(f.code, f.count, f.action) for f in ecc] == [
+        ("ecc-uncorrected", 3, "reset-device")]
+    assert [d.health.state for d in (devs[0], devs[1], devs[3])] == ["ok"] * 3
+    clock.set_t(410)
+    devs = col.collect()
+    assert devs[3].health.state == "failed" and devs[3].health.reasons[0].code == "missing"
+
+
+def test_scenario_cambricon_garbage_cnmon(tmp_path):
+    sc = _scenario("cambricon-garbage-cnmon")
+    clock = ManualClock()
+    clock.set_t(45)
+    col = C.create(CollectorOptions(scenario=sc, clock=clock, workdir=str(tmp_path), timeout_seconds=8))
+    with pytest.raises(ParseError, match="^cnmon"):
+        col.collect()
+    clock.set_t(90)
+    devs = col.collect()
+    assert [d.value(F.TEMP_CORE) for d in devs] == [33, 33] and devs[0].identity.model == "MLU370-X4"
