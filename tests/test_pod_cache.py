@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 pytest.importorskip("kubernetes")
 
@@ -65,6 +66,19 @@ def test_pod_info_reads_uid_names_container_ids_and_qos():
     assert (p.uid, p.namespace, p.name, p.qos_class) == (UID, "ml", "t", "guaranteed")
     assert p.containers == {CID: "trainer", "ab" * 32: "init"}
     assert pod_info({"metadata": {"name": "no-uid"}}) is None
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                         st.sampled_from(["metadata", "status", "uid", "name", "namespace", "containerStatuses",
+                                          "containerID", "qosClass", "x"]), inner, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_json)
+def test_pod_info_never_raises_on_odd_objects(obj):
+    p = pod_info(obj) if isinstance(obj, dict) else None
+    assert p is None or (isinstance(p.uid, str) and all(isinstance(k, str) for k in p.containers))
 
 
 def test_lists_this_nodes_pods_then_follows_the_watch(kube_api, cache):

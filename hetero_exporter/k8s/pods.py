@@ -33,21 +33,30 @@ NAME = "pod-cache"
 def pod_info(obj: Mapping[str, Any]) -> Optional[PodInfo]:
     """A PodInfo from a pod's JSON (None without a uid). Container ids lose their
     ``containerd://`` / ``cri-o://`` / ``docker://`` scheme, as cgroup paths show them bare."""
-    meta = obj.get("metadata") or {}
+    def _dict(v: Any) -> Mapping[str, Any]:
+        return v if isinstance(v, dict) else {}
+
+    meta = _dict(obj.get("metadata")) if isinstance(obj, dict) else {}
     uid = meta.get("uid")
-    if not uid:
+    if not uid or not isinstance(uid, str):
         return None
-    status = obj.get("status") or {}
+    status = _dict(obj.get("status"))
     containers: dict[str, str] = {}
     for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-        for cs in status.get(key) or ():
-            cid = (cs or {}).get("containerID") or ""
-            name = (cs or {}).get("name") or ""
-            if cid and name:
+        statuses = status.get(key)
+        for cs in statuses if isinstance(statuses, list) else ():
+            cid, name = _dict(cs).get("containerID"), _dict(cs).get("name")
+            if cid and name and isinstance(cid, str) and isinstance(name, str):
                 containers[cid.split("://", 1)[-1]] = name
-    qos = status.get("qosClass")
+    qos = status.get("qosClass") if isinstance(status.get("qosClass"), str) else None
     return PodInfo(uid=str(uid), namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
                    containers=containers, qos_class=str(qos).lower() if qos else None)
+
+
+def _resource_version(obj: Any) -> Optional[str]:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return str(rv) if rv else None
 
 
 class PodCache:
@@ -151,7 +160,7 @@ class PodCache:
                     self._deleted.pop(p.uid, None)
                 self._expire(now)
                 self._index()
-            rv = ((obj.get("metadata") or {}).get("resourceVersion"))
+            rv = _resource_version(obj)
             if rv:
                 self._rv = str(rv)
             self._last_success = now
@@ -173,9 +182,8 @@ class PodCache:
         """List the node's pods (K8sError on failure) and replace the cache with them."""
         doc = call(self._core().list_pod_for_all_namespaces, timeout=self.request_timeout,
                    field_selector=f"spec.nodeName={self.node_name}")
-        items = doc.get("items") or []
-        rv = (doc.get("metadata") or {}).get("resourceVersion")
-        self._replace_all(list(items), str(rv) if rv else None)
+        items = doc.get("items")
+        self._replace_all(list(items) if isinstance(items, list) else [], _resource_version(doc))
         self.lists += 1
 
     def _watch_once(self) -> None:
@@ -223,7 +231,7 @@ class PodCache:
                     raise K8sError(f"watch: ERROR {obj.get('code')}: {obj.get('message', '')}",
                                    status=obj.get("code"))
                 if etype == "BOOKMARK":
-                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    rv = _resource_version(obj)
                     with self._lock:
                         if rv:
                             self._rv = str(rv)
