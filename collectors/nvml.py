@@ -107,6 +107,7 @@ _BATCH: tuple[tuple[str, str], ...] = (
 _NVLINK_BATCH = ((C.NVLINK_RX, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"),
                  (C.NVLINK_TX, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"))
 _FIELD_SCALE = {C.NVLINK_RX: 1024.0, C.NVLINK_TX: 1024.0}
+_LINK_STATE = "_nvlink_state"  # batch entries that carry link states, not a reading
 _MEMORY_V1 = {  # drivers without nvmlDeviceGetMemoryInfo_v2: "used" includes reserved memory
     F.MEMORY_USED: Quality("nvmlDeviceGetMemoryInfo.used", "measured", None, 1.0),
     F.MEMORY_TOTAL: Quality("nvmlDeviceGetMemoryInfo.total", "measured", None, 1.0),
@@ -157,6 +158,14 @@ class NvmlCollector:
         self._mig = MigReader(nvml)
         self._topology = Topology(nvml)
         self._nvlink_states: dict[str, Optional[list[bool]]] = {}
+        self._specs: dict[str, list[tuple[str, Any]]] = {}  # uuid -> batched field-value ids
+        # constants looked up once (hot loop of the batched call)
+        self._SUCCESS = nvml.NVML_SUCCESS
+        self._GPU_IS_LOST = nvml.NVML_ERROR_GPU_IS_LOST
+        self._UNSUPPORTED_RETURNS = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._decode = {nvml.NVML_VALUE_TYPE_DOUBLE: "dVal", nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+                        nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+                        nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal"}
         self._wake = wake
         self._events_enabled = events
         self._event_wait_ms = event_wait_ms
@@ -325,8 +334,9 @@ class NvmlCollector:
         self._read(uuid, r, C.PCIE_WIDTH, nv.nvmlDeviceGetCurrPcieLinkWidth, h)
         self._static_readings(uuid, r, h)
         self._clock_reasons(uuid, r, h)
-        self._nvlink_states[uuid] = self._nvlink(uuid, r, h)  # before the batch: it sizes the link fields
-        self._field_batch(uuid, r, h)
+        self._topology.discover(uuid, h)  # before the batch: it sizes the per-link fields
+        states = self._field_batch(uuid, r, h)
+        self._nvlink_states[uuid] = self._nvlink(uuid, r, h, states)
         return r
 
     def _static_readings(self, uuid: str, r: dict, h: Any) -> None:
@@ -385,8 +395,12 @@ class NvmlCollector:
         return out
 
     def _batch_spec(self, uuid: str) -> list[tuple[str, Any]]:
-        nv, skip = self._nv, self._unsupported.get(uuid, set())
-        spec: list[tuple[str, Any]] = []
+        """(field, field id or (id, link)) of the batched call, built once per GPU."""
+        spec = self._specs.get(uuid)
+        if spec is not None:
+            return spec
+        nv, skip = self._nv, self._unsupported.setdefault(uuid, set())
+        spec = []
         for field, fid_name in _BATCH:
             fid = getattr(nv, fid_name, None)
             if fid is None:
@@ -394,63 +408,59 @@ class NvmlCollector:
             elif field not in skip:
                 spec.append((field, fid))
         links = self._topology.nvlink_count(uuid)
-        for field, fid_name in _NVLINK_BATCH:
+        for field, fid_name in _NVLINK_BATCH + ((_LINK_STATE, "NVML_FI_DEV_NVLINK_GET_STATE"),):
             fid = getattr(nv, fid_name, None)
             if fid is not None and links and field not in skip:
                 spec.extend((field, (fid, link)) for link in range(links))
+        self._specs[uuid] = spec
         return spec
 
-    def _field_batch(self, uuid: str, r: dict, h: Any) -> None:
-        """The batched nvmlDeviceGetFieldValues call: per-entry errors are per field."""
+    def _field_batch(self, uuid: str, r: dict, h: Any) -> Optional[list[bool]]:
+        """The batched nvmlDeviceGetFieldValues call: per-entry errors are per field.
+        Returns the NVLink states when the batch carried them."""
         nv = self._nv
         spec = self._batch_spec(uuid)
+        skip = self._unsupported.get(uuid, ())
         for field, _ in _BATCH + _NVLINK_BATCH:
-            if field in self._unsupported.get(uuid, ()):
+            if field in skip:
                 r[field] = Reading(None, QUALITY[field].with_status("unsupported"))
         if not spec:
-            return
+            return None
         try:
             values = nv.nvmlDeviceGetFieldValues(h, [fid for _, fid in spec])
         except nv.NVMLError as e:
             for field, _ in spec:
-                r[field] = Reading(None, QUALITY[field].with_status(self._fail(e, uuid, field)))
-            return
-        sums: dict[str, Optional[float]] = {}
-        statuses: dict[str, str] = {}
+                if field != _LINK_STATE:
+                    r[field] = Reading(None, QUALITY[field].with_status(self._fail(e, uuid, field)))
+            return None
+        ok, lost, decode = self._SUCCESS, self._GPU_IS_LOST, self._decode
+        sums: dict[str, float] = {}
+        bad: dict[str, str] = {}
+        states: list[bool] = []
         for (field, _fid), v in zip(spec, values):
             ret = v.nvmlReturn
-            if ret == nv.NVML_SUCCESS:
-                if statuses.get(field, "ok") == "ok":
-                    prev = sums.get(field) or 0.0
-                    sums[field] = prev + float(self._field_value(v))
-                    statuses[field] = "ok"
+            if ret == ok:
+                if field is _LINK_STATE:
+                    states.append(bool(v.value.uiVal))
+                else:
+                    sums[field] = sums.get(field, 0.0) + float(getattr(v.value, decode.get(v.valueType, "uiVal")))
                 continue
-            if ret == nv.NVML_ERROR_GPU_IS_LOST:
+            if ret == lost:
                 raise _Lost()
-            if ret in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT):
+            bad[field] = "unsupported" if ret in self._UNSUPPORTED_RETURNS else "error"
+        for field, status in bad.items():
+            if status == "unsupported":
                 self._unsupported.setdefault(uuid, set()).add(field)
-                statuses[field] = "unsupported"
-            else:
-                statuses[field] = "error"
-        for field, status in statuses.items():
-            q = QUALITY[field]
-            if status == "ok":
-                r[field] = Reading(sums[field] * _FIELD_SCALE.get(field, 1.0), q)
-            else:
-                r[field] = Reading(None, q.with_status(status))
-
-    def _field_value(self, v: Any) -> float:
-        nv = self._nv
-        vt = v.valueType
-        if vt == nv.NVML_VALUE_TYPE_DOUBLE:
-            return v.value.dVal
-        if vt == nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-            return v.value.ullVal
-        if vt == nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-            return v.value.sllVal
-        if vt == nv.NVML_VALUE_TYPE_UNSIGNED_LONG:
-            return v.value.ulVal
-        return v.value.uiVal
+                self._specs.pop(uuid, None)  # leave it out of the next calls
+        for field, total in sums.items():
+            if field not in bad:
+                r[field] = Reading(total * _FIELD_SCALE.get(field, 1.0), QUALITY[field])
+        for field, status in bad.items():
+            if field is not _LINK_STATE:
+                r[field] = Reading(None, QUALITY[field].with_status(status))
+        if _LINK_STATE in bad or not states:
+            return None
+        return states
 
     # ------------------------------------------------------------------ processes, NVLink
     def _process_name(self, pid: int) -> Optional[str]:
@@ -461,8 +471,12 @@ class NvmlCollector:
                 self._names[pid] = None
         return self._names[pid]
 
-    def _nvlink(self, uuid: str, r: dict, h: Any) -> Optional[list[bool]]:
-        states = self._topology.nvlink_states(uuid, h)
+    def _nvlink(self, uuid: str, r: dict, h: Any, states: Optional[list[bool]]) -> Optional[list[bool]]:
+        """NVLink link counts from the batch's states, else one call per link."""
+        if not self._topology.nvlink_count(uuid):
+            return None
+        if states is None:
+            states = self._topology.nvlink_states(uuid, h)
         if states is None:
             return None
         q = QUALITY[C.NVLINK_ACTIVE]

@@ -31,7 +31,8 @@ Scenario hooks (vendor ``nvidia``):
 - settings ``nvidia``: ``init_error: DriverNotLoaded|LibraryNotFound|...`` (nvmlInit fails),
   ``hang_seconds: N`` (enumeration sleeps), ``process_api: v3|v2|v1`` (newest running-process
   call the "driver" has), ``process_utilization_api: info|samples|none``,
-  ``clock_reasons_api: event|throttle``, ``memory_api: v2|v1``.
+  ``clock_reasons_api: event|throttle``, ``memory_api: v2|v1``, ``nvlink_state_field: false``
+  (no NVML_FI_DEV_NVLINK_GET_STATE: link states by nvmlDeviceGetNvLinkState only).
 """
 
 from __future__ import annotations
@@ -199,9 +200,12 @@ class FakeNvml:
         # NVMLError_* classes) come from the real binding; functions must be faked here
         if name.startswith("NVML") or (name.startswith("nvml") and not callable(getattr(pynvml, name, None))):
             try:
-                return getattr(pynvml, name)
+                value = getattr(pynvml, name)
             except AttributeError:
                 pass
+            else:
+                setattr(self, name, value)  # found once: later lookups are plain attributes
+                return value
         raise AttributeError(f"FakeNvml does not implement {name}; add it to collectors/nvml_fake.py")
 
     # ------------------------------------------------------------------ helpers
@@ -367,6 +371,10 @@ class FakeNvml:
             return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
         if fid == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
             return pynvml.NVML_SUCCESS, links
+        if fid == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
+            if self._settings.get("nvlink_state_field") is False or scope >= links:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED, 0  # older drivers: per-link calls only
+            return pynvml.NVML_SUCCESS, self._link_state(spec, scope, t)
         if fid == pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
             return pynvml.NVML_SUCCESS, int(spec.extra.get("nvlink_speed_mbps", 25781))
         if fid in (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX):
@@ -564,6 +572,9 @@ class FakeNvml:
 
     def nvmlDeviceGetNvLinkState(self, h: _Handle, link: int) -> int:
         spec, t = self._link(h, "nvmlDeviceGetNvLinkState", link)
+        return self._link_state(spec, link, t)
+
+    def _link_state(self, spec: DeviceSpec, link: int, t: float) -> int:
         if link in (spec.extra.get("nvlink_down") or ()):
             return 0
         for f in self._nvlink_down:

@@ -115,19 +115,26 @@ class Topology:
         info.speed_bytes = speed * 1e6 if speed else None
         return info
 
-    def nvlink_states(self, uuid: str, h: Any) -> Optional[list[bool]]:
-        """Active flag of each NVLink of the GPU; None when it has no NVLink."""
+    def discover(self, uuid: str, h: Any) -> int:
+        """Learn the GPU's NVLinks once; returns how many it has (0: no NVLink)."""
         with self._lock:
             info = self._nvlinks.get(uuid)
         if info is None:
             info = self._discover(uuid, h)
             with self._lock:
                 self._nvlinks[uuid] = info
-        if not info.count:
+        return info.count
+
+    def nvlink_states(self, uuid: str, h: Any) -> Optional[list[bool]]:
+        """Active flag of each NVLink of the GPU, one nvmlDeviceGetNvLinkState call per
+        link; None when it has no NVLink. (The collector reads the states in its batched
+        field-value call where the driver has NVML_FI_DEV_NVLINK_GET_STATE.)"""
+        count = self.discover(uuid, h)
+        if not count:
             return None
         nv = self._nv
         states = []
-        for link in range(info.count):
+        for link in range(count):
             try:
                 states.append(bool(nv.nvmlDeviceGetNvLinkState(h, link)))
             except nv.NVMLError as e:

@@ -299,3 +299,18 @@ def test_a_lost_gpu_does_not_stop_readings_from_the_others():
     clock.set_t(61)
     back = c.collect()[2]
     assert back.health.state == "ok" and back.value(F.POWER) == 600
+
+
+def test_link_states_without_the_batched_state_field_use_one_call_per_link():
+    batched, _ = make("nvidia-memory-health")
+    per_link, _ = make("nvidia-memory-health", nvlink_state_field=False)
+    a, b = gpus(batched.collect()), gpus(per_link.collect())
+    assert [x.links for x in a] == [x.links for x in b]
+    assert b[1].value(C.NVLINK_INACTIVE) == 1
+    batched.collect()
+    per_link.collect()
+    before = (batched._nv.calls, per_link._nv.calls)
+    batched.collect()
+    per_link.collect()
+    # 4 GPUs x 12 links: the fallback costs one call per link per cycle
+    assert per_link._nv.calls - before[1] == batched._nv.calls - before[0] + 4 * 12
