@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+import pytest
+
 from hetero_exporter import registry
 from hetero_exporter.collector_api import CollectorOptions
 from hetero_exporter.health import policy as policy_mod
@@ -62,3 +64,18 @@ class HealthAgent:
 
     def close(self) -> None:
         self.sampler.close()
+
+
+@pytest.fixture
+def make_agent(kube_api, tmp_path):
+    """``make_agent(scenario, **kw)``: a HealthAgent on the loopback API server, closed after."""
+    made = []
+
+    def make(scenario: str = "health-xid79.yaml", **kw: Any) -> HealthAgent:
+        agent = HealthAgent(scenario, kube_api.write_kubeconfig(tmp_path / "kubeconfig"), **kw)
+        made.append(agent)
+        return agent
+
+    yield make
+    for agent in made:
+        agent.close()

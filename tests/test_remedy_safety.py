@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from health_agent import HealthAgent  # noqa: E402
+from health_agent import make_agent  # noqa: E402,F401
 
 KEY = "hetero-exporter.io/accelerator-unhealthy"
 BOOK = "hetero-exporter.io/agent-state"
@@ -29,22 +29,8 @@ def _taint_additions(versions):
     return sum(1 for a, b in zip(versions, versions[1:]) if not _ours(a) and _ours(b))
 
 
-@pytest.fixture
-def make(kube_api, tmp_path):
-    made = []
-
-    def _make(scenario="health-xid79.yaml", **kw):
-        a = HealthAgent(scenario, kube_api.write_kubeconfig(tmp_path / "kc"), **kw)
-        made.append(a)
-        return a
-
-    yield _make
-    for a in made:
-        a.close()
-
-
-def test_concurrent_writer_409_then_right_state_written_once(kube_api, make):
-    agent = make()
+def test_concurrent_writer_409_then_right_state_written_once(kube_api, make_agent):
+    agent = make_agent()
     kube_api.seed_node(agent.node)
     agent.run(0, 50)
 
@@ -67,8 +53,8 @@ def test_concurrent_writer_409_then_right_state_written_once(kube_api, make):
     assert agent.metrics.actions()[("node", "conflict")] == 1
 
 
-def test_outage_then_recovery_writes_once(kube_api, make):
-    agent = make(timeout=0.5)
+def test_outage_then_recovery_writes_once(kube_api, make_agent):
+    agent = make_agent(timeout=0.5)
     kube_api.seed_node(agent.node)
     agent.run(0, 50)
     kube_api.fail_next(100, 503)  # the API server is down for this cycle
@@ -87,8 +73,8 @@ def test_outage_then_recovery_writes_once(kube_api, make):
     assert agent.metrics.actions()[("read", "error")] == 1
 
 
-def test_lost_replies_do_not_write_twice(kube_api, make):
-    agent = make(timeout=0.5)
+def test_lost_replies_do_not_write_twice(kube_api, make_agent):
+    agent = make_agent(timeout=0.5)
     kube_api.seed_node(agent.node)
     agent.run(0, 50)
     # the taint patch lands but its reply never arrives (client timeout), and the event is
@@ -108,8 +94,8 @@ def test_lost_replies_do_not_write_twice(kube_api, make):
     assert len(taint_patches) == 1
 
 
-def test_drop_of_status_write_keeps_condition_right(kube_api, make):
-    agent = make(timeout=0.5)
+def test_drop_of_status_write_keeps_condition_right(kube_api, make_agent):
+    agent = make_agent(timeout=0.5)
     kube_api.seed_node(agent.node)
     agent.run(0, 50)
     kube_api.drop_next(1, methods=["PATCH"], path="/status$")
@@ -124,8 +110,8 @@ ECC_POLICY = {"min_healthy_fraction": 1.0,
                             "severity": "critical", "class": "memory-ecc", "action": "reset-device"}]}
 
 
-def test_agent_restart_in_the_middle_changes_nothing(kube_api, make):
-    agent = make("health-ecc-sticky.yaml", policy=ECC_POLICY)
+def test_agent_restart_in_the_middle_changes_nothing(kube_api, make_agent):
+    agent = make_agent("health-ecc-sticky.yaml", policy=ECC_POLICY)
     kube_api.seed_node(agent.node)
     agent.run(0, 60)
     node = kube_api.node(agent.node)
@@ -139,7 +125,7 @@ def test_agent_restart_in_the_middle_changes_nothing(kube_api, make):
 
     # a new process: new collector (its counters start afresh, so the ECC increase is not
     # seen again), new rules state, same node and boot
-    again = make("health-ecc-sticky.yaml", policy=ECC_POLICY, clock=agent.clock)
+    again = make_agent("health-ecc-sticky.yaml", policy=ECC_POLICY, clock=agent.clock)
     assert again.cycle(70) is None  # reads back the bookkeeping first
     again.run(80, 190)
     node = kube_api.node(agent.node)
@@ -159,19 +145,19 @@ def test_agent_restart_in_the_middle_changes_nothing(kube_api, make):
     assert len(recovered) == 1 and "GPU 1" in recovered[0]["message"]
 
 
-def test_node_reboot_clears_sticky_faults(kube_api, make):
-    agent = make("health-ecc-sticky.yaml", policy=ECC_POLICY)
+def test_node_reboot_clears_sticky_faults(kube_api, make_agent):
+    agent = make_agent("health-ecc-sticky.yaml", policy=ECC_POLICY)
     kube_api.seed_node(agent.node)
     agent.run(0, 60)
     assert _ours(kube_api.node(agent.node))
     agent.close()
-    rebooted = make("health-ecc-sticky.yaml", policy=ECC_POLICY, clock=agent.clock, boot_id="boot-2")
+    rebooted = make_agent("health-ecc-sticky.yaml", policy=ECC_POLICY, clock=agent.clock, boot_id="boot-2")
     rebooted.run(70, 90)
     assert _ours(kube_api.node(agent.node)) == []
 
 
-def test_budget_exhausted_no_taint_metric_and_event(kube_api, make):
-    agent = make(health={"budget_max_fraction": 0.1})
+def test_budget_exhausted_no_taint_metric_and_event(kube_api, make_agent):
+    agent = make_agent(health={"budget_max_fraction": 0.1})
     for i in range(9):
         kube_api.seed_node(f"gpu-node-{100 + i}", labels={"hetero-exporter.io/accelerator": "true"})
     kube_api.seed_node("gpu-node-99", labels={"hetero-exporter.io/accelerator": "true"},
@@ -200,8 +186,8 @@ def test_budget_exhausted_no_taint_metric_and_event(kube_api, make):
     assert not agent.metrics.budget_exhausted
 
 
-def test_never_removes_a_taint_or_cordon_it_did_not_add(kube_api, make):
-    agent = make(health={"cordon": True})
+def test_never_removes_a_taint_or_cordon_it_did_not_add(kube_api, make_agent):
+    agent = make_agent(health={"cordon": True})
     kube_api.seed_node(agent.node, unschedulable=True,
                        taints=[{"key": KEY, "value": "manual", "effect": "NoSchedule"}])
     agent.run(0, 100)
@@ -213,8 +199,8 @@ def test_never_removes_a_taint_or_cordon_it_did_not_add(kube_api, make):
     assert book["cordoned"] is False and book["taint"] is None
 
 
-def test_opt_in_cordon_and_noexecute_are_undone_on_recovery(kube_api, make):
-    agent = make(health={"cordon": True, "no_execute": True})
+def test_opt_in_cordon_and_noexecute_are_undone_on_recovery(kube_api, make_agent):
+    agent = make_agent(health={"cordon": True, "no_execute": True})
     kube_api.seed_node(agent.node)
     agent.run(0, 60)
     node = kube_api.node(agent.node)
@@ -225,8 +211,8 @@ def test_opt_in_cordon_and_noexecute_are_undone_on_recovery(kube_api, make):
     assert not node["spec"].get("unschedulable") and _ours(node) == []
 
 
-def test_someone_removing_our_taint_is_respected_until_recovery(kube_api, make):
-    agent = make()
+def test_someone_removing_our_taint_is_respected_until_recovery(kube_api, make_agent):
+    agent = make_agent()
     kube_api.seed_node(agent.node)
     agent.run(0, 70)
     kube_api.mutate_node(agent.node, lambda n: n["spec"].pop("taints"))

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from health_agent import HealthAgent  # noqa: E402
+from health_agent import make_agent  # noqa: E402,F401
 
 KEY = "hetero-exporter.io/accelerator-unhealthy"
 
@@ -22,23 +22,8 @@ def _condition(node):
     return next((c for c in node["status"].get("conditions", []) if c["type"] == "AcceleratorUnhealthy"), None)
 
 
-@pytest.fixture
-def agent_factory(kube_api, tmp_path):
-    made = []
-
-    def make(scenario, **kw):
-        kc = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
-        a = HealthAgent(scenario, kc, **kw)
-        made.append(a)
-        return a
-
-    yield make
-    for a in made:
-        a.close()
-
-
-def test_xid79_taints_within_one_cycle_then_reset_clears(kube_api, agent_factory):
-    agent = agent_factory("health-xid79.yaml")
+def test_xid79_taints_within_one_cycle_then_reset_clears(kube_api, make_agent):
+    agent = make_agent("health-xid79.yaml")
     kube_api.seed_node(agent.node, taints=[{"key": "team/maintenance", "effect": "PreferNoSchedule"}])
     agent.cycle(0)  # first cycle reads the bookkeeping (none yet)
     agent.run(10, 50)
@@ -82,8 +67,8 @@ def test_xid79_taints_within_one_cycle_then_reset_clears(kube_api, agent_factory
     assert agent.metrics.actions()[("untaint", "ok")] == 1
 
 
-def test_flapping_temperature_never_toggles_taint_or_condition(kube_api, agent_factory):
-    agent = agent_factory("health-flapping-temperature.yaml")
+def test_flapping_temperature_never_toggles_taint_or_condition(kube_api, make_agent):
+    agent = make_agent("health-flapping-temperature.yaml")
     kube_api.seed_node(agent.node)
     states = []
     for t in range(0, 250, 10):
@@ -105,8 +90,8 @@ def test_flapping_temperature_never_toggles_taint_or_condition(kube_api, agent_f
     assert len(kube_api.events(reason="AcceleratorRecovered")) == 1
 
 
-def test_observe_mode_writes_nothing(kube_api, agent_factory):
-    agent = agent_factory("health-xid79.yaml", mode="observe")
+def test_observe_mode_writes_nothing(kube_api, make_agent):
+    agent = make_agent("health-xid79.yaml", mode="observe")
     kube_api.seed_node(agent.node)
     agent.run(0, 80)
     assert kube_api.writes() == []
@@ -114,8 +99,8 @@ def test_observe_mode_writes_nothing(kube_api, agent_factory):
     assert any("taint" in line for line in agent.loop.last.plan.explain)
 
 
-def test_dry_run_says_what_it_would_do_and_never_taints(kube_api, agent_factory):
-    agent = agent_factory("health-xid79.yaml", mode="dry-run")
+def test_dry_run_says_what_it_would_do_and_never_taints(kube_api, make_agent):
+    agent = make_agent("health-xid79.yaml", mode="dry-run")
     kube_api.seed_node(agent.node)
     agent.run(0, 100)
     node = kube_api.node(agent.node)

@@ -269,6 +269,8 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
         state, streak = raw, 0
     elif raw == "unknown":  # cannot read: hold the last verdict, do not count toward recovery
         state, streak = prev, s.better_streak
+    elif critical or warning:  # better than before, but the condition was seen: not clean
+        state, streak = prev, 0
     else:
         streak = s.better_streak + 1
         state, streak = (raw, 0) if streak >= policy.recovery_polls else (prev, streak)
@@ -305,8 +307,10 @@ def step(state: State, snapshot: NodeSnapshot, policy: Policy) -> tuple[State, d
     """Fold one snapshot into the rule state; the verdict of every device in it."""
     devices = dict(state.devices)
     if state.boot_id and snapshot.boot_id and snapshot.boot_id != state.boot_id:
-        # the node rebooted: every sticky fault is cleared; repeat-offender history stays
-        devices = {u: DeviceState(offenses=ds.offenses) for u, ds in devices.items()}
+        # the node rebooted: every sticky fault and warning is cleared; what was already counted
+        # stays counted, and so does the repeat-offender history
+        devices = {u: DeviceState(offenses=ds.offenses, counts=ds.counts, counters=ds.counters)
+                   for u, ds in devices.items()}
     verdicts: dict[str, Verdict] = {}
     for d in snapshot.devices:
         uuid = d.identity.uuid
