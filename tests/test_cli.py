@@ -81,7 +81,8 @@ def _config(tmp_path: Path, doc: dict) -> str:
 def test_inspect_prints_one_table_and_json():
     table = cli("inspect", "--simulate")
     assert table.returncode == 0, table.stderr
-    rows = [l for l in table.stdout.splitlines() if l.startswith("nvidia ")]
+    devices_part = table.stdout.split("\nPROCESSES")[0]
+    rows = [l for l in devices_part.splitlines() if l.startswith("nvidia ")]
     assert len(rows) == 4 and all("H100-SXM5-80GB" in r and "/700 W" in r for r in rows)
     as_json = cli("inspect", "--simulate", "--json")
     snap = snapshot_from_json(as_json.stdout)
