@@ -55,7 +55,6 @@ NO_DATA_YET = {
     "hetero-node/Retired pages and remapped rows#A": "page retirement predates Ampere: the simulated H100s remap rows",
     "hetero-node/Memory repairs pending or failed#A": "page retirement predates Ampere: the simulated H100s remap rows",
 }
-NO_DATA_VARIABLES = {"namespace": "accelerator_allocation_info: no PodResources in the simulation yet"}
 # Alerts that may fire on the healthy default node, alert -> why (none should, once all land).
 MAY_FIRE_ON_HEALTHY = {
     "AcceleratorDeviceMissing": "vendors of the default scenario whose collector has not landed report 0 present",
@@ -155,7 +154,7 @@ def test_panel_filters_select_what_the_variables_say(prom):
 
 
 def test_template_variables_list_the_simulated_values(prom):
-    expected = {"node": {HEALTHY, FAULTY}, "vendor": {"nvidia"}, "model": {"H100-SXM5-80GB"}}
+    expected = {"node": {HEALTHY, FAULTY}, "vendor": {"nvidia"}, "model": {"H100-SXM5-80GB"}, "namespace": {"ml-team"}}
     seen: dict[str, set] = {}
     for dash in DASHBOARDS.values():
         for var in dash["templating"]["list"]:
@@ -165,8 +164,6 @@ def test_template_variables_list_the_simulated_values(prom):
             assert m, var["query"]
             series = prom.query(substitute(m.group(1), ALL_VALUES))
             values = {r["metric"][m.group(2)] for r in series if m.group(2) in r["metric"]}
-            if var["name"] in NO_DATA_VARIABLES:
-                continue
             assert values, f"{dash['uid']}: variable {var['name']} lists nothing"
             seen.setdefault(var["name"], set()).update(values)
     for name, want in expected.items():
