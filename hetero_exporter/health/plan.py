@@ -1,7 +1,7 @@
 """What the agent should do to its Node now: a pure function of the Node as read, the snapshot
 with its verdicts, the agent's own bookkeeping on the Node, and the configuration.
 
-``plan(...) -> Plan``: a merge patch for the Node (taints, cordon, labels, the inventory and
+``plan(...) -> Plan``: a strategic-merge patch for the Node (taints, cordon, labels, the inventory and
 bookkeeping annotations), a strategic-merge patch for the ``AcceleratorUnhealthy`` condition,
 the events to send, and a line of explanation per decision. health/remedy.py applies it;
 ``hetero-exporter health --dry-run`` prints it.
@@ -302,7 +302,7 @@ class Budget:
 class Plan:
     node: str
     mode: str
-    node_patch: Optional[dict] = None  # JSON merge patch of metadata/spec (with the book)
+    node_patch: Optional[dict] = None  # strategic merge patch of metadata/spec (with the book)
     status_patch: Optional[dict] = None  # strategic merge patch of status.conditions
     condition: Optional[dict] = None  # the condition we want (whether or not it is written)
     events: list[dict] = field(default_factory=list)  # outbox entries added by this plan

@@ -1,6 +1,6 @@
 """The only code that writes to Kubernetes (through k8s/): applies health/plan.py to this node.
 
-One ``reconcile`` = read the Node, plan against what is there, write the Node (merge patch
+One ``reconcile`` = read the Node, plan against what is there, write the Node (strategic merge patch
 carrying the resourceVersion just read: a concurrent change is answered 409 and the cycle
 re-reads and re-plans, at most ``conflict_retries`` times), write the condition (strategic
 merge on ``status.conditions``), then send the outbox events (fixed names: a resend is answered

@@ -1,10 +1,11 @@
 """Node reads and writes for the health remedy, as plain JSON dicts.
 
-Writes are patches: ``patch`` (metadata and spec, JSON merge patch, optionally with the
+Writes are strategic merge patches (what the ``kubernetes`` client sends for a dict body, in
+every client version): ``patch`` changes metadata and spec (maps merge, ``None`` deletes a key;
+``spec.taints`` has no merge key, so the list is replaced whole), optionally with the
 resourceVersion read before, so a concurrent writer makes it fail with 409 instead of being
-overwritten: ``spec.taints`` is a list the API server replaces whole) and ``patch_status``
-(strategic merge on ``status.conditions``, whose merge key is ``type``: only our condition
-changes). Every call has a request timeout; failures raise ``k8s.client.K8sError``.
+overwritten; ``patch_status`` changes ``status.conditions``, whose merge key is ``type``: only our
+condition changes. Every call has a request timeout; failures raise ``k8s.client.K8sError``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from hetero_exporter.k8s.client import Cluster, call
-
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 class Nodes:
@@ -32,17 +30,15 @@ class Nodes:
 
     def patch(self, name: str, patch: Mapping[str, Any], *, resource_version: Optional[str] = None,
               dry_run: bool = False) -> dict:
-        """JSON merge patch of the Node; with ``resource_version``, 409 when it moved on."""
+        """Patch the Node; with ``resource_version``, 409 when it moved on since."""
         body = dict(patch)
         if resource_version is not None:
             meta = dict(body.get("metadata") or {})
             meta["resourceVersion"] = resource_version
             body["metadata"] = meta
         kwargs = {"dry_run": "All"} if dry_run else {}
-        return call(self._core.patch_node, name, body, _content_type=MERGE_PATCH,
-                    timeout=self._timeout, **kwargs)
+        return call(self._core.patch_node, name, body, timeout=self._timeout, **kwargs)
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> dict:
-        """Strategic merge patch of the Node status (conditions merge by type)."""
-        return call(self._core.patch_node_status, name, dict(patch), _content_type=STRATEGIC_MERGE_PATCH,
-                    timeout=self._timeout)
+        """Patch the Node status (conditions merge by type)."""
+        return call(self._core.patch_node_status, name, dict(patch), timeout=self._timeout)
