@@ -104,3 +104,15 @@ def test_a_hung_hy_smi_is_killed_and_the_rest_is_served(tmp_path):
         assert 'accelerator_collector_success{collector="hy_smi"} 0.0' in text
         assert 'vendor="amd"' in text and agent.get("/healthz")[0] == 200
         assert agent.stop() == 0
+
+
+def test_garbage_printing_hy_smi_is_a_parse_error_of_its_collector_only(tmp_path):
+    from hetero_exporter.collector_api import ParseError
+    from hetero_exporter.collectors import amdsmi
+    scenario = load(str(ROOT / "fixtures" / "scenarios" / "hygon-garbage-cli.yaml"))
+    c = rocm_smi.create_hy_smi(CollectorOptions(scenario=scenario, clock=ManualClock(), workdir=str(tmp_path)))
+    with pytest.raises(ParseError, match="^hy-smi: "):
+        c.collect()
+    with pytest.raises(ParseError):  # every cycle, not once
+        c.collect()
+    assert amdsmi.create(CollectorOptions(scenario=scenario, clock=ManualClock())).collect() == []
