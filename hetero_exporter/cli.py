@@ -159,9 +159,7 @@ class Wiring:
         if simulate is not None:
             from hetero_exporter.simulate import SimulationClock, load
             self.scenario = load(simulate)
-            self.clock = SimulationClock()
-            if args.at:
-                self.clock = SimulationClock(start=self.clock() - args.at)
+            self.clock = SimulationClock(start_t=args.at or 0.0)
         else:
             import time
             self.clock = time.time

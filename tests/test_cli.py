@@ -115,3 +115,16 @@ def test_json_logs_are_one_object_per_line():
     serving = next(d for d in agent.logs if d["msg"] == "serving")
     assert serving["collectors"] == "nvml" or "nvml" in serving["collectors"].split(",")
     json.dumps(serving)
+
+
+def test_simulate_at_starts_the_scenario_clock_there(tmp_path):
+    doc = yaml.safe_load((BUILTIN_DIR / "default.yaml").read_text())
+    doc["faults"] = [{"at": 100, "vendor": "nvidia", "index": 1, "kind": "lost"}]
+    path = tmp_path / "lost.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    before = snapshot_from_json(cli("inspect", "--simulate", str(path), "--json", "--no-collector.npu_smi",
+                                    "--no-collector.cnmon", "--no-collector.hy_smi").stdout)
+    after = snapshot_from_json(cli("inspect", "--simulate", str(path), "--at", "150", "--json",
+                                   "--no-collector.npu_smi", "--no-collector.cnmon", "--no-collector.hy_smi").stdout)
+    state = lambda s: next(d.health.state for d in s.devices if d.identity.vendor == "nvidia" and d.identity.index == 1)
+    assert state(before) == "ok" and state(after) == "failed"

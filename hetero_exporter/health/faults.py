@@ -27,6 +27,9 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
+# libyaml's loader when PyYAML has it: same safe subset, ~10x faster on our data files
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 from hetero_exporter.model import ACTIONS, SEVERITIES
 
 TABLE_DIR = Path(__file__).with_name("fault_tables")
@@ -98,7 +101,7 @@ def table(vendor: str) -> FaultTable:
     path = TABLE_DIR / f"{vendor}.yaml"
     if not path.is_file():
         return FaultTable(vendor, "", FaultInfo("*", "unknown", "none", "warning", known=False), {})
-    return parse_table(yaml.safe_load(path.read_text(encoding="utf-8")), str(path))
+    return parse_table(yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER), str(path))
 
 
 def lookup(vendor: str, code: str) -> FaultInfo:

@@ -16,6 +16,9 @@ from typing import Optional
 
 import yaml
 
+# libyaml's loader when PyYAML has it: same safe subset, ~10x faster on our data files
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 from hetero_exporter.model import Profile
 
 _DATA = Path(__file__).with_name("profiles.yaml")
@@ -109,7 +112,7 @@ def _build(doc: dict) -> ProfileTable:
 def table() -> ProfileTable:
     """The built-in profile table (loaded once)."""
     with open(_DATA, encoding="utf-8") as f:
-        return _build(yaml.safe_load(f))
+        return _build(yaml.load(f, Loader=_LOADER))
 
 
 def normalize_model(vendor: str, raw_name: str) -> str:

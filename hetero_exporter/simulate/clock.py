@@ -11,11 +11,15 @@ import time
 
 
 class SimulationClock:
-    """Wall-clock Unix time plus scenario time, optionally sped up by ``speed``."""
+    """Wall-clock Unix time plus scenario time, optionally sped up by ``speed``.
 
-    def __init__(self, speed: float = 1.0, start: float | None = None):
+    ``start_t`` starts the scenario at that many seconds (``--at T``): samples are still
+    stamped with the real time, the scenario's faults and values are those of ``t``."""
+
+    def __init__(self, speed: float = 1.0, start_t: float = 0.0):
         self._speed = speed
-        self._wall0 = time.time() if start is None else start
+        self._start_t = start_t
+        self._wall0 = time.time()
         self._mono0 = time.monotonic()
 
     def __call__(self) -> float:
@@ -24,7 +28,7 @@ class SimulationClock:
 
     def t(self) -> float:
         """Scenario seconds since start."""
-        return self() - self._wall0
+        return self._start_t + (time.monotonic() - self._mono0) * self._speed
 
 
 class ManualClock:

@@ -21,6 +21,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 import yaml
 
+# libyaml's loader when PyYAML has it: same safe subset, ~10x faster on our data files
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 BUILTIN_DIR = Path(__file__).with_name("scenarios")
 
 _SIZE = re.compile(r"^\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.I)
@@ -337,7 +340,7 @@ def load(ref: Optional[str] = None) -> Scenario:
                 f"no scenario {ref!r}: not a file, and not one of the built-in scenarios "
                 f"({', '.join(builtin_names())})")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
     except yaml.YAMLError as e:
         raise ScenarioError(f"{path}: not valid YAML: {e}") from None
     return from_dict(doc, str(path))
