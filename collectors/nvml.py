@@ -215,6 +215,7 @@ class NvmlCollector:
             return
         with self._watcher_lock:
             if self._watcher is not None and self._watcher.alive:
+                self._watcher.update(devices)
                 return
             self._watcher = self.event_watcher(devices)
             self._watcher.start()

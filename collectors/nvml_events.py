@@ -79,6 +79,7 @@ class EventWatcher:
         self._wanted = 0
         for bit in self._types:
             self._wanted |= bit
+        self._rebuild = False
         self.registered: dict[str, int] = {}  # uuid -> event mask registered
         self.unsupported: set[str] = set()  # uuids that support none of the wanted types
         self.events_seen = 0
@@ -107,6 +108,14 @@ class EventWatcher:
             self._by_handle[handle_key(h)] = uuid
             self.registered[uuid] = mask
 
+    def update(self, devices: Sequence[tuple[str, Any]]) -> None:
+        """The GPUs the collector reads now; the set is rebuilt (in the thread, before its
+        next wait) when they differ from those registered, e.g. a GPU back after a reset."""
+        wanted = {u for u, _ in devices} - self.unsupported
+        if wanted != set(self.registered):
+            self._devices = list(devices)
+            self._rebuild = True
+
     def close_set(self) -> None:
         if self._set is None:
             return
@@ -120,6 +129,9 @@ class EventWatcher:
     def step(self) -> Optional[Event]:
         """Wait once; handle what came. Returns the fault event delivered, if any."""
         nv = self._nv
+        if self._rebuild:
+            self._rebuild = False
+            self.close_set()
         if self._set is None:
             self.open()
         try:

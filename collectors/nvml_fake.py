@@ -26,8 +26,8 @@ Scenario hooks (vendor ``nvidia``):
   XID) and ``ecc-dbe``, ``sbe-storm``, ``dram-retirement``, ``dram-retirement-failure``,
   ``poison``, ``poison-fatal``, ``gpu-unavailable``, ``mig-change``, ``recovery`` (code =
   NVML recovery action number or name such as ``node-reboot``; the recovery field holds it
-  from ``at`` to ``until``) are delivered once by nvmlEventSetWait when the scenario clock
-  passes ``at``; ``nvlink-down`` (param ``link``) takes a link down from ``at`` to ``until``.
+  from ``at`` to ``until``) are delivered once to each event set created before ``at``, by
+  nvmlEventSetWait, when the scenario clock passes ``at``; ``nvlink-down`` (param ``link``) takes a link down from ``at`` to ``until``.
 - settings ``nvidia``: ``init_error: DriverNotLoaded|LibraryNotFound|...`` (nvmlInit fails),
   ``hang_seconds: N`` (enumeration sleeps), ``process_api: v3|v2|v1`` (newest running-process
   call the "driver" has), ``process_utilization_api: info|samples|none``,
@@ -144,9 +144,10 @@ class _MigHandle:
 
 
 class _EventSet:
-    def __init__(self) -> None:
+    def __init__(self, created: float) -> None:
         self.masks: dict[int, tuple[_Handle, int]] = {}  # device index -> (handle, mask)
         self.delivered: set[int] = set()  # indexes into the fake's event list
+        self.created = created  # scenario time: earlier events are not delivered (as NVML)
         self.freed = False
 
 
@@ -639,7 +640,7 @@ class FakeNvml:
     def nvmlEventSetCreate(self) -> _EventSet:
         if self._initialized <= 0:
             raise _err("Uninitialized")
-        return _EventSet()
+        return _EventSet(self._t())
 
     def nvmlDeviceGetSupportedEventTypes(self, h: _Handle) -> int:
         spec, _ = self._dev(h, "nvmlDeviceGetSupportedEventTypes", count=False)  # event thread
@@ -661,7 +662,7 @@ class FakeNvml:
         """(index of the next deliverable event, whether later ones exist)."""
         later = False
         for i, f in enumerate(self._events):
-            if i in event_set.delivered or f.index not in event_set.masks:
+            if i in event_set.delivered or f.index not in event_set.masks or f.at < event_set.created:
                 continue
             if f.at > t:
                 later = True

@@ -228,3 +228,17 @@ def test_an_xid_reaches_a_snapshot_in_the_cycle_it_wakes_not_at_the_next_tick():
         runner.join(30)
         sampler.close()
     assert not runner.is_alive()
+
+
+def test_a_gpu_back_after_a_reset_is_registered_again_and_old_events_are_not_replayed():
+    c, clock = make("nvidia-lost")
+    w = watcher(c, c.collect())
+    assert len(w.registered) == 8
+    clock.set_t(30)  # GPU 2 lost
+    devices = c.collect()
+    assert w.step() is None and len(w.registered) == 7  # rebuilt without it
+    clock.set_t(61)  # reset: the collector reads it again and hands the watcher the full list
+    live = [d for d in c.collect() if d.health.state == "ok"]
+    w.update([(d.identity.uuid, c._nv.nvmlDeviceGetHandleByIndex(d.identity.index)) for d in live])
+    assert w.step() is None
+    assert len(w.registered) == 8 and devices[2].identity.uuid in w.registered
