@@ -26,7 +26,6 @@ and section, not position; its tests use documented-structure samples, not captu
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import logging
 import math
@@ -36,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter import fields as F
-from hetero_exporter import pci, profiles
-from hetero_exporter.collector_api import CollectorOptions, ParseError, Unavailable
-from hetero_exporter.fault_ledger import FaultLedger
-from hetero_exporter.health import faults as fault_tables
+from hetero_exporter import profiles
+from hetero_exporter.collector_api import CollectorOptions, ParseError
+from hetero_exporter.collectors.cli_collector import (CliCalls, FaultEpisodes, NumaNodes, ParsedOutput,
+                                                      Runner, build, reading, table_fault, worst_state)
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot,
                                    ProcessSample, Quality, Reading)
 
@@ -494,11 +493,7 @@ QUALITY: dict[str, Quality] = {
 
 
 def _put(out: dict[str, Reading], name: str, value: Optional[float], age: float = 0.0) -> None:
-    q = QUALITY[name]
-    if value is None:
-        out[name] = Reading(None, q.with_status("unsupported", age))
-    else:
-        out[name] = Reading(float(value), q if not age else q.with_status("ok", age))
+    out[name] = reading(QUALITY, name, value, age)
 
 
 def table_readings(c: MluCard) -> dict[str, Reading]:
@@ -542,22 +537,7 @@ def card_uuid(c: MluCard, info: Optional[InfoReadings]) -> str:
 
 
 def _fault(code: str, message: str, source: str = "cnmon") -> Fault:
-    info = fault_tables.lookup("cambricon", code)
-    text = f"{message}: {info.description}" if info.description and message else (message or info.description)
-    return Fault(code=code, fault_class=info.fault_class, action=info.action, severity=info.severity,
-                 message=text, source=source)
-
-
-_SEVERITY_STATE = {"critical": "failed", "warning": "degraded", "info": "ok"}
-_RANK = {"ok": 0, "degraded": 1, "failed": 2}
-
-
-def _state(reasons: Sequence[Fault]) -> str:
-    worst = "ok"
-    for f in reasons:
-        s = _SEVERITY_STATE.get(f.severity, "degraded")
-        worst = s if _RANK[s] > _RANK[worst] else worst
-    return worst
+    return table_fault("cambricon", code, message, source)
 
 
 def _identity(c: MluCard, uuid: str, driver: Optional[str], info: Optional[InfoReadings] = None,
@@ -594,18 +574,9 @@ def table_snapshot(table: CnmonTable, node: str = "", now: float = 0.0) -> NodeS
         uuid = card_uuid(c, None)
         reasons = _inited_faults(c)
         devices.append(DeviceSample(identity=_identity(c, uuid, table.driver_version), timestamp=now,
-                                    readings=table_readings(c), health=Health(_state(reasons), reasons),
+                                    readings=table_readings(c), health=Health(worst_state(reasons), reasons),
                                     faults=reasons, processes=_processes(table, c, uuid)))
     return NodeSnapshot(node=node, time=now, devices=tuple(devices))
-
-
-@dataclass(frozen=True)
-class ParsedOutput:
-    command: str
-    data: Any
-
-    def to_dict(self) -> dict:
-        return {"command": self.command, "result": self.data.to_dict()}
 
 
 def parse_any(text: str) -> Any:
@@ -625,11 +596,8 @@ def parse_any(text: str) -> Any:
 
 @dataclass
 class _Known:
-    uuid: str
     identity: DeviceIdentity
     card: MluCard
-    active: tuple[str, ...] = ()
-    missing: bool = False
     ecc_base: Optional[float] = None  # uncorrected ECC count at the previous cnmon info
     ecc_info_at: float = -1.0  # fetch time of the cnmon info last compared
     ecc_rising: bool = False  # the last cnmon info showed new uncorrected errors
@@ -643,54 +611,45 @@ class _Info:
     failures: int = 0
 
 
+_TOOL_DIRS = "/usr/bin:/usr/local/bin:/usr/local/neuware/bin:/usr/sbin"
+
+
 class CnmonCollector:
     name = "cnmon"
     vendor = "cambricon"
 
     def __init__(self, exe: str, *, clock: Callable[[], float] = time.time, timeout: float = 5.0,
                  interval: float = 10.0, settings: Optional[Mapping[str, Any]] = None,
-                 runner: Optional[Callable[..., Any]] = None, extra_env: Callable[[], Mapping[str, str]] = dict):
-        from hetero_exporter import vendor_cli
+                 runner: Optional[Runner] = None, extra_env: Callable[[], Mapping[str, str]] = dict):
         settings = dict(settings or {})
-        self._exe = exe
         self._clock = clock
-        self._run = runner or vendor_cli.run
-        self._extra_env = extra_env
+        self._cli = CliCalls(exe, TOOL, runner=runner, extra_env=extra_env,
+                             workers=int(settings.get("parallel_calls", 4)))
         self._budget = max(0.2, float(settings.get("budget_fraction", 0.9)) * timeout)
         self._info_interval = float(settings.get("info_interval", 300.0))
         self._info_budget = int(settings.get("info_calls_per_cycle", 1))
-        self._workers = max(1, int(settings.get("parallel_calls", 4)))
-        self._sysfs = str(settings.get("sysfs_root", "/sys"))
-        self._numa: dict[str, Optional[int]] = {}
-        self._ledger = FaultLedger()
+        self._numa = NumaNodes(str(settings.get("sysfs_root", "/sys")))
+        self._episodes = FaultEpisodes()
         self._known: dict[tuple[int, str], _Known] = {}
         self._info: dict[int, _Info] = {}
-        self.calls = 0
 
-    def _call(self, args: Sequence[str], deadline: float) -> str:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0.05:
-            raise TimeoutError(f"{TOOL} {' '.join(args)}: no time left in this cycle")
-        self.calls += 1
-        return self._run([self._exe, *args], remaining, env=dict(self._extra_env()) or None).stdout
+    @property
+    def calls(self) -> int:
+        return self._cli.calls
 
     def _fetch_info(self, cards: Sequence[int], deadline: float) -> None:
-        def one(card: int) -> tuple[int, Any]:
-            try:
-                parsed = parse_info(self._call(["info", "-c", str(card)], deadline))
-                mine = next((c for c in parsed.cards if c.card == card), parsed.cards[0] if parsed.cards else None)
-                return card, info_readings(mine) if mine is not None else ParseError("cnmon info", "no card")
-            except Exception as e:  # noqa: BLE001 - logged; the table still gives the readings
-                return card, e
-
-        if not cards:
-            return
         now = self._clock()
-        with concurrent.futures.ThreadPoolExecutor(min(self._workers, len(cards))) as pool:
-            results = list(pool.map(one, cards))
-        for card, res in results:
+        for card, out in self._cli.map([(n, ["info", "-c", str(n)]) for n in cards], deadline):
             st = self._info.setdefault(card, _Info())
             st.due = now + (self._info_interval or math.inf)
+            res: Any = out
+            if not isinstance(out, Exception):
+                try:
+                    parsed = parse_info(out)
+                    mine = next((c for c in parsed.cards if c.card == card), parsed.cards[0])
+                    res = info_readings(mine)
+                except ParseError as e:
+                    res = e
             if isinstance(res, Exception):
                 st.failures += 1
                 log.warning("cnmon info -c %d failed: %s", card, res)
@@ -699,18 +658,10 @@ class CnmonCollector:
             else:
                 st.info, st.fetched_at, st.failures = res, now, 0
 
-    def _numa_of(self, bus: Optional[str]) -> Optional[int]:
-        if bus is None:
-            return None
-        if bus not in self._numa:
-            self._numa.update({d.address: d.numa_node for d in pci.scan(self._sysfs)})
-            self._numa.setdefault(bus, None)
-        return self._numa[bus]
-
     def collect(self) -> list[DeviceSample]:
         deadline = time.monotonic() + self._budget
         now = self._clock()
-        table = parse_table(self._call([], deadline))
+        table = parse_table(self._cli.call([], deadline))
         cards = sorted({c.card for c in table.cards})
         new = [n for n in cards if n not in self._info]
         if new:  # identity: once per card, before its first sample
@@ -720,15 +671,14 @@ class CnmonCollector:
             self._fetch_info([n for _, n in due[:self._info_budget]], deadline)
         out, seen = [], set()
         for c in table.cards:
-            key = (c.card, c.vf)
             st = self._info.get(c.card)
             info = st.info if st else None
-            k = self._known.get(key)
+            k = self._known.get((c.card, c.vf))
             if k is None:
                 uuid = card_uuid(c, info)
-                k = _Known(uuid, _identity(c, uuid, table.driver_version, info, self._numa_of(c.bus_id)), c)
-                self._known[key] = k
-            seen.add(key)
+                k = self._known[(c.card, c.vf)] = _Known(
+                    _identity(c, uuid, table.driver_version, info, self._numa(c.bus_id)), c)
+            seen.add((c.card, c.vf))
             readings = table_readings(c)
             if info is not None and st is not None:
                 age = max(0.0, now - st.fetched_at)
@@ -736,64 +686,39 @@ class CnmonCollector:
                     if self._info_interval and age > 3 * self._info_interval:
                         rd = Reading(rd.value, rd.quality.with_status("stale", age))
                     readings.setdefault(name, rd)
-            health = self._health(k, c, info, now)
-            out.append(DeviceSample(identity=k.identity, timestamp=now, readings=readings, health=health,
-                                    faults=self._ledger.faults(k.uuid), processes=_processes(table, c, k.uuid)))
+            reasons = self._episodes.update(k.identity.uuid, list(_inited_faults(c)), now)
+            reasons += self._ecc_fault(k, c, info, st, now)
+            out.append(DeviceSample(identity=k.identity, timestamp=now, readings=readings,
+                                    health=Health(worst_state(reasons), reasons),
+                                    faults=self._episodes.faults(k.identity.uuid),
+                                    processes=_processes(table, c, k.identity.uuid)))
         for key, k in self._known.items():
             if key not in seen:
-                out.append(self._missing(k, now))
+                out.append(self._episodes.lost(k.identity, _fault("missing", f"card {key[0]}"), now))
         return out
 
-    def _health(self, k: _Known, c: MluCard, info: Optional[InfoReadings], now: float) -> Health:
-        reasons = []
-        codes = [f.code for f in _inited_faults(c)]
-        for code in codes:
-            if code not in k.active:
-                f = self._ledger.record(k.uuid, _fault(code, f"card {c.card}: Inited {c.inited}"), now)
-            else:
-                f = self._ledger.get(k.uuid, code) or _fault(code, "")
-            reasons.append(f)
-        st = self._info.get(c.card)
+    def _ecc_fault(self, k: _Known, c: MluCard, info: Optional[InfoReadings], st: Optional[_Info],
+                   now: float) -> tuple[Fault, ...]:
+        """Uncorrected ECC errors since the previous cnmon info: one fault occurrence per new
+        error, active until the next cnmon info; the count at the first look is history (it
+        is in the counter, not an event)."""
+        ledger = self._episodes.ledger
         if info is not None and info.ecc_uncorrected is not None and st is not None and st.fetched_at != k.ecc_info_at:
-            # uncorrected ECC errors since the previous cnmon info: one fault occurrence per
-            # error; the count found at the first look is history (it is in the counter)
             grown = 0 if k.ecc_base is None else int(info.ecc_uncorrected - k.ecc_base)
             if grown > 0:
-                self._ledger.record(k.uuid, _fault("ecc-uncorrected", f"card {c.card}: {grown} new"), now, grown)
+                ledger.record(k.identity.uuid, _fault("ecc-uncorrected", f"card {c.card}: {grown} new"), now, grown)
             k.ecc_base, k.ecc_info_at, k.ecc_rising = info.ecc_uncorrected, st.fetched_at, grown > 0
-        if k.ecc_rising:
-            f = self._ledger.get(k.uuid, "ecc-uncorrected")
-            if f is not None:
-                reasons.append(f)
-        k.active, k.missing = tuple(codes), False
-        return Health(_state(reasons), tuple(reasons))
-
-    def _missing(self, k: _Known, now: float) -> DeviceSample:
-        if not k.missing:
-            k.missing, k.active = True, ()
-            fault = self._ledger.record(k.uuid, _fault("missing", f"card {k.card.card}"), now)
-        else:
-            fault = self._ledger.get(k.uuid, "missing") or _fault("missing", "")
-        return DeviceSample(identity=k.identity, timestamp=now, health=Health("failed", (fault,)),
-                            faults=self._ledger.faults(k.uuid))
+        f = ledger.get(k.identity.uuid, "ecc-uncorrected") if k.ecc_rising else None
+        return (f,) if f is not None else ()
 
 
-_TOOL_DIRS = "/usr/bin:/usr/local/bin:/usr/local/neuware/bin:/usr/sbin"
+def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
+    from hetero_exporter.collectors import cnmon_fake  # simulation only
+    return cnmon_fake.install(scenario, clock, workdir)
 
 
 def create(options: CollectorOptions) -> CnmonCollector:
-    """The cnmon collector: the real tool (``settings.path``, default ``cnmon``), or, when
-    simulating, a fake cnmon executable written into ``options.workdir``."""
-    settings = dict(options.settings)
-    common = dict(clock=options.clock, timeout=options.timeout_seconds,
-                  interval=options.interval_seconds, settings=settings)
-    if options.scenario is not None:
-        from hetero_exporter.collectors import cnmon_fake
-        exe, env = cnmon_fake.install(options.scenario, options.clock, options.workdir)
-        return CnmonCollector(exe, extra_env=env, **common)
-    import shutil
-    exe = str(settings.get("path") or "cnmon")
-    found = shutil.which(exe) if "/" in exe else (shutil.which(exe) or shutil.which(exe, path=_TOOL_DIRS))
-    if found is None:
-        raise Unavailable(f"{exe} not found on PATH (Cambricon driver tools not installed)")
-    return CnmonCollector(found, **common)
+    """The cnmon collector: the real tool (``settings.path``, default ``cnmon`` on PATH or in
+    /usr/local/neuware/bin), or, when simulating, a fake cnmon executable written into
+    ``options.workdir``."""
+    return build(options, CnmonCollector, _install_fake, "cnmon", _TOOL_DIRS, "Cambricon driver tools not installed")

@@ -28,7 +28,6 @@ shortened by hand) are skipped and flagged ``elided``.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import logging
 import math
@@ -38,10 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from hetero_exporter import fields as F
-from hetero_exporter import pci, profiles
-from hetero_exporter.collector_api import CollectorOptions, ParseError, Unavailable
-from hetero_exporter.fault_ledger import FaultLedger
-from hetero_exporter.health import faults as fault_tables
+from hetero_exporter import profiles
+from hetero_exporter.collector_api import CollectorOptions, ParseError
+from hetero_exporter.collectors.cli_collector import (CliCalls, FaultEpisodes, NumaNodes, ParsedOutput,
+                                                      Runner, build, reading, table_fault, worst_state)
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot,
                                    ProcessSample, Quality, Reading)
 
@@ -186,18 +185,6 @@ class HealthDetail:
     state: str
     codes: tuple[str, ...] = ()
     information: str = ""
-
-
-@dataclass(frozen=True)
-class ParsedOutput:
-    """What ``parse npu-smi FILE`` prints for outputs that carry no device readings."""
-
-    command: str
-    data: Any
-
-    def to_dict(self) -> dict:
-        d = self.data.to_dict() if hasattr(self.data, "to_dict") else self.data
-        return {"command": self.command, "result": d}
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -774,11 +761,7 @@ QUALITY: dict[str, Quality] = {
 
 
 def _put(out: dict[str, Reading], name: str, value: Optional[float], age: float = 0.0) -> None:
-    q = QUALITY[name]
-    if value is None:
-        out[name] = Reading(None, q.with_status("unsupported", age))
-    else:
-        out[name] = Reading(float(value), q if not age else q.with_status("ok", age))
+    out[name] = reading(QUALITY, name, value, age)
 
 
 def summary_readings(chip: NpuChip) -> dict[str, Reading]:
@@ -902,26 +885,14 @@ def chip_uuid(chip: NpuChip, board: Optional[DetailDoc], board_chip: Optional[De
 
 
 def _fault(code: str, message: str, source: str) -> Fault:
-    info = fault_tables.lookup("ascend", code)
-    desc = info.description or ("not in the Ascend fault table" if not info.known else "")
-    text = f"{message}: {desc}" if desc and message else (message or desc)
-    return Fault(code=code, fault_class=info.fault_class, action=info.action, severity=info.severity,
-                 message=text, source=source)
+    return table_fault("ascend", code, message, source)
 
 
-_SEVERITY_STATE = {"critical": "failed", "warning": "degraded", "info": "ok"}
-_RANK = {"ok": 0, "degraded": 1, "failed": 2}
-
-
-def health_state(reasons: Iterable[Fault], vendor_state: str) -> str:
+def health_state(reasons: Sequence[Fault], vendor_state: str) -> str:
     """The model's health from the vendor state and the active faults: the worst severity
     (critical -> failed, warning -> degraded, info -> ok); UNKNOWN (device absent or not
     started, per npu-smi) with no fault worse than info is ``unknown``, never failed."""
-    worst = "ok"
-    for f in reasons:
-        s = _SEVERITY_STATE.get(f.severity, "degraded")
-        if _RANK[s] > _RANK[worst]:
-            worst = s
+    worst = worst_state(reasons)
     if worst == "ok" and vendor_state not in ("OK", "Warning", "Alarm", "Critical"):
         return "unknown"  # UNKNOWN: the device is absent or not started; cannot tell
     return worst
@@ -1031,7 +1002,6 @@ def parse_any(text: str) -> Any:
 # Seconds between refreshes of each per-card detail kind (0 disables a kind).
 DEFAULT_DETAIL_INTERVALS = {"usages": 60.0, "common": 60.0, "memory": 300.0, "ecc": 300.0}
 _TOOL_DIRS = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
-Runner = Callable[..., Any]  # vendor_cli.run's signature: (argv, timeout, *, env=...) -> CliResult
 
 
 @dataclass
@@ -1047,11 +1017,8 @@ class _Detail:
 class _Known:
     """What the collector pinned about a chip the first time it saw it."""
 
-    uuid: str
     identity: DeviceIdentity
     chip: NpuChip
-    active: tuple[str, ...] = ()  # fault codes active at the last cycle (state word first)
-    missing: bool = False
 
 
 class NpuSmiCollector:
@@ -1061,12 +1028,11 @@ class NpuSmiCollector:
     def __init__(self, exe: str, *, clock: Callable[[], float] = time.time, timeout: float = 5.0,
                  interval: float = 10.0, settings: Optional[Mapping[str, Any]] = None,
                  runner: Optional[Runner] = None, extra_env: Callable[[], Mapping[str, str]] = dict):
-        from hetero_exporter import vendor_cli
         settings = dict(settings or {})
-        self._exe = exe
         self._clock = clock
-        self._run = runner or vendor_cli.run
-        self._extra_env = extra_env  # per-call environment additions (the simulation's clock)
+        # per-call environment additions (the simulation's clock) travel with each call
+        self._cli = CliCalls(exe, TOOL, runner=runner, extra_env=extra_env,
+                             workers=int(settings.get("parallel_calls", 4)))
         # finish before the sampler's deadline, so a hung npu-smi is killed by us, not abandoned
         self._budget = max(0.2, float(settings.get("budget_fraction", 0.9)) * timeout)
         self._interval = max(0.1, interval)
@@ -1075,10 +1041,8 @@ class NpuSmiCollector:
                            if float(v) > 0}
         self._detail_budget = settings.get("detail_calls_per_cycle")
         self._health_budget = int(settings.get("health_calls_per_cycle", 4))
-        self._workers = max(1, int(settings.get("parallel_calls", 4)))
-        self._sysfs = str(settings.get("sysfs_root", "/sys"))
-        self._numa: dict[str, Optional[int]] = {}
-        self._ledger = FaultLedger()
+        self._numa = NumaNodes(str(settings.get("sysfs_root", "/sys")))
+        self._episodes = FaultEpisodes()
         self._known: dict[tuple[int, int], _Known] = {}
         self._boards: dict[int, Optional[DetailDoc]] = {}  # card -> board output (None: failed)
         self._board_chips: dict[tuple[int, int], Optional[DetailDoc]] = {}
@@ -1086,41 +1050,11 @@ class NpuSmiCollector:
         self._details: dict[tuple[int, str], _Detail] = {}
         self._health: dict[tuple[int, int], HealthDetail] = {}
         self._health_at: dict[tuple[int, int], float] = {}
-        self.calls = 0  # npu-smi runs made by this collector (benchmarks)
 
-    # ------------------------------------------------------------------ plumbing
-    def _call(self, args: Sequence[str], deadline: float) -> str:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0.05:
-            raise TimeoutError(f"{TOOL} {' '.join(args)}: no time left in this cycle")
-        self.calls += 1
-        res = self._run([self._exe, *args], remaining, env=dict(self._extra_env()) or None)
-        return res.stdout
-
-    def _map(self, jobs: Sequence[tuple[Any, Sequence[str]]], deadline: float) -> list[tuple[Any, Any]]:
-        """Run npu-smi for each job (key, args) with up to ``parallel_calls`` at once;
-        returns (key, stdout or the exception)."""
-        if not jobs:
-            return []
-
-        def one(job: tuple[Any, Sequence[str]]) -> tuple[Any, Any]:
-            try:
-                return job[0], self._call(job[1], deadline)
-            except Exception as e:  # noqa: BLE001 - returned to the caller, which decides
-                return job[0], e
-
-        if self._workers == 1 or len(jobs) == 1:
-            return [one(j) for j in jobs]
-        with concurrent.futures.ThreadPoolExecutor(min(self._workers, len(jobs))) as pool:
-            return list(pool.map(one, jobs))
-
-    def _numa_of(self, bus: Optional[str]) -> Optional[int]:
-        if bus is None:
-            return None
-        if bus not in self._numa:
-            self._numa.update({d.address: d.numa_node for d in pci.scan(self._sysfs)})
-            self._numa.setdefault(bus, None)
-        return self._numa[bus]
+    @property
+    def calls(self) -> int:
+        """npu-smi runs made by this collector (benchmarks)."""
+        return self._cli.calls
 
     # ------------------------------------------------------------------ identity
     def _learn_identities(self, summary: NpuSummary, deadline: float) -> None:
@@ -1129,7 +1063,7 @@ class NpuSmiCollector:
             return
         multi = _multi_chip_cards(summary.chips)
         cards = sorted({c.npu_id for c in new if c.npu_id not in self._boards})
-        for card, out in self._map([(n, ["info", "-t", "board", "-i", str(n)]) for n in cards], deadline):
+        for card, out in self._cli.map([(n, ["info", "-t", "board", "-i", str(n)]) for n in cards], deadline):
             self._boards[card] = self._parsed(out, "board", f"card {card}")
         chip_jobs = []
         for c in new:
@@ -1139,11 +1073,11 @@ class NpuSmiCollector:
             if not has_id and summary.layout != "new" and (c.npu_id, c.chip_id) not in self._board_chips:
                 chip_jobs.append(((c.npu_id, c.chip_id),
                                   ["info", "-t", "board", "-i", str(c.npu_id), "-c", str(c.chip_id)]))
-        for key, out in self._map(chip_jobs, deadline):
+        for key, out in self._cli.map(chip_jobs, deadline):
             self._board_chips[key] = self._parsed(out, "board-chip", f"card {key[0]} chip {key[1]}")
         if self._mapping is None and any(c.logic_id is None for c in new if c.npu_id in multi):
             try:
-                self._mapping = {(m.npu_id, m.chip_id): m for m in parse_mapping(self._call(["info", "-m"], deadline))}
+                self._mapping = {(m.npu_id, m.chip_id): m for m in parse_mapping(self._cli.call(["info", "-m"], deadline))}
             except Exception as e:  # noqa: BLE001 - logic ids then fall back to the ordinal
                 log.warning("npu-smi info -m failed: %s", e)
                 self._mapping = {}
@@ -1159,13 +1093,13 @@ class NpuSmiCollector:
             fw = next((d.get(c.chip_id, "firmware version") for d in (board_chip, board)
                        if d is not None and d.get(c.chip_id, "firmware version")), None)
             sn = board.get(c.chip_id, "serial number") if board is not None else None
-            driver = summary.driver_version
-            ident = _identity(c, uuid, index, driver, firmware=fw,
+            ident = _identity(c, uuid, index, summary.driver_version, firmware=fw,
                               serial=sn if sn and sn.upper() not in _NA else None,
-                              numa=self._numa_of(c.bus_id), name=c.name or (m.name if m else None))
-            self._known[key] = _Known(uuid, ident, c)
+                              numa=self._numa(c.bus_id), name=c.name or (m.name if m else None))
+            self._known[key] = _Known(ident, c)
 
-    def _parsed(self, out: Any, kind: str, what: str) -> Optional[DetailDoc]:
+    @staticmethod
+    def _parsed(out: Any, kind: str, what: str) -> Optional[DetailDoc]:
         if isinstance(out, Exception):
             log.warning("npu-smi info -t %s (%s) failed: %s", kind, what, out)
             return None
@@ -1197,21 +1131,16 @@ class NpuSmiCollector:
         # scheduled on the collector's clock (the scenario clock when simulating), so a
         # simulated node refreshes at the same cadence in scenario time
         now = self._clock()
-        jobs = self._detail_jobs(cards, now)
-        for (card, kind), out in self._map(jobs, deadline):
+        for (card, kind), out in self._cli.map(self._detail_jobs(cards, now), deadline):
             d = self._details[(card, kind)]
             d.due = now + self._intervals[kind]
-            doc = None
-            if isinstance(out, Exception):
-                log.warning("npu-smi info -t %s -i %d failed: %s", kind, card, out)
-            else:
-                try:
-                    doc = parse_detail(out, kind)
-                    for chip in doc.chip_ids():  # values must be readable too
-                        detail_readings(doc, chip)
-                except ParseError as e:
-                    log.warning("npu-smi info -t %s -i %d: %s", kind, card, e)
-                    doc = None
+            doc = self._parsed(out, kind, f"card {card}")
+            try:
+                for chip in doc.chip_ids() if doc is not None else ():  # values must be readable too
+                    detail_readings(doc, chip)
+            except ParseError as e:
+                log.warning("npu-smi info -t %s -i %d: %s", kind, card, e)
+                doc = None
             if doc is None:
                 d.failures += 1
                 if d.failures >= 3:  # not supported on this product/driver: stop asking
@@ -1221,122 +1150,87 @@ class NpuSmiCollector:
             d.doc, d.fetched_at, d.failures = doc, now, 0
 
     def _refresh_health(self, summary: NpuSummary, deadline: float) -> None:
-        bad = [c for c in summary.chips if c.health != "OK"]
         for c in summary.chips:
             if c.health == "OK":
                 self._health.pop((c.npu_id, c.chip_id), None)
-        bad.sort(key=lambda c: self._health_at.get((c.npu_id, c.chip_id), 0.0))
+        bad = sorted((c for c in summary.chips if c.health != "OK"),
+                     key=lambda c: self._health_at.get((c.npu_id, c.chip_id), 0.0))
         jobs = []
         for c in bad[:self._health_budget]:
             args = ["info", "-t", "health", "-i", str(c.npu_id)]
             if summary.layout != "new":
                 args += ["-c", str(c.chip_id)]
             jobs.append(((c.npu_id, c.chip_id), args))
-        for key, out in self._map(jobs, deadline):
+        for key, out in self._cli.map(jobs, deadline):
             self._health_at[key] = time.monotonic()
-            if isinstance(out, Exception):
-                log.warning("npu-smi info -t health for NPU %d chip %d failed: %s", key[0], key[1], out)
-                continue
+            doc = self._parsed(out, "health", f"NPU {key[0]} chip {key[1]}")
             try:
-                self._health[key] = health_detail(parse_detail(out, "health"), None)
+                if doc is not None:
+                    self._health[key] = health_detail(doc, None)
             except ParseError as e:
                 log.warning("npu-smi health for NPU %d chip %d: %s", key[0], key[1], e)
+
+    def _details_of(self, c: NpuChip, now: float) -> dict[str, Reading]:
+        out: dict[str, Reading] = {}
+        for kind, every in self._intervals.items():
+            d = self._details.get((c.npu_id, kind))
+            if d is None or d.doc is None:
+                continue
+            age = max(0.0, now - d.fetched_at)
+            try:
+                extra = detail_readings(d.doc, c.chip_id, age)
+            except ParseError as e:  # a chip block the refresh did not check
+                log.warning("npu-smi info -t %s -i %d: %s", kind, c.npu_id, e)
+                continue
+            for name, rd in extra.items():
+                out[name] = rd if age <= 3 * every else Reading(rd.value, rd.quality.with_status("stale", age))
+        return out
 
     # ------------------------------------------------------------------ collect
     def collect(self) -> list[DeviceSample]:
         deadline = time.monotonic() + self._budget
         now = self._clock()
-        summary = parse_summary(self._call(["info"], deadline))
+        summary = parse_summary(self._cli.call(["info"], deadline))
         self._learn_identities(summary, deadline)
-        cards = sorted({c.npu_id for c in summary.chips})
         self._refresh_health(summary, deadline)
         if deadline - time.monotonic() > 0.25 * self._budget:  # details never cost the summary
-            self._refresh_details(cards, deadline)
+            self._refresh_details(sorted({c.npu_id for c in summary.chips}), deadline)
         multi = _multi_chip_cards(summary.chips)
         out = []
-        seen = set()
         for c in summary.chips:
-            key = (c.npu_id, c.chip_id)
-            k = self._known.get(key)
-            if k is None:  # identity phase ran out of time: learn next cycle, report by bus id
-                ident = _identity(c, chip_uuid(c, None, None, c.npu_id in multi), c.npu_id,
-                                  summary.driver_version, numa=self._numa_of(c.bus_id))
-            else:
-                ident = k.identity
-            seen.add(key)
+            k = self._known.get((c.npu_id, c.chip_id))
+            ident = k.identity if k is not None else _identity(  # no identity in time: by bus id
+                c, chip_uuid(c, None, None, c.npu_id in multi), c.npu_id, summary.driver_version,
+                numa=self._numa(c.bus_id))
             readings = summary_readings(c)
-            for kind in self._intervals:
-                d = self._details.get((c.npu_id, kind))
-                if d is not None and d.doc is not None:
-                    age = max(0.0, now - d.fetched_at)
-                    try:
-                        extra = detail_readings(d.doc, c.chip_id, age)
-                    except ParseError as e:  # a chip block the refresh did not check
-                        log.warning("npu-smi info -t %s -i %d: %s", kind, c.npu_id, e)
-                        continue
-                    for name, rd in extra.items():
-                        if age > 3 * self._intervals[kind]:
-                            rd = Reading(rd.value, rd.quality.with_status("stale", age))
-                        readings.setdefault(name, rd)
-            health = self._chip_health(ident.uuid, c, k, now)
+            for name, rd in self._details_of(c, now).items():
+                readings.setdefault(name, rd)
+            detail = self._health.get((c.npu_id, c.chip_id))
+            info = detail.information if detail else ""
+            where = f"NPU {c.npu_id} chip {c.chip_id}" + (f" ({info})" if info else "")
+            codes = () if c.health == "OK" else (c.health,) + (detail.codes if detail else ())
+            reasons = self._episodes.update(ident.uuid, [_fault(code, where, "npu-smi") for code in dict.fromkeys(codes)],
+                                            now)
             procs = tuple(_process(p, ident.uuid) for p in summary.processes if _owns(c, p, multi))
-            out.append(DeviceSample(identity=ident, timestamp=now, readings=readings, health=health,
-                                    faults=self._ledger.faults(ident.uuid), processes=procs))
-        if not summary.elided:
+            out.append(DeviceSample(identity=ident, timestamp=now, readings=readings,
+                                    health=Health(health_state(reasons, c.health), reasons),
+                                    faults=self._episodes.faults(ident.uuid), processes=procs))
+        if not summary.elided:  # a shortened capture does not mean chips were lost
+            present = {(c.npu_id, c.chip_id) for c in summary.chips}
             for key, k in self._known.items():
-                if key not in seen:
-                    out.append(self._missing(k, now))
+                if key not in present:
+                    out.append(self._episodes.lost(
+                        k.identity, _fault("missing", f"NPU {key[0]} chip {key[1]}", "npu-smi info"), now))
         return out
 
-    def _chip_health(self, uuid: str, c: NpuChip, k: Optional[_Known], now: float) -> Health:
-        detail = self._health.get((c.npu_id, c.chip_id))
-        codes: tuple[str, ...] = ()
-        info = ""
-        if c.health != "OK":
-            codes = (c.health,) + (detail.codes if detail else ())
-            info = detail.information if detail else ""
-        previous = k.active if k is not None else ()
-        reasons = []
-        for code in dict.fromkeys(codes):
-            if code not in previous:  # a new occurrence: count it once per episode
-                f = self._ledger.record(uuid, _fault(code, self._where(c, info), "npu-smi"), now)
-            else:
-                f = self._ledger.get(uuid, code) or _fault(code, self._where(c, info), "npu-smi")
-            reasons.append(f)
-        if k is not None:
-            k.active, k.missing = tuple(dict.fromkeys(codes)), False
-        return Health(health_state(reasons, c.health), tuple(reasons))
 
-    @staticmethod
-    def _where(c: NpuChip, info: str) -> str:
-        return f"NPU {c.npu_id} chip {c.chip_id}" + (f" ({info})" if info else "")
-
-    def _missing(self, k: _Known, now: float) -> DeviceSample:
-        if not k.missing:
-            k.missing = True
-            k.active = ()
-            fault = self._ledger.record(k.uuid, _fault("missing", f"NPU {k.chip.npu_id} chip {k.chip.chip_id}",
-                                                       "npu-smi info"), now)
-        else:
-            fault = self._ledger.get(k.uuid, "missing") or _fault("missing", "", "npu-smi info")
-        return DeviceSample(identity=k.identity, timestamp=now, health=Health("failed", (fault,)),
-                            faults=self._ledger.faults(k.uuid))
+def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
+    from hetero_exporter.collectors import npu_smi_fake  # simulation only
+    return npu_smi_fake.install(scenario, clock, workdir)
 
 
 def create(options: CollectorOptions) -> NpuSmiCollector:
-    """The npu-smi collector: the real tool (``settings.path``, default ``npu-smi`` on PATH),
-    or, when simulating, a fake npu-smi executable written into ``options.workdir``."""
-    settings = dict(options.settings)
-    common = dict(clock=options.clock, timeout=options.timeout_seconds,
-                  interval=options.interval_seconds, settings=settings)
-    if options.scenario is not None:
-        from hetero_exporter.collectors import npu_smi_fake
-        exe, env = npu_smi_fake.install(options.scenario, options.clock, options.workdir)
-        return NpuSmiCollector(exe, extra_env=env, **common)
-    import shutil
-    exe = str(settings.get("path") or "npu-smi")
-    # the Ascend driver installs npu-smi in /usr/local/sbin, often not on a container's PATH
-    found = shutil.which(exe) if "/" in exe else (shutil.which(exe) or shutil.which(exe, path=_TOOL_DIRS))
-    if found is None:
-        raise Unavailable(f"{exe} not found on PATH (Ascend driver tools not installed)")
-    return NpuSmiCollector(found, **common)
+    """The npu-smi collector: the real tool (``settings.path``, default ``npu-smi`` on PATH or in
+    /usr/local/sbin), or, when simulating, a fake npu-smi executable written into
+    ``options.workdir``."""
+    return build(options, NpuSmiCollector, _install_fake, "npu-smi", _TOOL_DIRS, "Ascend driver tools not installed")

@@ -11,6 +11,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_fakes import in_process_runner
 from hetero_exporter import fields as F
 from hetero_exporter import vendor_cli
 from hetero_exporter.collector_api import CollectorOptions, ParseError
@@ -18,7 +19,7 @@ from hetero_exporter.collectors import cnmon as C
 from hetero_exporter.collectors import cnmon_fake as fake
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict, load
-from hetero_exporter.vendor_cli import CliError, CliResult, CliTimeout
+from hetero_exporter.vendor_cli import CliError, CliTimeout
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -87,13 +88,7 @@ def test_broken_cnmon_output_fails_the_cycle(tmp_path, mode, error):
 
 
 def in_process(sc, clock, calls):
-    def run(argv, timeout, env=None, **_):
-        calls.append(list(argv[1:]))
-        status, out, err = fake.answer(sc, clock.t(), argv[1:])
-        if status:
-            raise CliError(f"cnmon: exit status {status}: {err}")
-        return CliResult(tuple(argv), out, err, status, 0.0)
-    return run
+    return in_process_runner(fake.answer, sc, clock, calls)
 
 
 def test_uncorrected_ecc_growth_missing_cards_and_info_cadence():

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_fakes import mutated
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import fields as F
 from hetero_exporter.cli import main as cli_main
@@ -177,28 +178,6 @@ ALPHABET = "| +-=:/%.\nCardVFNameMiBWCN/A0123456789 vMLUOnOff"
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@st.composite
-def mutated(draw) -> str:
-    lines = draw(st.sampled_from(REAL)).splitlines()
-    for _ in range(draw(st.integers(1, 4))):
-        if not lines:
-            break
-        i = draw(st.integers(0, len(lines) - 1))
-        op = draw(st.sampled_from(["drop", "dup", "cut", "char", "insert"]))
-        if op == "drop":
-            del lines[i]
-        elif op == "dup":
-            lines.insert(i, lines[i])
-        elif op == "cut":
-            lines[i] = lines[i][: draw(st.integers(0, len(lines[i])))]
-        elif op == "char" and lines[i]:
-            j = draw(st.integers(0, len(lines[i]) - 1))
-            lines[i] = lines[i][:j] + draw(st.sampled_from(list("|+ :/x9-%C"))) + lines[i][j + 1:]
-        else:
-            lines.insert(i, draw(st.text(ALPHABET, max_size=80)))
-    return "\n".join(lines) + "\n"
-
-
 def _only_parse_errors(fn, *args):
     try:
         return fn(*args)
@@ -208,7 +187,7 @@ def _only_parse_errors(fn, *args):
 
 
 @FUZZ
-@given(st.one_of(st.text(ALPHABET, max_size=400), mutated()))
+@given(st.one_of(st.text(ALPHABET, max_size=400), mutated(REAL, "|+ :/x9-%C", ALPHABET)))
 def test_fuzz_every_cnmon_parser(t):
     table = _only_parse_errors(C.parse_table, t)
     if table is not None:

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli_fakes import alive as _alive
+from cli_fakes import in_process_runner
 from hetero_exporter import fields as F
 from hetero_exporter import vendor_cli
 from hetero_exporter.collector_api import CollectorOptions, ParseError, Unavailable
@@ -69,14 +71,6 @@ def test_collector_runs_the_fake_executable_through_the_real_runner(tmp_path):
     # the scenario time reaches the fake with each call: the power step at t=100 shows
     clock.set_t(150)
     assert col.collect()[0].value(F.POWER) == 300
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_hung_npu_smi_is_killed_at_its_deadline_next_cycle_works_and_nvidia_keeps_its_readings(tmp_path):
@@ -157,13 +151,7 @@ def test_missing_tool_is_unavailable(tmp_path):
 
 
 def in_process(sc, clock, calls):
-    def run(argv, timeout, env=None, **_):
-        calls.append(list(argv[1:]))
-        status, out, err = fake.answer(sc, clock.t(), argv[1:])
-        if status:
-            raise CliError(f"npu-smi: exit status {status}: {err or out}")
-        return CliResult(tuple(argv), out, err, status, 0.0)
-    return run
+    return in_process_runner(fake.answer, sc, clock, calls)
 
 
 def test_health_states_and_error_codes_become_health_and_counted_faults():

@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_fakes import mutated
 from conftest import shared_fixtures
 from hetero_exporter.collector_api import ParseError
 from hetero_exporter.collectors import npu_smi as N
@@ -17,33 +18,7 @@ ALPHABET = "| +-=.:/()%\t\nNPUChipNameHealthBus-IdOKAlarm0123456789ABCDEFxX NA..
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@st.composite
-def mutated(draw) -> str:
-    """A real capture with a few line- or character-level edits."""
-    lines = draw(st.sampled_from(CAPTURES)).splitlines()
-    for _ in range(draw(st.integers(1, 4))):
-        if not lines:
-            break
-        i = draw(st.integers(0, len(lines) - 1))
-        op = draw(st.sampled_from(["drop", "dup", "cut", "char", "swap", "insert"]))
-        if op == "drop":
-            del lines[i]
-        elif op == "dup":
-            lines.insert(i, lines[i])
-        elif op == "cut":
-            lines[i] = lines[i][: draw(st.integers(0, max(0, len(lines[i]))))]
-        elif op == "char" and lines[i]:
-            j = draw(st.integers(0, len(lines[i]) - 1))
-            lines[i] = lines[i][:j] + draw(st.sampled_from(list("|+ :/x9-.\tN"))) + lines[i][j + 1:]
-        elif op == "swap" and len(lines) > 1:
-            k = draw(st.integers(0, len(lines) - 1))
-            lines[i], lines[k] = lines[k], lines[i]
-        else:
-            lines.insert(i, draw(st.text(ALPHABET, max_size=60)))
-    return "\n".join(lines) + "\n"
-
-
-TEXTS = st.one_of(st.text(ALPHABET, max_size=400), mutated())
+TEXTS = st.one_of(st.text(ALPHABET, max_size=400), mutated(CAPTURES, "|+ :/x9-.\tN", ALPHABET))
 
 
 def _only_parse_errors(fn, *args) -> None:

@@ -9,12 +9,12 @@ import dataclasses
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_fakes import in_process_runner
 from hetero_exporter import fields as F
 from hetero_exporter.collectors import npu_smi as N
 from hetero_exporter.collectors import npu_smi_fake as fake
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict
-from hetero_exporter.vendor_cli import CliResult
 
 MIB = 1 << 20
 RT = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -106,16 +106,6 @@ def test_key_value_render_then_parse(chip_blocks):
 # --------------------------------------------------------------------------- through the collector
 
 
-def in_process_runner(scenario, clock, calls: list):
-    """vendor_cli.run's signature over the fake's answer(), without a process (fast)."""
-    def run(argv, timeout, env=None, **_):
-        calls.append(list(argv[1:]))
-        status, out, err = fake.answer(scenario, clock.t(), argv[1:])
-        assert status == 0, err
-        return CliResult(tuple(argv), out, err, status, 0.0)
-    return run
-
-
 @RT
 @given(st.integers(1, 4), st.integers(0, 100), st.integers(1, 64).map(lambda g: g << 30),
        st.integers(0, 1000).map(lambda x: x / 1000), st.integers(200, 5000).map(lambda x: x / 10),
@@ -135,7 +125,7 @@ def test_scenario_through_fake_and_collector_gives_the_values_back(n, util_pct, 
     calls: list = []
     col = N.NpuSmiCollector("npu-smi", clock=clock, timeout=5, interval=10,
                             settings={"detail_calls_per_cycle": 100, "parallel_calls": 1},
-                            runner=in_process_runner(sc, clock, calls))
+                            runner=in_process_runner(fake.answer, sc, clock, calls))
     devs = col.collect()
     assert len(devs) == n
     for d, spec in zip(sorted(devs, key=lambda d: d.identity.pci_address), sc.devices):

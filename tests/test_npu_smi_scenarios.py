@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cli_fakes import in_process_runner
 from conftest import ROOT
 from hetero_exporter import fields as F
 from hetero_exporter.collector_api import CollectorOptions
@@ -12,7 +13,6 @@ from hetero_exporter.collectors import cnmon, npu_smi, nvml
 from hetero_exporter.collectors import npu_smi_fake as fake
 from hetero_exporter.sampling import CollectorSpec, Sampler
 from hetero_exporter.simulate import ManualClock, load
-from hetero_exporter.vendor_cli import CliResult
 
 SCENARIOS = ROOT / "fixtures" / "scenarios"
 GIB = 1 << 30
@@ -23,12 +23,7 @@ def scenario(name: str):
 
 
 def in_process(sc, clock, calls):
-    def run(argv, timeout, env=None, **_):
-        calls.append(list(argv[1:]))
-        status, out, err = fake.answer(sc, clock.t(), argv[1:])
-        assert status == 0, err
-        return CliResult(tuple(argv), out, err, status, 0.0)
-    return run
+    return in_process_runner(fake.answer, sc, clock, calls)
 
 
 def sampler_for(sc, clock, workdir: Path, timeouts: dict) -> Sampler:

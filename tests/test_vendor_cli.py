@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_fakes import alive as _alive
 from hetero_exporter import vendor_cli
 from hetero_exporter.collector_api import Unavailable
 from hetero_exporter.vendor_cli import CliError, CliTimeout
@@ -19,14 +20,6 @@ def tool(tmp_path: Path, name: str, body: str) -> str:
     p.write_text("#!/bin/sh\n" + body)
     p.chmod(0o755)
     return str(p)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_arguments_reach_the_tool_verbatim_without_a_shell(tmp_path):
