@@ -96,6 +96,7 @@ class CnmonTable:
     cards: tuple[MluCard, ...] = ()
     processes: tuple[MluProcess, ...] = ()
     instance_column: str = "VF"
+    process_section: bool = False  # the "Processes:" box was printed
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -349,7 +350,7 @@ def parse_table(text: str) -> CnmonTable:
             raise ParseError(TOOL, f"card {c.card} ({c.vf}) is listed twice")
         seen.add((c.card, c.vf))
     return CnmonTable(version=version, driver_version=driver, timestamp=timestamp, cards=tuple(cards),
-                      processes=tuple(procs), instance_column=instance)
+                      processes=tuple(procs), instance_column=instance, process_section=section == "processes")
 
 
 # --------------------------------------------------------------------------- cnmon info
@@ -575,7 +576,8 @@ def table_snapshot(table: CnmonTable, node: str = "", now: float = 0.0) -> NodeS
         reasons = _inited_faults(c)
         devices.append(DeviceSample(identity=_identity(c, uuid, table.driver_version), timestamp=now,
                                     readings=table_readings(c), health=Health(worst_state(reasons), reasons),
-                                    faults=reasons, processes=_processes(table, c, uuid)))
+                                    faults=reasons, processes=_processes(table, c, uuid),
+                                    processes_reported=table.process_section))
     return NodeSnapshot(node=node, time=now, devices=tuple(devices))
 
 
@@ -691,7 +693,8 @@ class CnmonCollector:
             out.append(DeviceSample(identity=k.identity, timestamp=now, readings=readings,
                                     health=Health(worst_state(reasons), reasons),
                                     faults=self._episodes.faults(k.identity.uuid),
-                                    processes=_processes(table, c, k.identity.uuid)))
+                                    processes=_processes(table, c, k.identity.uuid),
+                                    processes_reported=table.process_section))
         for key, k in self._known.items():
             if key not in seen:
                 out.append(self._episodes.lost(k.identity, _fault("missing", f"card {key[0]}"), now))

@@ -98,6 +98,7 @@ class NpuSummary:
     chips: tuple[NpuChip, ...] = ()
     processes: tuple[NpuProcess, ...] = ()
     elided: bool = False  # the text had "..." lines standing for rows left out
+    process_section: bool = False  # the table lists processes (the 310 and oldest layouts do not)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -510,7 +511,8 @@ def parse_summary(text: str) -> NpuSummary:
             raise ParseError(tool, f"NPU {c.npu_id} chip {c.chip_id} is listed twice")
         seen.add((c.npu_id, c.chip_id))
     return NpuSummary(tool_version=title.group(1), driver_version=title.group(2), layout=layout,
-                      chips=tuple(chips), processes=tuple(processes), elided=elided)
+                      chips=tuple(chips), processes=tuple(processes), elided=elided,
+                      process_section=proc_header is not None)
 
 
 # --------------------------------------------------------------------------- npu-smi info -m
@@ -902,9 +904,9 @@ def health_state(reasons: Sequence[Fault], vendor_state: str) -> str:
 
 
 def _sample(ident: DeviceIdentity, readings: Mapping[str, Reading], now: float,
-            health: Health = Health(), processes: tuple = ()) -> DeviceSample:
+            health: Health = Health(), processes: tuple = (), reported: bool = False) -> DeviceSample:
     return DeviceSample(identity=ident, timestamp=now, readings=dict(readings), health=health,
-                        faults=tuple(health.reasons), processes=processes)
+                        faults=tuple(health.reasons), processes=processes, processes_reported=reported)
 
 
 def summary_snapshot(summary: NpuSummary, node: str = "", now: float = 0.0) -> NodeSnapshot:
@@ -918,7 +920,8 @@ def summary_snapshot(summary: NpuSummary, node: str = "", now: float = 0.0) -> N
                                                          "npu-smi info"),)
         procs = tuple(_process(p, uuid) for p in summary.processes if _owns(chip, p, multi))
         devices.append(_sample(ident, summary_readings(chip), now,
-                               Health(health_state(reasons, chip.health), reasons), procs))
+                               Health(health_state(reasons, chip.health), reasons), procs,
+                               summary.process_section))
     return NodeSnapshot(node=node, time=now, devices=tuple(devices))
 
 
@@ -1214,7 +1217,8 @@ class NpuSmiCollector:
             procs = tuple(_process(p, ident.uuid) for p in summary.processes if _owns(c, p, multi))
             out.append(DeviceSample(identity=ident, timestamp=now, readings=readings,
                                     health=Health(health_state(reasons, c.health), reasons),
-                                    faults=self._episodes.faults(ident.uuid), processes=procs))
+                                    faults=self._episodes.faults(ident.uuid), processes=procs,
+                                    processes_reported=summary.process_section))
         if not summary.elided:  # a shortened capture does not mean chips were lost
             present = {(c.npu_id, c.chip_id) for c in summary.chips}
             for key, k in self._known.items():

@@ -63,7 +63,8 @@ def test_default_tables_give_the_cards_as_printed(name):
             (c.power_w, c.power_cap_w), (c.memory_used_mib, c.memory_total_mib),
             (c.vmemory_used_mib, c.vmemory_total_mib), c.inited, c.driver, c.compute_mode) for c in t.cards]
     assert got == cards
-    assert t.processes == ()  # "No running processes found" in every capture
+    assert t.processes == () and t.process_section  # "No running processes found" in every capture
+    assert all(d.processes_reported for d in C.table_snapshot(t).devices)
 
 
 def test_snapshot_in_base_units():

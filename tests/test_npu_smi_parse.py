@@ -178,6 +178,9 @@ def test_summary_snapshot_in_base_units():
     assert [(p.pid, p.memory_bytes) for p in d0.processes] == [(2441447, 59618 * MIB)]
     assert [(p.pid, p.memory_bytes) for p in d7.processes] == [(2441454, 59802 * MIB)]
     assert all(p.pod is None and p.namespace is None for p in d0.processes)
+    assert d0.processes_reported  # the table has a process section
+    a3000 = N.parse_any(text("info-table_atlas800-3000_310x4_npu-smi-20.2.0.txt"))
+    assert not any(d.processes_reported for d in a3000.devices)  # this layout lists none
     assert d0.health.state == "ok"
 
 
