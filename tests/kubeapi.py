@@ -658,9 +658,12 @@ class KubeAPIServer:
             return str(self._rv)
 
     def compact(self) -> None:
-        """Forget the watch history: a watch resuming from an older resourceVersion gets 410."""
+        """Forget the watch history: a watch resuming from any resourceVersion handed out so far
+        gets 410 Expired (deterministically, as after a compaction and a long disconnect); a list
+        made afterwards returns a newer resourceVersion that can be watched from."""
         with self._lock:
             self._history.clear()
+            self._rv += 1
             self._oldest_rv = self._rv
 
     def close_watches(self) -> None:
