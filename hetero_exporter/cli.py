@@ -536,6 +536,15 @@ def cmd_scheduler_extender(args: argparse.Namespace) -> int:
         from hetero_exporter.k8s.node_cache import NodeCache
         table = NodeTable(scorer, annotation)
         cache = NodeCache(cluster.api_client, table, annotation=annotation).start()
+
+        def _freeze_when_synced() -> None:
+            # thousands of long-lived node states: keep them out of the cyclic GC's full passes,
+            # which otherwise stall a /prioritize for hundreds of ms (BENCHMARKS.md)
+            if cache.wait_synced(3600):
+                import gc
+                gc.freeze()
+                log.info("node cache loaded", extra={"nodes": len(table)})
+        threading.Thread(target=_freeze_when_synced, name="gc-freeze", daemon=True).start()
         mode = "nodes in the request, and node names (nodeCacheCapable) from a watch of the node annotations"
     else:
         mode = "nodes in the request only (register with nodeCacheCapable: false)"

@@ -8,14 +8,7 @@ from typing import Any, Optional, Sequence
 
 from hetero_exporter.scoring.nodes import NodeState
 from hetero_exporter.scoring.request import Request
-from hetero_exporter.scoring.scorer import Decision, Scorer
-
-MAX_PRIORITY = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
-
-
-def extender_score(score: float) -> int:
-    """A score in [0, 1] as the extender's 0..10."""
-    return min(MAX_PRIORITY, max(0, int(score * MAX_PRIORITY + 0.5)))
+from hetero_exporter.scoring.scorer import Decision, Scorer, extender_score
 
 
 def node_rows(names: Sequence[str], states: Sequence[Optional[NodeState]], decisions: Sequence[Decision],

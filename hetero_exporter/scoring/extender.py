@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from hetero_exporter.scoring import explain
-from hetero_exporter.scoring.explain import extender_score
 from hetero_exporter.scoring.nodes import NodeState
 from hetero_exporter.scoring.nodetable import NodeTable
 from hetero_exporter.scoring.request import DEFAULT_DOMAIN, Request, RequestError, request_from_pod
-from hetero_exporter.scoring.scorer import NO_ACCELERATOR, Decision, Scorer
+from hetero_exporter.scoring.scorer import NO_ACCELERATOR, Decision, Scorer, extender_score
 
 log = logging.getLogger(__name__)
 
+_POINTS = [f"{p}}}" for p in range(11)]
 REASON_LIMIT = 600  # characters of a FailedNodes reason (the full one is in /explain)
 
 
@@ -88,6 +88,7 @@ class Extender:
         self._traces: "collections.OrderedDict[str, Evaluation]" = collections.OrderedDict()
         self._traces_max = traces
         self._lock = threading.Lock()
+        self._host_json: dict[str, str] = {}  # node name -> its JSON object's head, for /prioritize
 
     # ------------------------------------------------------------------ protocol
 
@@ -106,7 +107,7 @@ class Extender:
         if nodes is None and names is None:
             raise BadRequest("ExtenderArgs has neither Nodes nor NodeNames")
         if names is not None and nodes is None:
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            if not isinstance(names, list) or not set(map(type, names)) <= {str}:
                 raise BadRequest("ExtenderArgs.NodeNames must be a list of node names")
             if self.table is None:
                 raise BadRequest("NodeNames given, but this extender runs without cluster access "
@@ -148,13 +149,15 @@ class Extender:
             node_names = list(names or [])
             table = self.table
             assert table is not None  # _args refused NodeNames without a table
-            opt_states = [table.get(n) for n in node_names]
+            get = table.lookup()
+            opt_states = [get(n) for n in node_names]
         if req is None:
             decisions = [Decision(False, reason=error or "")] * len(node_names)
         else:
             key = self.scorer.memo_key(req)
             decide = self.scorer.decide
-            decisions = [decide(req, st, key) if st is not None else
+            # the memo lookup inlined: /prioritize over thousands of nodes is mostly this loop
+            decisions = [(st.memo.get(key) or decide(req, st, key)) if st is not None else
                          (NO_ACCELERATOR if req.count == 0 else _missing(n))
                          for n, st in zip(node_names, opt_states)]
         ev = Evaluation(trace, verb, mode, pod_name, req, error, node_names, opt_states, decisions,
@@ -189,12 +192,28 @@ class Extender:
                                   "passed": len(passing), "request": ev.request.describe() if ev.request else ev.request_error})
         return result, ev
 
-    def prioritize(self, body: bytes, trace: str) -> tuple[list[dict], Evaluation]:
+    def prioritize(self, body: bytes, trace: str) -> tuple[bytes, Evaluation]:
+        """The HostPriorityList as JSON bytes (built as text: over thousands of nodes this is
+        several times faster than json.dumps of as many dicts)."""
         ev, _ = self.evaluate("prioritize", body, trace)
         conf_of, now = self.scorer.staleness.confidence, ev.now
-        out = [{"Host": name, "Score": extender_score(d.score * conf_of(now - st.time))
-                if d.feasible and st is not None else 0}
-               for name, d, st in zip(ev.names, ev.decisions, ev.states)]
+        fresh_after = now - self.scorer.staleness.fresh_seconds  # annotations newer than this: confidence 1
+        hosts = self._host_json
+        if len(hosts) > 200_000:
+            hosts.clear()
+        items = []
+        for name, d, st in zip(ev.names, ev.decisions, ev.states):
+            if not d.feasible or st is None:
+                points = 0
+            elif st.time >= fresh_after:
+                points = d.points
+            else:
+                points = extender_score(d.score * conf_of(now - st.time))
+            head = hosts.get(name)
+            if head is None:
+                head = hosts[name] = '{"Host":%s,"Score":' % json.dumps(name)
+            items.append(head + _POINTS[points])
+        out = ("[" + ",".join(items) + "]").encode()
         log.info("prioritize", extra={"trace": trace, "pod": ev.pod, "mode": ev.mode, "nodes": len(ev.names),
                                       "request": ev.request.describe() if ev.request else ev.request_error})
         return out, ev

@@ -65,7 +65,13 @@ class Group:
     domain: tuple[int, ...]  # fabric-connected component of each candidate
     load_total: float
     has_links: bool
+    floor: Optional[Dev] = None  # the weakest candidate in every respect: if it fits, all do
+    floor_id: int = -1  # interned static part of the floor: nodes alike share it (see scorer)
     choices: dict[Any, Any] = field(default_factory=dict)  # scorer memo: see scorer.best_choice
+
+    def __post_init__(self) -> None:
+        self.every = tuple(range(len(self.devices)))
+        self.loads = [d.load for d in self.devices]
 
     def describe(self) -> str:
         models = sorted({d.model for d in self.devices} | {d.model for d, _ in self.excluded})
@@ -84,8 +90,11 @@ class NodeState:
     error: Optional[str] = None
     memo: dict[str, Any] = field(default_factory=dict)  # request key -> Decision (scorer.py)
 
-    def by_vendor(self, vendor: str) -> list[Group]:
-        return [g for g in self.groups.values() if g.vendor == vendor]
+    def __post_init__(self) -> None:
+        self.group_list = tuple(self.groups.values())
+        self.vendors: dict[str, tuple[Group, ...]] = {}
+        for g in self.group_list:
+            self.vendors[g.vendor] = self.vendors.get(g.vendor, ()) + (g,)
 
     def inventory(self) -> str:
         return "; ".join(g.describe() for g in self.groups.values()) or "no accelerators"
@@ -158,6 +167,46 @@ def _domains(kind: list[list[str]]) -> tuple[int, ...]:
     return tuple(comp)
 
 
+_FLOORS: dict[tuple, int] = {}
+FLOORS_MAX = 100_000  # distinct hardware floors interned; beyond, floors are not shared
+
+
+def _floor_id(vendor: str, floor: Optional[Dev]) -> int:
+    """A small int naming what an exclusive request checks of a floor (not load or free memory),
+    the same for every node with the same hardware and versions."""
+    if floor is None:
+        return -1
+    sig = (vendor, floor.compute_units, floor.memory_total, floor.features, floor.driver_key, floor.runtime_key)
+    got = _FLOORS.get(sig)
+    if got is None:
+        if len(_FLOORS) >= FLOORS_MAX:
+            return -1
+        got = _FLOORS.setdefault(sig, len(_FLOORS))
+    return got
+
+
+def _floor(devs: list[Dev]) -> Optional[Dev]:
+    """A device no better than any of ``devs`` in compute, memory, features, load and versions."""
+    if not devs:
+        return None
+
+    def least(values: list) -> Any:
+        return None if any(v is None for v in values) else min(values)
+    drivers = [d for d in devs if d.driver_key is not None]
+    runtimes = [d for d in devs if d.runtime_key is not None]
+    oldest_driver = min(drivers, key=lambda d: d.driver_key) if len(drivers) == len(devs) else None
+    oldest_runtime = min(runtimes, key=lambda d: d.runtime_key) if len(runtimes) == len(devs) else None
+    return Dev(uuid="", index=-1, model="", health="ok",
+               compute_units=min(d.compute_units for d in devs), cost_weight=0.0,
+               features=frozenset.intersection(*(d.features for d in devs)),
+               memory_total=least([d.memory_total for d in devs]), memory_free=least([d.memory_free for d in devs]),
+               load=max(d.load for d in devs),
+               driver=oldest_driver.driver if oldest_driver else None,
+               driver_key=oldest_driver.driver_key if oldest_driver else None,
+               runtime=oldest_runtime.runtime if oldest_runtime else None,
+               runtime_key=oldest_runtime.runtime_key if oldest_runtime else None, numa=None)
+
+
 def _why_excluded(d: Dev) -> Optional[str]:
     if d.health == "failed":
         return "failed"
@@ -186,10 +235,13 @@ def node_state(name: str, snapshot: NodeSnapshot) -> NodeState:
             else:
                 excluded.append((dev, why))
         pair, kind, has_links = _links(devs, cand_samples)
+        vendor = group_samples[0].identity.vendor
+        floor = _floor(devs)
         groups[resource] = Group(
-            resource=resource, vendor=group_samples[0].identity.vendor, devices=tuple(devs),
+            resource=resource, vendor=vendor, devices=tuple(devs),
             excluded=tuple(excluded), pair=pair, pair_kind=kind, domain=_domains(kind),
-            load_total=sum(d.load for d in devs), has_links=has_links)
+            load_total=sum(d.load for d in devs), has_links=has_links, floor=floor,
+            floor_id=_floor_id(vendor, floor))
     return NodeState(name=name, time=snapshot.time, groups=groups)
 
 

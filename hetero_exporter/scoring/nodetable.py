@@ -8,7 +8,7 @@ arrives again with every scheduling cycle and is decoded only when it changed.
 from __future__ import annotations
 
 import threading
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 from hetero_exporter.scoring.nodes import NodeState, from_annotation
 from hetero_exporter.scoring.scorer import Scorer
@@ -26,7 +26,9 @@ class NodeTable:
         self.limit = limit
         self._lock = threading.Lock()
         self._states: dict[str, NodeState] = {}
-        self._texts: dict[str, Optional[str]] = {}
+        # name -> (length, hash) of the annotation text the state was built from: enough to see a
+        # change, without keeping ~20 KiB of text per node
+        self._texts: dict[str, tuple[int, int]] = {}
         self.synced = threading.Event()  # set once a full list has been loaded
 
     def __len__(self) -> int:
@@ -35,14 +37,20 @@ class NodeTable:
     def get(self, name: str) -> Optional[NodeState]:
         return self._states.get(name)
 
+    def lookup(self) -> Callable[[str], Optional[NodeState]]:
+        """``get`` without the method call, for loops over thousands of names (a dict read is
+        safe while writers replace entries)."""
+        return self._states.get
+
     def names(self) -> list[str]:
         with self._lock:
             return list(self._states)
 
     def state_for(self, name: str, text: Optional[str]) -> NodeState:
         """The state of ``name`` for this annotation text, decoded only if the text changed."""
+        mark = (-1, 0) if text is None else (len(text), hash(text))
         with self._lock:
-            if name in self._states and self._texts.get(name) == text:
+            if name in self._states and self._texts.get(name) == mark:
                 return self._states[name]
         state = from_annotation(name, text, self.annotation)
         self.scorer.precompute(state)
@@ -51,7 +59,7 @@ class NodeTable:
                 self._states.clear()  # a bound, not an eviction policy: the cache refills itself
                 self._texts.clear()
             self._states[name] = state
-            self._texts[name] = text
+            self._texts[name] = mark
         return state
 
     def update(self, name: str, text: Optional[str]) -> None:

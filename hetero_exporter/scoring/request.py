@@ -21,6 +21,7 @@ its constraints and must agree with it. Anything malformed raises ``RequestError
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -71,6 +72,29 @@ class Request:
         return repr((self.count, self.vendors, self.group, self.shared, self.compute_units,
                      self.memory_bytes, self.features, self.topology, self.min_driver,
                      self.min_runtime, self.policy))
+
+    @functools.cached_property
+    def per_device(self) -> bool:
+        """Whether some devices may not qualify (a per-device constraint is asked)."""
+        return bool(self.compute_units is not None or self.memory_bytes is not None or self.features
+                    or self.min_driver or self.min_runtime)
+
+    @functools.cached_property
+    def unconstrained(self) -> "Request":
+        """The same request without per-device constraints: where every device meets them,
+        its decision is this request's decision (and is likely memoized already)."""
+        return dataclasses.replace(self, compute_units=None, memory_bytes=None, features=(),
+                                   min_driver=(), min_runtime=())
+
+    @functools.cached_property
+    def scratch(self) -> dict:
+        """Per-request memo of the scorer (its memo keys)."""
+        return {}
+
+    @functools.cached_property
+    def floor_fits(self) -> dict:
+        """Per-request memo of the scorer: interned device floor -> whether it fits."""
+        return {}
 
     def min_version(self, which: str, vendor: str) -> Optional[tuple[VersionKey, str]]:
         """The minimum driver (``which="driver"``) or runtime version for ``vendor``."""

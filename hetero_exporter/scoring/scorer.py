@@ -23,7 +23,6 @@ The staleness of the annotation scales the score at answer time (``Staleness``).
 from __future__ import annotations
 
 import itertools
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
@@ -35,10 +34,18 @@ from hetero_exporter.scoring.versions import at_least
 WEIGHTS: Mapping[str, float] = {"topology": 0.30, "fill": 0.25, "idle": 0.15, "health": 0.10,
                                 "cost": 0.10, "affinity": 0.10}
 DEGRADED_HEALTH = 0.3
-EXHAUSTIVE_LIMIT = 3500  # sets of devices evaluated one by one; beyond, greedy from each seed
+EXHAUSTIVE_POOL = 12  # up to 2^12 subsets evaluated one by one; larger pools: greedy from each seed
 MEMO_LIMIT = 512  # decisions kept per node (distinct request shapes)
 TOPOLOGY_WORDS = {"same-switch": "under one PCIe switch or fabric",
                   "same-nvlink-domain": "in one NVLink-class fabric domain"}
+
+
+MAX_PRIORITY = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
+
+
+def extender_score(score: float) -> int:
+    """A score in [0, 1] as the extender's 0..10."""
+    return min(MAX_PRIORITY, max(0, int(score * MAX_PRIORITY + 0.5)))
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class Choice:
     inner: float  # the set's score 0..1
     parts: Mapping[str, float]
     weakest: str  # the weakest link type between chosen devices ("" for one device)
+    decisions: dict = field(default_factory=dict)  # (band, tiers) -> Decision, see Scorer._feasible
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,9 +88,14 @@ class Decision:
     devices: tuple[Dev, ...] = ()
     parts: Mapping[str, float] = field(default_factory=dict)
     resolvable: bool = False
+    points: int = field(init=False, default=0)  # the extender's 0..10 for a fresh annotation
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "points", extender_score(self.score) if self.feasible else 0)
 
 
 NO_ACCELERATOR = Decision(True, 0.0, "the pod asks for no accelerator")
+_NOT_YET = object()
 
 
 def _gib(n: float) -> str:
@@ -136,18 +149,30 @@ class Scorer:
     # ------------------------------------------------------------------ per node
 
     def memo_key(self, req: Request) -> str:
-        return f"{req.policy or self.policy}|{req.key}"
+        key = req.scratch.get(self.policy)
+        if key is None:
+            key = req.scratch[self.policy] = f"{req.policy or self.policy}|{req.key}"
+        return key
 
     def decide(self, req: Request, state: NodeState, memo_key: Optional[str] = None) -> Decision:
         if req.count == 0:
             return NO_ACCELERATOR
         key = memo_key or self.memo_key(req)
-        d = state.memo.get(key)
+        memo = state.memo
+        d = memo.get(key)
         if d is None:
-            d = self._decide(req, state)
-            if len(state.memo) >= MEMO_LIMIT:
-                state.memo.clear()
-            state.memo[key] = d
+            if req.per_device and not state.error and _all_fit(req, state):
+                # every device meets the constraints: the decision of the request without them
+                twin = req.unconstrained
+                twin_key = self.memo_key(twin)
+                d = memo.get(twin_key)
+                if d is None:
+                    d = memo[twin_key] = self._decide(twin, state)
+            else:
+                d = self._decide(req, state)
+            if len(memo) >= MEMO_LIMIT:
+                memo.clear()
+            memo[key] = d
         return d
 
     def confidence(self, state: NodeState, now: float) -> tuple[float, float]:
@@ -156,23 +181,25 @@ class Scorer:
         return self.staleness.confidence(age), age
 
     def precompute(self, state: NodeState) -> None:
-        """Best sets of every size under the default policy, for requests without per-device
-        constraints: done when the node's annotation changes, so that /prioritize only looks up."""
-        for g in state.groups.values():
-            every = tuple(range(len(g.devices)))
-            for k in range(1, len(g.devices) + 1):
-                self.best_choice(g, every, k, self.policy, "same-node", False)
+        """Best sets of every size under the default policy, for requests whose constraints every
+        device meets: done when the node's annotation changes, so that /prioritize only looks up."""
+        for g in state.group_list:
+            if g.devices:
+                self.best_choice(g, g.every, len(g.devices), self.policy, "same-node", False)
 
     def _decide(self, req: Request, state: NodeState) -> Decision:
         if state.error:
             return Decision(False, reason=state.error)
-        tiers: list[Optional[str]] = list(req.vendors) or [None]
+        tiers: tuple[Optional[str], ...] = req.vendors or (None,)
         policy = req.policy or self.policy
         notes: list[str] = []
         resolvable = False
         for rank, vendor in enumerate(tiers):
-            groups = [g for g in state.groups.values()
-                      if (vendor is None or g.vendor == vendor) and (req.group is None or g.resource == req.group)]
+            if req.group is not None:
+                g0 = state.groups.get(req.group)
+                groups: tuple[Group, ...] = (g0,) if g0 is not None and vendor in (None, g0.vendor) else ()
+            else:
+                groups = state.group_list if vendor is None else state.vendors.get(vendor, ())
             if not groups:
                 notes.append(f"no {req.group or vendor or 'accelerator'} devices here")
                 continue
@@ -186,30 +213,38 @@ class Scorer:
                     notes.append(got[0])
                     resolvable = resolvable or got[1]
             if best is not None:
-                g, choice = best
-                band = len(tiers) - 1 - rank
-                score = (band + choice.inner) / len(tiers)
-                link = f", {choice.weakest} links" if choice.weakest else ""
-                why = f"{req.count} x {g.resource} {_labels(choice.devices)} ({choice.devices[0].model}{link})"
-                if notes:
-                    why += " -- not preferred: " + "; ".join(notes)
-                parts = {**choice.parts, "preference": band / max(1, len(tiers) - 1) if len(tiers) > 1 else 1.0}
-                return Decision(True, score, why, g.resource, choice.devices, parts)
-        if not state.groups:
-            notes.append("node reports no accelerators")
-        elif all(n.startswith("no ") for n in notes):
-            notes.append(f"node has {state.inventory()}")
+                return self._feasible(best[0], best[1], len(tiers) - 1 - rank, len(tiers), notes)
+        if all(n.startswith("no ") for n in notes):  # the node lacks the hardware: same for any such request
+            key = ("absent", tiers, req.group)
+            if key not in state.memo:
+                notes.append(f"node has {state.inventory()}" if state.groups else "node reports no accelerators")
+                state.memo[key] = Decision(False, reason="; ".join(notes))
+            return state.memo[key]
         return Decision(False, reason="; ".join(notes), resolvable=resolvable)
+
+    @staticmethod
+    def _feasible(g: Group, choice: Choice, band: int, tiers: int, notes: list[str]) -> Decision:
+        """The decision for a chosen set; without notes it depends on the set and the band only,
+        and is shared by every request that lands on that set."""
+        key = (band, tiers)
+        if not notes and key in choice.decisions:
+            return choice.decisions[key]
+        link = f", {choice.weakest} links" if choice.weakest else ""
+        why = f"{len(choice.devices)} x {g.resource} {_labels(choice.devices)} ({choice.devices[0].model}{link})"
+        if notes:
+            why += " -- not preferred: " + "; ".join(notes)
+        parts = {**choice.parts, "preference": band / (tiers - 1) if tiers > 1 else 1.0}
+        d = Decision(True, (band + choice.inner) / tiers, why, g.resource, choice.devices, parts)
+        if not notes:
+            choice.decisions[key] = d
+        return d
 
     def _group(self, g: Group, req: Request, policy: str) -> "Choice | tuple[str, bool]":
         """The best choice in one group, or (why not, resolvable by preemption)."""
+        elig = g.every
         problems: dict[str, list[Dev]] = {}
-        for d, why in g.excluded:
-            problems.setdefault(why, []).append(d)
-        constrained = (req.compute_units is not None or req.memory_bytes is not None or req.features
-                       or req.min_driver or req.min_runtime)
-        if constrained:
-            eligible = []
+        if req.per_device and (g.floor is None or device_problem(g.floor, req, g.vendor) is not None):
+            eligible = []  # the weakest device does not fit: look at each one
             for i, d in enumerate(g.devices):
                 why = device_problem(d, req, g.vendor)
                 if why is None:
@@ -217,13 +252,17 @@ class Scorer:
                 else:
                     problems.setdefault(why, []).append(d)
             elig = tuple(eligible)
-        else:
-            elig = tuple(range(len(g.devices)))
-        total = len(g.devices) + len(g.excluded)
         if len(elig) < req.count:
+            listed: dict[str, list[Dev]] = {}
+            for d, why in g.excluded:  # failed and unknown devices first
+                listed.setdefault(why, []).append(d)
+            for why, devs in problems.items():
+                listed.setdefault(why, []).extend(devs)
+            problems = listed
             detail = f": {_problems_text(problems)}" if problems else ""
             # only a lack of free memory on shared devices can be fixed by evicting pods
             resolvable = req.shared and any(w.startswith("free ") for w in problems)
+            total = len(g.devices) + len(g.excluded)
             return (f"needs {req.count} x {g.resource}, {len(elig)} usable of {total}{detail}", resolvable)
         choice = self.best_choice(g, elig, req.count, policy, req.topology, req.shared)
         if choice is None:
@@ -235,14 +274,20 @@ class Scorer:
 
     def best_choice(self, g: Group, elig: tuple[int, ...], k: int, policy: str, topology: str,
                     shared: bool) -> Optional[Choice]:
+        """The best ``k`` devices among ``elig``; a search fills the memo for every size it
+        evaluated (an exhaustive one: all sizes at once)."""
         key = (elig, k, policy, topology, shared)
-        if key in g.choices:
-            return g.choices[key]
+        got = g.choices.get(key, _NOT_YET)
+        if got is not _NOT_YET:
+            return got
         if len(g.choices) >= MEMO_LIMIT:
             g.choices.clear()
-        choice = self._search(g, elig, k, policy, topology, shared)
-        g.choices[key] = choice
-        return choice
+        found = self._search(g, elig, k, policy, topology, shared)
+        for size, (score, combo) in found.items():
+            g.choices[(elig, size, policy, topology, shared)] = self._choice(g, combo, score, policy, shared)
+        if key not in g.choices:
+            g.choices[key] = None
+        return g.choices[key]
 
     def _values(self, g: Group, policy: str, shared: bool) -> list[float]:
         """Per-device additive part of the score (idle, health, cost, affinity), weighted."""
@@ -253,36 +298,50 @@ class Scorer:
         return g.choices[key]
 
     def _search(self, g: Group, elig: tuple[int, ...], k: int, policy: str, topology: str,
-                shared: bool) -> Optional[Choice]:
+                shared: bool) -> dict[int, tuple[float, tuple[int, ...]]]:
+        """Best (score, set) by set size: every subset of a small pool (depth first, pair sums
+        carried along, so each subset costs one row of additions), or greedy sets of size ``k``."""
         vals = self._values(g, policy, shared)
         w_topo, w_fill = self.weights["topology"], self.weights["fill"]
-        pair, loads = g.pair, [d.load for d in g.devices]
-        npairs = k * (k - 1) / 2
+        pair, loads, load_total = g.pair, g.loads, g.load_total
         n = max(1, len(g.devices))
         binpack = policy == "binpack"
+        switch = topology == "same-switch"
+        best: dict[int, tuple[float, tuple[int, ...]]] = {}
 
-        def score(combo: Sequence[int]) -> float:
-            t = (sum(pair[a][b] for a, b in itertools.combinations(combo, 2)) / npairs) if k > 1 else 1.0
-            fill = _fill(g.load_total, sum(loads[i] for i in combo), k, n, shared)
-            return w_topo * t + sum(vals[i] for i in combo) / k + w_fill * (fill if binpack else 1.0 - fill)
+        def consider(size: int, psum: float, vsum: float, lsum: float, combo: tuple[int, ...]) -> None:
+            t = psum / (size * (size - 1) / 2) if size > 1 else 1.0
+            fill = min(1.0, max(0.0, (load_total if shared else load_total - lsum + size) / n))
+            s = w_topo * t + vsum / size + w_fill * (fill if binpack else 1.0 - fill)
+            if size not in best or s > best[size][0] + 1e-12:
+                best[size] = (s, combo)
 
-        pools = _pools(g, elig, k, topology)
-        best: Optional[tuple[float, tuple[int, ...]]] = None
-        for pool in pools:
-            if math.comb(len(pool), k) <= EXHAUSTIVE_LIMIT:
-                combos = itertools.combinations(pool, k)
-            else:
-                combos = _greedy(g, pool, k, vals, topology)
-            for combo in combos:
-                if topology == "same-switch" and not all(
-                        pair[a][b] >= SWITCH_SCORE for a, b in itertools.combinations(combo, 2)):
-                    continue
-                s = score(combo)
-                if best is None or s > best[0] + 1e-12:
-                    best = (s, combo)
-        if best is None:
-            return None
-        return self._choice(g, best[1], best[0], policy, shared)
+        for pool in _pools(g, elig, topology):
+            if len(pool) <= EXHAUSTIVE_POOL:
+                m = len(pool)
+                chosen: list[int] = []
+
+                def walk(start: int, psum: float, vsum: float, lsum: float) -> None:
+                    for at in range(start, m):
+                        i = pool[at]
+                        row = pair[i]
+                        add = 0.0
+                        for c in chosen:
+                            if switch and row[c] < SWITCH_SCORE:
+                                break
+                            add += row[c]
+                        else:
+                            chosen.append(i)
+                            consider(len(chosen), psum + add, vsum + vals[i], lsum + loads[i], tuple(chosen))
+                            walk(at + 1, psum + add, vsum + vals[i], lsum + loads[i])
+                            chosen.pop()
+                walk(0, 0.0, 0.0, 0.0)
+            elif len(pool) >= k:
+                for combo in _greedy(g, pool, k, vals, topology):
+                    pairs = itertools.combinations(combo, 2)
+                    consider(k, sum(pair[a][b] for a, b in pairs), sum(vals[i] for i in combo),
+                             sum(loads[i] for i in combo), combo)
+        return best
 
     def _choice(self, g: Group, combo: tuple[int, ...], inner: float, policy: str, shared: bool) -> Choice:
         k = len(combo)
@@ -295,6 +354,34 @@ class Scorer:
         weakest = min(pairs, key=lambda p: g.pair[p[0]][p[1]]) if pairs else None
         return Choice(tuple(g.devices[i] for i in combo), inner, {k2: round(v, 4) for k2, v in parts.items()},
                       g.pair_kind[weakest[0]][weakest[1]] if weakest else "")
+
+
+def _relevant(req: Request, state: NodeState) -> tuple[Group, ...]:
+    if req.group is not None:
+        g = state.groups.get(req.group)
+        return (g,) if g is not None and (not req.vendors or g.vendor in req.vendors) else ()
+    if not req.vendors:
+        return state.group_list
+    return tuple(g for v in req.vendors for g in state.vendors.get(v, ()))
+
+
+def _all_fit(req: Request, state: NodeState) -> bool:
+    """Whether every candidate device of every group the request may use meets its per-device
+    constraints. For exclusive requests the answer for a hardware floor is kept per request,
+    so a cluster of alike nodes costs one check per kind of node."""
+    fits = None if req.shared else req.floor_fits
+    for g in _relevant(req, state):
+        floor, fid = g.floor, g.floor_id
+        if floor is None:
+            continue
+        ok = fits.get(fid) if fits is not None and fid >= 0 else None
+        if ok is None:
+            ok = device_problem(floor, req, g.vendor) is None
+            if fits is not None and fid >= 0:
+                fits[fid] = ok
+        if not ok:
+            return False
+    return True
 
 
 def _fill(load_total: float, chosen_load: float, k: int, n: int, shared: bool) -> float:
@@ -312,7 +399,7 @@ def _device_parts(g: Group, i: int, policy: str, shared: bool) -> dict[str, floa
             "cost": 1.0 / (1.0 + d.cost_weight), "affinity": near_busy if binpack else 1.0 - near_busy}
 
 
-def _pools(g: Group, elig: tuple[int, ...], k: int, topology: str) -> list[tuple[int, ...]]:
+def _pools(g: Group, elig: tuple[int, ...], topology: str) -> list[tuple[int, ...]]:
     """Where a set may come from: one fabric domain each for same-nvlink-domain."""
     if topology != "same-nvlink-domain":
         return [elig]
@@ -320,7 +407,7 @@ def _pools(g: Group, elig: tuple[int, ...], k: int, topology: str) -> list[tuple
     for i in elig:
         by_domain.setdefault(g.domain[i], []).append(i)
     # a domain of several devices is joined by fabric links (nodes._domains)
-    return [tuple(v) for v in by_domain.values() if len(v) >= k]
+    return [tuple(v) for v in by_domain.values()]
 
 
 def _largest(g: Group, elig: tuple[int, ...], topology: str) -> int:

@@ -85,9 +85,10 @@ class _Handler(BaseHTTPRequestHandler):
             ext = self.server.extender
             if path == "/filter":
                 result, _ = ext.filter(body, trace)
+                self._json(200, result, trace)
             else:
-                result, _ = ext.prioritize(body, trace)
-            self._json(200, result, trace)
+                encoded, _ = ext.prioritize(body, trace)
+                self._send(200, encoded, trace)
             log.debug("answered", extra={"trace": trace, "verb": path[1:],
                                          "ms": round((time.perf_counter() - start) * 1e3, 2)})
         except BadRequest as e:

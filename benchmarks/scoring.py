@@ -1,0 +1,188 @@
+"""Latency of the scheduler extender's /prioritize (and /filter), end to end over HTTP.
+
+Cluster: N nodes of 8 devices each, a mix of documented server shapes (scoring.synthetic: HGX H100,
+DGX-1 V100, A100 PCIe, Atlas 800T A2, MI300X), random load, one node in ten with a failed device.
+Each node's annotation is the compact document the agent writes.
+
+Cases (the client keeps one HTTP/1.1 connection, as kube-scheduler does; a call is timed from
+sending the request to having read the whole answer):
+
+- names/same shape: nodeCacheCapable, 5,000 NodeNames, the warm node cache, the same pod shape
+  every call (a batch of identical pods: decisions memoized per node);
+- names/new shape: as above, but every call a pod shape not seen before (per-device memory that
+  changes each call, 1-8 GPUs): the per-node work runs each time on the state precomputed when the
+  annotation arrived;
+- nodes/warm: 1,000 Node objects in the request body (nodes-in-request mode), annotations
+  unchanged since the previous call (decoded once, reused); a new pod shape each call;
+- nodes/cold: the same, the first time those annotations are seen (decode + precompute);
+- filter: /filter in both modes (the nodes mode echoes the passing Node objects back).
+
+Besides wall-clock percentiles, the CPU time this process spent per call (client and extender
+thread together) is given: on a shared machine it is the figure other jobs disturb least.
+
+Targets (issue 8): /prioritize over 5,000 nodes from the warm cache, p50 < 20 ms, p99 < 50 ms.
+
+    python benchmarks/scoring.py [--nodes 5000] [--body-nodes 1000] [--rounds 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import http.client
+import json
+import platform
+import random
+import statistics
+import time
+
+from hetero_exporter.model import compact_json
+from hetero_exporter.scoring import synthetic
+from hetero_exporter.scoring.extender import Extender
+from hetero_exporter.scoring.nodetable import NodeTable
+from hetero_exporter.scoring.scorer import Scorer
+from hetero_exporter.scoring.server import ExtenderServer
+
+SHAPES = (("hgx-h100", 4), ("dgx1-v100", 1), ("pcie-a100", 2), ("atlas800-910b", 2), ("mi300x", 1))
+ANN = "hetero-exporter.io/devices"
+
+
+def cluster(n: int, now: float, seed: int, prefix: str = "node") -> dict[str, str]:
+    rnd = random.Random(seed)
+    shapes = [s for s, w in SHAPES for _ in range(w)]
+    out = {}
+    for i in range(n):
+        name = f"{prefix}-{i:05d}"
+        loads = {d: rnd.choice((0.0, 0.0, 0.3, 0.9)) for d in range(8)}
+        health = {rnd.randrange(8): "failed"} if rnd.random() < 0.1 else {}
+        snap = synthetic.node(name, shapes[i % len(shapes)], time=now - rnd.uniform(0, 120), loads=loads,
+                              health=health)
+        out[name] = compact_json(snap)
+    return out
+
+
+def node_object(name: str, text: str) -> dict:
+    """A Node as kube-scheduler sends it in nodes-in-request mode (status trimmed to the usual keys)."""
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1",
+                         "labels": {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64"},
+                         "annotations": {ANN: text}},
+            "spec": {"podCIDR": "10.0.0.0/24"},
+            "status": {"capacity": {"cpu": "128", "memory": "2Ti", "pods": "110", "nvidia.com/gpu": "8"},
+                       "allocatable": {"cpu": "126", "memory": "2000Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                       "conditions": [{"type": t, "status": "False"} for t in
+                                      ("MemoryPressure", "DiskPressure", "PIDPressure")] +
+                                     [{"type": "Ready", "status": "True"}],
+                       "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                       "nodeInfo": {"kubeletVersion": "v1.30.0", "containerRuntimeVersion": "containerd://1.7.0"}}}
+
+
+def pod(gpus: int, memory_mib: int | None = None) -> dict:
+    meta: dict = {"name": "bench", "namespace": "ml"}
+    if memory_mib is not None:
+        meta["annotations"] = {"hetero-exporter.io/request": json.dumps({"memory_per_device": f"{memory_mib}Mi"})}
+    return {"metadata": meta, "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
+
+
+class Client:
+    def __init__(self, address):
+        self.conn = http.client.HTTPConnection(*address, timeout=120)
+
+    def call(self, path: str, body: bytes) -> tuple[tuple[float, float], bytes]:
+        """((wall seconds, CPU seconds of this process: client and server thread), answer)."""
+        start, cpu = time.perf_counter(), time.process_time()
+        self.conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        r = self.conn.getresponse()
+        data = r.read()
+        took = time.perf_counter() - start, time.process_time() - cpu
+        assert r.status == 200, data[:300]
+        return took, data
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def row(name: str, xs: list[tuple[float, float]]) -> str:
+    ms = [w * 1e3 for w, _ in xs]
+    cpu = [c * 1e3 for _, c in xs]
+    return (f"| {name} | {len(ms)} | {pct(ms, 50):.1f} | {pct(ms, 99):.1f} | {min(ms):.1f} | "
+            f"{pct(cpu, 50):.1f} | {pct(cpu, 99):.1f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--body-nodes", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=200)
+    args = ap.parse_args()
+    now = time.time()
+
+    t = time.perf_counter()
+    texts = cluster(args.nodes, now, seed=1)
+    build = time.perf_counter() - t
+    scorer = Scorer("binpack")
+    table = NodeTable(scorer)
+    t = time.perf_counter()
+    table.replace(texts)
+    load = time.perf_counter() - t
+    gc.freeze()  # as `scheduler-extender` does once its cache is loaded
+    size = sum(len(x) for x in texts.values()) / len(texts)
+    ext = Extender(scorer, table, traces=64)
+    server = ExtenderServer(("127.0.0.1", 0), ext).start()
+    client = Client(server.address)
+    names = list(texts)
+
+    results: dict[str, list[tuple[float, float]]] = {k: [] for k in ("names/same", "names/new", "filter/names")}
+    same = json.dumps({"Pod": pod(4), "NodeNames": names}).encode()
+    client.call("/prioritize", same)  # the first call of this shape fills the memo
+    for i in range(args.rounds):
+        results["names/same"].append(client.call("/prioritize", same)[0])
+        new = json.dumps({"Pod": pod(1 + i % 8, 1000 + i), "NodeNames": names}).encode()
+        results["names/new"].append(client.call("/prioritize", new)[0])
+        if i % 4 == 0:
+            fil = json.dumps({"Pod": pod(1 + i % 8, 500_000 + i), "NodeNames": names}).encode()
+            results["filter/names"].append(client.call("/filter", fil)[0])
+    _, answer = client.call("/prioritize", same)
+    scores = [h["Score"] for h in json.loads(answer)]
+    assert len(scores) == args.nodes and max(scores) > 0
+
+    # nodes in the request body: a fresh extender (empty decode cache) for the cold calls
+    body_texts = cluster(args.body_nodes, now, seed=2, prefix="body")
+    nodes = {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
+             "items": [node_object(n, x) for n, x in body_texts.items()]}
+    cold: list[tuple[float, float]] = []
+    warm: list[tuple[float, float]] = []
+    filter_nodes: list[tuple[float, float]] = []
+    body_size = 0
+    for c in range(max(3, args.rounds // 40)):
+        ext2 = Extender(scorer, None, traces=8)
+        server2 = ExtenderServer(("127.0.0.1", 0), ext2).start()
+        client2 = Client(server2.address)
+        body = json.dumps({"Pod": pod(2, 2000 + c), "Nodes": nodes}).encode()
+        body_size = len(body)
+        cold.append(client2.call("/prioritize", body)[0])
+        for i in range(max(1, args.rounds // 4 // max(3, args.rounds // 40))):
+            body = json.dumps({"Pod": pod(1 + i % 8, 3000 + 100 * c + i), "Nodes": nodes}).encode()
+            warm.append(client2.call("/prioritize", body)[0])
+            filter_nodes.append(client2.call("/filter", body)[0])
+        server2.stop()
+    server.stop()
+
+    print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, {platform.python_implementation()} "
+          f"{platform.python_version()}; cache: {args.nodes} nodes x 8 devices, annotation {size / 1024:.1f} KiB "
+          f"avg, built in {build:.1f} s, loaded (decode + precompute) in {load:.1f} s "
+          f"({load / args.nodes * 1e3:.2f} ms/node); body mode: {args.body_nodes} nodes, "
+          f"{body_size / 2**20:.1f} MiB request")
+    print("| case | calls | p50 ms | p99 ms | best ms | CPU p50 ms | CPU p99 ms |")
+    print("|---|---|---|---|---|---|---|")
+    print(row(f"/prioritize, {args.nodes} NodeNames, warm cache, same pod shape", results["names/same"]))
+    print(row(f"/prioritize, {args.nodes} NodeNames, warm cache, new pod shape each call", results["names/new"]))
+    print(row(f"/filter, {args.nodes} NodeNames, new pod shape each call", results["filter/names"]))
+    print(row(f"/prioritize, {args.body_nodes} Nodes in the body, annotations seen before", warm))
+    print(row(f"/filter, {args.body_nodes} Nodes in the body (echoed back), annotations seen before", filter_nodes))
+    print(row(f"/prioritize, {args.body_nodes} Nodes in the body, first sight (decode all)", cold))
+
+
+if __name__ == "__main__":
+    main()
