@@ -351,3 +351,73 @@ def test_memo_is_per_request_shape_and_node_state():
     assert scorer.decide(gpus(2), node) is a  # same shape: memoized
     assert scorer.decide(gpus(3), node) is not a
     assert scorer.decide(request_from_pod(pod({"nvidia.com/gpu": 2}, name="other")), node) is a  # shape, not pod
+
+
+# --------------------------------------------------------------------------- the fast paths agree with plain search
+
+_node_spec = st.fixed_dictionaries({
+    "shape": st.sampled_from(synthetic.SHAPES),
+    "count": st.integers(2, 8),
+    "loads": st.dictionaries(st.integers(0, 7), st.sampled_from([0.0, 0.2, 0.5, 0.9]), max_size=8),
+    "health": st.dictionaries(st.integers(0, 7), st.sampled_from(["failed", "degraded", "unknown"]), max_size=3),
+})
+_request = st.fixed_dictionaries({}, optional={
+    "memory_per_device": st.sampled_from(["8Gi", "40Gi", "70Gi", "100Gi"]),
+    "compute_units": st.sampled_from([0.1, 1.0, 3.0]),
+    "min_driver_version": st.sampled_from(["500", "550.54", "560"]),
+    "topology": st.sampled_from(["same-node", "same-switch", "same-nvlink-domain"]),
+    "policy": st.sampled_from(["binpack", "spread"]),
+    "shared": st.booleans(),
+})
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=_node_spec, req=_request, count=st.integers(1, 8), vendors=st.sampled_from([None, ["amd", "nvidia"]]))
+def test_memoized_and_shortcut_decisions_equal_a_plain_search(spec, req, count, vendors):
+    spec = {**spec, "loads": {i: v for i, v in spec["loads"].items() if i < spec["count"]},
+            "health": {i: v for i, v in spec["health"].items() if i < spec["count"]}}
+    text = compact_json(synthetic.node("n", time=T0, **spec))
+    if vendors:
+        request = request_from_pod(pod(request={**req, "count": count, "vendors": vendors}))
+    else:
+        request = request_from_pod(pod({"nvidia.com/gpu": count}, req or None))
+    scorer = Scorer()
+    warm = from_annotation("n", text)
+    scorer.precompute(warm)
+    for other in (gpus(1), gpus(count), request.unconstrained):  # fill the memos first
+        scorer.decide(other, warm)
+    fast = scorer.decide(request, warm)
+    cold = from_annotation("n", text)
+    for g in cold.group_list:
+        g.floor = None  # every device checked one by one
+    plain = Scorer()._decide(request, cold)  # no memo, no shortcut, no precompute, no floor
+    assert (fast.feasible, indices(fast), fast.reason) == (plain.feasible, indices(plain), plain.reason)
+    assert fast.score == pytest.approx(plain.score)
+
+
+@settings(max_examples=100, deadline=None)
+@given(spec=_node_spec, policy=st.sampled_from(["binpack", "spread"]),
+       topology=st.sampled_from(["same-node", "same-switch"]), shared=st.booleans())
+def test_depth_first_search_finds_the_best_set_of_every_size(spec, policy, topology, shared):
+    spec = {**spec, "loads": {i: v for i, v in spec["loads"].items() if i < spec["count"]}, "health": {}}
+    group = state("n", **spec).groups.popitem()[1]
+    scorer = Scorer(policy)
+    found = scorer._search(group, group.every, len(group.devices), policy, topology, shared)
+    vals = scorer._values(group, policy, shared)
+    n = len(group.devices)
+    for k in range(1, n + 1):
+        best = None
+        for combo in itertools.combinations(range(n), k):
+            pairs = list(itertools.combinations(combo, 2))
+            if topology == "same-switch" and any(group.pair[a][b] < 0.6 for a, b in pairs):
+                continue
+            t = sum(group.pair[a][b] for a, b in pairs) / len(pairs) if pairs else 1.0
+            after = group.load_total if shared else group.load_total - sum(group.loads[i] for i in combo) + k
+            fill = min(1.0, max(0.0, after / n))
+            s = 0.3 * t + sum(vals[i] for i in combo) / k + 0.25 * (fill if policy == "binpack" else 1 - fill)
+            if best is None or s > best + 1e-12:
+                best = s
+        if best is None:
+            assert k not in found
+        else:
+            assert found[k][0] == pytest.approx(best)
