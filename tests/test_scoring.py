@@ -397,12 +397,12 @@ def test_memoized_and_shortcut_decisions_equal_a_plain_search(spec, req, count, 
 
 @settings(max_examples=100, deadline=None)
 @given(spec=_node_spec, policy=st.sampled_from(["binpack", "spread"]),
-       topology=st.sampled_from(["same-node", "same-switch"]), shared=st.booleans())
+       topology=st.sampled_from(["same-node", "same-switch", "same-nvlink-domain"]), shared=st.booleans())
 def test_depth_first_search_finds_the_best_set_of_every_size(spec, policy, topology, shared):
     spec = {**spec, "loads": {i: v for i, v in spec["loads"].items() if i < spec["count"]}, "health": {}}
     group = state("n", **spec).groups.popitem()[1]
     scorer = Scorer(policy)
-    found = scorer._search(group, group.every, len(group.devices), policy, topology, shared)
+    found = scorer._exhaustive(group, group.every, shared)[(policy, topology)]
     vals = scorer._values(group, policy, shared)
     n = len(group.devices)
     for k in range(1, n + 1):
@@ -410,6 +410,8 @@ def test_depth_first_search_finds_the_best_set_of_every_size(spec, policy, topol
         for combo in itertools.combinations(range(n), k):
             pairs = list(itertools.combinations(combo, 2))
             if topology == "same-switch" and any(group.pair[a][b] < 0.6 for a, b in pairs):
+                continue
+            if topology == "same-nvlink-domain" and len({group.domain[i] for i in combo}) > 1:
                 continue
             t = sum(group.pair[a][b] for a, b in pairs) / len(pairs) if pairs else 1.0
             after = group.load_total if shared else group.load_total - sum(group.loads[i] for i in combo) + k

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from hetero_exporter.scoring.nodes import SWITCH_SCORE, Dev, Group, NodeState
-from hetero_exporter.scoring.request import POLICIES, Request
+from hetero_exporter.scoring.request import POLICIES, TOPOLOGIES, Request
 from hetero_exporter.scoring.versions import at_least
 
 WEIGHTS: Mapping[str, float] = {"topology": 0.30, "fill": 0.25, "idle": 0.15, "health": 0.10,
                                 "cost": 0.10, "affinity": 0.10}
 DEGRADED_HEALTH = 0.3
-EXHAUSTIVE_POOL = 12  # up to 2^12 subsets evaluated one by one; larger pools: greedy from each seed
+EXHAUSTIVE_POOL = 10  # up to 2^10 subsets evaluated one by one; larger groups: greedy from each seed
 MEMO_LIMIT = 512  # decisions kept per node (distinct request shapes)
 TOPOLOGY_WORDS = {"same-switch": "under one PCIe switch or fabric",
                   "same-nvlink-domain": "in one NVLink-class fabric domain"}
@@ -181,8 +181,9 @@ class Scorer:
         return self.staleness.confidence(age), age
 
     def precompute(self, state: NodeState) -> None:
-        """Best sets of every size under the default policy, for requests whose constraints every
-        device meets: done when the node's annotation changes, so that /prioritize only looks up."""
+        """Best sets of every size, policy and topology policy, for exclusive requests whose
+        constraints every device meets: done when the node's annotation changes, so that
+        /prioritize only looks up."""
         for g in state.group_list:
             if g.devices:
                 self.best_choice(g, g.every, len(g.devices), self.policy, "same-node", False)
@@ -274,20 +275,28 @@ class Scorer:
 
     def best_choice(self, g: Group, elig: tuple[int, ...], k: int, policy: str, topology: str,
                     shared: bool) -> Optional[Choice]:
-        """The best ``k`` devices among ``elig``; a search fills the memo for every size it
-        evaluated (an exhaustive one: all sizes at once)."""
+        """The best ``k`` devices among ``elig``. A search fills the memo with everything it
+        evaluated: an exhaustive one, every set size under both policies and all three topology
+        policies at once (the score of a set does not depend on the topology policy, which only
+        admits or refuses it), so the first pod of a new kind costs a lookup, not a search."""
         key = (elig, k, policy, topology, shared)
         got = g.choices.get(key, _NOT_YET)
-        if got is not _NOT_YET:
-            return got
-        if len(g.choices) >= MEMO_LIMIT:
-            g.choices.clear()
-        found = self._search(g, elig, k, policy, topology, shared)
-        for size, (score, combo) in found.items():
-            g.choices[(elig, size, policy, topology, shared)] = self._choice(g, combo, score, policy, shared)
-        if key not in g.choices:
-            g.choices[key] = None
-        return g.choices[key]
+        if got is _NOT_YET:
+            if len(g.choices) >= MEMO_LIMIT:
+                g.choices.clear()
+            if k == 1:  # one device: any topology policy holds; no need to walk every subset
+                found = self._singles(g, elig, shared)
+            elif len(elig) <= EXHAUSTIVE_POOL:
+                found = self._exhaustive(g, elig, shared)
+            else:
+                found = {(policy, topology): self._greedy_best(g, elig, k, policy, topology, shared)}
+            for (p, t), by_size in found.items():
+                for size in (range(1, len(elig) + 1) if len(found) > 1 and k > 1 else by_size):
+                    g.choices.setdefault((elig, size, p, t, shared), by_size.get(size))
+            got = g.choices.setdefault(key, None)
+        if isinstance(got, tuple):  # (score, set) as the search left it: make the Choice once
+            got = g.choices[key] = self._choice(g, got[1], got[0], policy, shared)
+        return got
 
     def _values(self, g: Group, policy: str, shared: bool) -> list[float]:
         """Per-device additive part of the score (idle, health, cost, affinity), weighted."""
@@ -297,50 +306,84 @@ class Scorer:
                               for i in range(len(g.devices))]
         return g.choices[key]
 
-    def _search(self, g: Group, elig: tuple[int, ...], k: int, policy: str, topology: str,
-                shared: bool) -> dict[int, tuple[float, tuple[int, ...]]]:
-        """Best (score, set) by set size: every subset of a small pool (depth first, pair sums
-        carried along, so each subset costs one row of additions), or greedy sets of size ``k``."""
+    def _exhaustive(self, g: Group, elig: tuple[int, ...], shared: bool) -> dict[tuple[str, str], dict]:
+        """Best (score, set) by (policy, topology policy) and set size, over every subset of
+        ``elig``: depth first, with pair sums, per-device sums and the topology flags carried
+        along, so each subset costs one row of additions."""
+        vb, vs = self._values(g, "binpack", shared), self._values(g, "spread", shared)
+        w_topo, w_fill = self.weights["topology"], self.weights["fill"]
+        pair, loads, load_total, domain = g.pair, g.loads, g.load_total, g.domain
+        n = max(1, len(g.devices))
+        best: dict[tuple[str, str], dict[int, tuple[float, tuple[int, ...]]]] = {
+            (p, t): {} for p in POLICIES for t in TOPOLOGIES}
+        # the tables a subset competes in, with whether each is binpack's, by (same-switch ok, one domain)
+        variants = {(sw, dm): [(best[(p, t)], p == "binpack") for p in POLICIES for t in TOPOLOGIES
+                               if t == "same-node" or (t == "same-switch" and sw) or (t == "same-nvlink-domain" and dm)]
+                    for sw in (False, True) for dm in (False, True)}
+        m = len(elig)
+        chosen: list[int] = []
+
+        def walk(start: int, psum: float, sb: float, ss: float, lsum: float, sw_ok: bool, dom: int) -> None:
+            for at in range(start, m):
+                i = elig[at]
+                row = pair[i]
+                add, sw = 0.0, sw_ok
+                for c in chosen:
+                    v = row[c]
+                    add += v
+                    if v < SWITCH_SCORE:
+                        sw = False
+                d = domain[i] if dom == -1 else (dom if dom == domain[i] else -2)
+                chosen.append(i)
+                size = len(chosen)
+                ps, b, sp, ls = psum + add, sb + vb[i], ss + vs[i], lsum + loads[i]
+                t = w_topo * (ps / (size * (size - 1) / 2) if size > 1 else 1.0)
+                fill = min(1.0, max(0.0, (load_total if shared else load_total - ls + size) / n))
+                s_binpack, s_spread = t + b / size + w_fill * fill, t + sp / size + w_fill * (1.0 - fill)
+                combo = tuple(chosen)
+                for table, binpack in variants[(sw, d != -2)]:
+                    score = s_binpack if binpack else s_spread
+                    cur = table.get(size)
+                    if cur is None or score > cur[0] + 1e-12:
+                        table[size] = (score, combo)
+                walk(at + 1, ps, b, sp, ls, sw, d)
+                chosen.pop()
+        walk(0, 0.0, 0.0, 0.0, 0.0, True, -1)
+        return best
+
+    def _singles(self, g: Group, elig: tuple[int, ...], shared: bool) -> dict[tuple[str, str], dict]:
+        """The best single device under each policy (every topology policy admits one device)."""
+        out = {}
+        n = max(1, len(g.devices))
+        for p in POLICIES:
+            vals = self._values(g, p, shared)
+            best: Optional[tuple[float, tuple[int, ...]]] = None
+            for i in elig:
+                fill = _fill(g.load_total, g.loads[i], 1, n, shared)
+                score = self.weights["topology"] + vals[i] + self.weights["fill"] * (fill if p == "binpack" else 1.0 - fill)
+                if best is None or score > best[0] + 1e-12:
+                    best = (score, (i,))
+            for t in TOPOLOGIES:
+                out[(p, t)] = {1: best} if best is not None else {}
+        return out
+
+    def _greedy_best(self, g: Group, elig: tuple[int, ...], k: int, policy: str, topology: str,
+                     shared: bool) -> dict[int, tuple[float, tuple[int, ...]]]:
+        """Best (score, set) of size ``k`` among greedy sets grown from each seed (large groups)."""
         vals = self._values(g, policy, shared)
         w_topo, w_fill = self.weights["topology"], self.weights["fill"]
-        pair, loads, load_total = g.pair, g.loads, g.load_total
         n = max(1, len(g.devices))
-        binpack = policy == "binpack"
-        switch = topology == "same-switch"
         best: dict[int, tuple[float, tuple[int, ...]]] = {}
-
-        def consider(size: int, psum: float, vsum: float, lsum: float, combo: tuple[int, ...]) -> None:
-            t = psum / (size * (size - 1) / 2) if size > 1 else 1.0
-            fill = min(1.0, max(0.0, (load_total if shared else load_total - lsum + size) / n))
-            s = w_topo * t + vsum / size + w_fill * (fill if binpack else 1.0 - fill)
-            if size not in best or s > best[size][0] + 1e-12:
-                best[size] = (s, combo)
-
         for pool in _pools(g, elig, topology):
-            if len(pool) <= EXHAUSTIVE_POOL:
-                m = len(pool)
-                chosen: list[int] = []
-
-                def walk(start: int, psum: float, vsum: float, lsum: float) -> None:
-                    for at in range(start, m):
-                        i = pool[at]
-                        row = pair[i]
-                        add = 0.0
-                        for c in chosen:
-                            if switch and row[c] < SWITCH_SCORE:
-                                break
-                            add += row[c]
-                        else:
-                            chosen.append(i)
-                            consider(len(chosen), psum + add, vsum + vals[i], lsum + loads[i], tuple(chosen))
-                            walk(at + 1, psum + add, vsum + vals[i], lsum + loads[i])
-                            chosen.pop()
-                walk(0, 0.0, 0.0, 0.0)
-            elif len(pool) >= k:
-                for combo in _greedy(g, pool, k, vals, topology):
-                    pairs = itertools.combinations(combo, 2)
-                    consider(k, sum(pair[a][b] for a, b in pairs), sum(vals[i] for i in combo),
-                             sum(loads[i] for i in combo), combo)
+            if len(pool) < k:
+                continue
+            for combo in _greedy(g, pool, k, vals, topology):
+                pairs = list(itertools.combinations(combo, 2))
+                t = sum(g.pair[a][b] for a, b in pairs) / len(pairs) if pairs else 1.0
+                fill = _fill(g.load_total, sum(g.loads[i] for i in combo), k, n, shared)
+                s = w_topo * t + sum(vals[i] for i in combo) / k + w_fill * (fill if policy == "binpack" else 1.0 - fill)
+                if k not in best or s > best[k][0] + 1e-12:
+                    best[k] = (s, combo)
         return best
 
     def _choice(self, g: Group, combo: tuple[int, ...], inner: float, policy: str, shared: bool) -> Choice:
