@@ -611,6 +611,7 @@ class _Info:
     fetched_at: float = 0.0
     due: float = 0.0
     failures: int = 0
+    late: bool = False  # the last call ran out of time (identity is asked again next cycle)
 
 
 _TOOL_DIRS = "/usr/bin:/usr/local/bin:/usr/local/neuware/bin:/usr/sbin"
@@ -652,6 +653,7 @@ class CnmonCollector:
                     res = info_readings(mine)
                 except ParseError as e:
                     res = e
+            st.late = isinstance(res, TimeoutError) and st.info is None
             if isinstance(res, Exception):
                 st.failures += 1
                 log.warning("cnmon info -c %d failed: %s", card, res)
@@ -660,12 +662,17 @@ class CnmonCollector:
             else:
                 st.info, st.fetched_at, st.failures = res, now, 0
 
+    @staticmethod
+    def _retry_identity(st: _Info) -> bool:
+        """cnmon info ran out of time before it answered once: ask again (three tries)."""
+        return st.info is None and st.late and st.failures < 3
+
     def collect(self) -> list[DeviceSample]:
         deadline = time.monotonic() + self._budget
         now = self._clock()
         table = parse_table(self._cli.call([], deadline))
         cards = sorted({c.card for c in table.cards})
-        new = [n for n in cards if n not in self._info]
+        new = [n for n in cards if n not in self._info or self._retry_identity(self._info[n])]
         if new:  # identity: once per card, before its first sample
             self._fetch_info(new, deadline)
         elif self._info_interval and deadline - time.monotonic() > 0.25 * self._budget:
@@ -678,8 +685,9 @@ class CnmonCollector:
             k = self._known.get((c.card, c.vf))
             if k is None:
                 uuid = card_uuid(c, info)
-                k = self._known[(c.card, c.vf)] = _Known(
-                    _identity(c, uuid, table.driver_version, info, self._numa(c.bus_id)), c)
+                k = _Known(_identity(c, uuid, table.driver_version, info, self._numa(c.bus_id)), c)
+                if st is None or not self._retry_identity(st):  # pinned, unless asked again
+                    self._known[(c.card, c.vf)] = k
             seen.add((c.card, c.vf))
             readings = table_readings(c)
             if info is not None and st is not None:

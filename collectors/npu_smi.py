@@ -1050,6 +1050,7 @@ class NpuSmiCollector:
         self._boards: dict[int, Optional[DetailDoc]] = {}  # card -> board output (None: failed)
         self._board_chips: dict[tuple[int, int], Optional[DetailDoc]] = {}
         self._mapping: Optional[dict[tuple[int, int], ChipMapping]] = None
+        self._late_tries: dict[int, int] = {}  # card -> identity calls that ran out of time
         self._details: dict[tuple[int, str], _Detail] = {}
         self._health: dict[tuple[int, int], HealthDetail] = {}
         self._health_at: dict[tuple[int, int], float] = {}
@@ -1066,8 +1067,14 @@ class NpuSmiCollector:
             return
         multi = _multi_chip_cards(summary.chips)
         cards = sorted({c.npu_id for c in new if c.npu_id not in self._boards})
+        late: set[int] = set()  # cards whose identity calls ran out of time: asked again next cycle
         for card, out in self._cli.map([(n, ["info", "-t", "board", "-i", str(n)]) for n in cards], deadline):
+            if isinstance(out, TimeoutError) and self._late_tries.get(card, 0) < 2:
+                self._late_tries[card] = self._late_tries.get(card, 0) + 1
+                late.add(card)
+                continue
             self._boards[card] = self._parsed(out, "board", f"card {card}")
+        new = [c for c in new if c.npu_id not in late]
         chip_jobs = []
         for c in new:
             board = self._boards.get(c.npu_id)
@@ -1077,7 +1084,12 @@ class NpuSmiCollector:
                 chip_jobs.append(((c.npu_id, c.chip_id),
                                   ["info", "-t", "board", "-i", str(c.npu_id), "-c", str(c.chip_id)]))
         for key, out in self._cli.map(chip_jobs, deadline):
+            if isinstance(out, TimeoutError) and self._late_tries.get(key[0], 0) < 2:
+                self._late_tries[key[0]] = self._late_tries.get(key[0], 0) + 1
+                late.add(key[0])
+                continue
             self._board_chips[key] = self._parsed(out, "board-chip", f"card {key[0]} chip {key[1]}")
+        new = [c for c in new if c.npu_id not in late]
         if self._mapping is None and any(c.logic_id is None for c in new if c.npu_id in multi):
             try:
                 self._mapping = {(m.npu_id, m.chip_id): m for m in parse_mapping(self._cli.call(["info", "-m"], deadline))}

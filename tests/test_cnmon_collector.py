@@ -228,3 +228,24 @@ def test_scenario_cambricon_garbage_cnmon(tmp_path):
     clock.set_t(90)
     devs = col.collect()
     assert [d.value(F.TEMP_CORE) for d in devs] == [33, 33] and devs[0].identity.model == "MLU370-X4"
+
+
+def test_identity_that_runs_out_of_time_is_asked_again_not_pinned():
+    sc = from_dict({"name": "late", "devices": [mlu_group(1)]})
+    clock, calls = ManualClock(), []
+    answer = in_process(sc, clock, calls)
+    slow = {"left": 1}
+
+    def run(argv, timeout, env=None, **kw):
+        if argv[1:2] == ["info"] and slow["left"]:
+            raise CliTimeout("cnmon: no answer within 1 s; killed its process group")
+        return answer(argv, timeout, env, **kw)
+
+    col = C.CnmonCollector("cnmon", clock=clock, runner=run)
+    assert [d.identity.uuid for d in col.collect()] == ["cambricon-pci-0000:1a:00.0"]
+    slow["left"] = 0
+    clock.set_t(10)
+    assert [d.identity.uuid for d in col.collect()] == [f"MLU-{sc.devices[0].uuid}"]
+    clock.set_t(20)
+    calls.clear()
+    assert [d.identity.uuid for d in col.collect()] == [f"MLU-{sc.devices[0].uuid}"] and calls == [[]]

@@ -275,3 +275,27 @@ def test_multi_chip_cards_use_the_device_column_and_serial_per_chip():
     assert all(d.identity.uuid.startswith("ascend-sn-") and d.identity.uuid.endswith(f"-c{i}")
                for i, d in enumerate(devs))
     assert all(d.identity.model == "Ascend310" and d.value(F.MEMORY_TOTAL) == 8 * GIB for d in devs)
+
+
+def test_identity_calls_that_run_out_of_time_are_asked_again_not_pinned():
+    sc = from_dict({"name": "late", "devices": [ascend_group(2)]})
+    clock, calls = ManualClock(), []
+    answer = in_process(sc, clock, calls)
+    slow_boards = {"left": 1}
+
+    def run(argv, timeout, env=None, **kw):
+        if argv[1:4] == ["info", "-t", "board"] and slow_boards["left"]:
+            raise vendor_cli.CliTimeout("npu-smi: no answer within 1 s; killed its process group")
+        return answer(argv, timeout, env, **kw)
+
+    col = N.NpuSmiCollector("npu-smi", clock=clock, runner=run)
+    first = col.collect()  # boards timed out: reported by PCI address for this cycle
+    assert [d.identity.uuid for d in first] == ["ascend-pci-0000:c1:00.0", "ascend-pci-0000:c2:00.0"]
+    slow_boards["left"] = 0
+    clock.set_t(10)
+    second = col.collect()
+    assert [d.identity.uuid for d in second] == [f"ascend-sn-{s.serial}" for s in sc.devices]
+    clock.set_t(20)
+    calls.clear()
+    assert [d.identity.uuid for d in col.collect()] == [d.identity.uuid for d in second]
+    assert not any(c[:3] == ["info", "-t", "board"] for c in calls)  # learned once
