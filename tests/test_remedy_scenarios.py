@@ -116,3 +116,15 @@ def test_dry_run_says_what_it_would_do_and_never_taints(kube_api, make_agent):
     assert len(warnings) == 1
     assert warnings[0]["message"].startswith("[dry-run]") and "would taint" in warnings[0]["message"]
     assert "hetero-exporter.io/devices" in node["metadata"]["annotations"]
+
+
+def test_steady_state_rereads_the_node_only_at_resync(kube_api, make_agent):
+    agent = make_agent("health-xid79.yaml")
+    kube_api.seed_node(agent.node)
+    agent.run(0, 50)  # healthy, nothing changes after the first write
+    gets = [r for r in kube_api.requests if r.method == "GET" and r.path.endswith(f"/nodes/{agent.node}")]
+    assert 1 <= len(gets) <= 2  # the restore read and the first reconcile; then skipped (resync 60 s)
+    agent.run(60, 130)
+    gets = [r for r in kube_api.requests if r.method == "GET" and r.path.endswith(f"/nodes/{agent.node}")]
+    assert len(gets) <= 2 + 1 + 2  # the failure at 60, then at most one re-read per 60 s
+

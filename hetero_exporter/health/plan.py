@@ -54,6 +54,7 @@ class RemedyConfig:
     outbox_seconds: float = 1800.0  # below the API server's 1 h event TTL
     outbox_max: int = 40
     conflict_retries: int = 3
+    resync_seconds: float = 60.0  # re-read the Node at least this often when nothing changed
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], mode: Optional[str] = None) -> "RemedyConfig":

@@ -43,6 +43,7 @@ class Outcome:
     wrote_node: bool = False
     wrote_condition: bool = False
     events_sent: int = 0
+    undelivered: int = 0  # outbox events not sent yet (retried next cycle)
     error: Optional[str] = None
     conflicts: int = 0
     skipped: str = ""  # why nothing was attempted
@@ -74,6 +75,10 @@ class Remedy:
         self._events = Events(cluster) if on else None
         self._delivered: set[str] = set()
         self.restored = not on  # sticky faults read back from the Node (or nothing to read)
+        # Skip the API round trip when nothing the plan depends on changed since the last
+        # complete reconcile, up to resync_seconds (then re-read: someone may have changed the Node)
+        self._last_sig: Optional[tuple] = None
+        self._last_full = float("-inf")
 
     @property
     def writes(self) -> bool:
@@ -127,6 +132,16 @@ class Remedy:
         names.add(self.node)
         return Budget(total=len(names), tainted=tainted)
 
+    def _signature(self, snapshot: NodeSnapshot, ev: Evaluation) -> tuple:
+        """What the plan depends on, apart from the Node itself and the clock."""
+        devices = tuple(sorted((u, v.state, tuple(f.code for f in v.reasons)) for u, v in ev.verdicts.items()))
+        sticky = tuple(sorted((u, tuple(sorted(st.fault.code for st in items))) for u, items in ev.sticky.items()))
+        inventory: tuple = ()
+        if self.cfg.inventory:
+            inventory = (plan_mod.inventory(snapshot, self.cfg.inventory_max_bytes)[1],
+                         tuple(sorted(plan_mod.selection_labels(snapshot, self.cfg.domain).items())))
+        return (ev.node.unhealthy, ev.node.taint_class, devices, sticky, inventory, snapshot.boot_id)
+
     def reconcile(self, snapshot: NodeSnapshot, ev: Evaluation) -> Outcome:
         """Bring the Node in line with the verdicts. Never raises."""
         self.metrics.node(ev.node.unhealthy)
@@ -134,8 +149,19 @@ class Remedy:
             p = plan_mod.plan(empty_node(self.node), snapshot, ev.verdicts, ev.node, self.policy, self.cfg,
                               self._clock(), sticky=ev.sticky)
             return Outcome(plan=p, skipped="observe mode" if self.cfg.mode == "observe" else "no cluster access")
-        out = Outcome()
         now = self._clock()
+        sig = self._signature(snapshot, ev)
+        if sig == self._last_sig and now - self._last_full < self.cfg.resync_seconds:
+            return Outcome(skipped="nothing changed since the last reconcile")
+        out = self._reconcile(snapshot, ev, now)
+        complete = out.error is None and out.plan is not None and not out.undelivered
+        self._last_sig = sig if complete else None
+        if complete:
+            self._last_full = now
+        return out
+
+    def _reconcile(self, snapshot: NodeSnapshot, ev: Evaluation, now: float) -> Outcome:
+        out = Outcome()
         for _ in range(self.cfg.conflict_retries + 1):
             try:
                 node = self._nodes.get(self.node)
@@ -191,7 +217,7 @@ class Remedy:
             except K8sError as e:
                 self.metrics.action("condition", "error")
                 out.error = f"cannot write the condition: {e}"
-        out.events_sent = self._deliver(p, now)
+        out.events_sent, out.undelivered = self._deliver(p, now)
         return out
 
     def _count(self, p: Plan, forced: Optional[str]) -> None:
@@ -200,8 +226,9 @@ class Remedy:
                 continue  # counted when the status patch lands
             self.metrics.action(action, forced or _result(what))
 
-    def _deliver(self, p: Plan, now: float) -> int:
-        """Send the outbox entries not known to be delivered; a resend is AlreadyExists."""
+    def _deliver(self, p: Plan, now: float) -> tuple[int, int]:
+        """Send the outbox entries not known to be delivered (a resend is AlreadyExists);
+        (sent now, still undelivered)."""
         sent = 0
         ids = {e.get("id") for e in p.book.outbox}
         self._delivered &= ids
@@ -221,7 +248,8 @@ class Remedy:
             self._delivered.add(eid)
             self.metrics.action("event", "ok" if created else "exists")
             sent += int(created)
-        return sent
+        undelivered = sum(1 for e in p.book.outbox if e.get("id") not in self._delivered)
+        return sent, undelivered
 
 
 class HealthLoop:
