@@ -417,7 +417,7 @@ def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
         if cluster.enabled:
             remedy = Remedy(cluster, w.node, policy, rcfg)
             try:
-                node = remedy._nodes.get(w.node)  # type: ignore[union-attr]
+                node = remedy.read_node()
                 source = f"read from the API server ({cluster.source})"
                 book = plan_mod.Book.from_annotation(
                     ((node.get("metadata") or {}).get("annotations") or {}).get(rcfg.book_annotation))
@@ -436,7 +436,7 @@ def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
         budget = None
         if remedy is not None and plan_mod.needs_budget(ev.node, plan_mod.Book.from_annotation(
                 ((node.get("metadata") or {}).get("annotations") or {}).get(rcfg.book_annotation)), rcfg):
-            budget = remedy._budget()
+            budget = remedy.budget()
         elif remedy is None:
             budget = plan_mod.Budget.unchecked()
         import time

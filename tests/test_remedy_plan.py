@@ -95,3 +95,11 @@ def test_book_round_trip_and_version_check():
     b = Book(labels=["a"], refused_since=5.0)
     assert Book.from_annotation(b.to_json()).labels == ["a"]
     assert Book.from_annotation('{"v": 99}').broken
+
+
+def test_a_node_without_accelerators_gets_nothing_written():
+    snap = NodeSnapshot(node="cpu-1", time=1000.0)
+    v, nv, sticky = _verdicts(snap)
+    p = plan({"metadata": {"name": "cpu-1"}}, snap, v, nv, POLICY, RemedyConfig(mode="enforce"), 1000.0,
+             sticky=sticky)
+    assert p.node_patch is None and p.status_patch is None and p.events == []

@@ -340,6 +340,10 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
     p = Plan(node=name, mode=cfg.mode, book=book)
     if old_book.broken:
         p.explain.append(old_book.broken)
+    if not snapshot.devices and cfg.book_annotation not in annotations:
+        # a node without accelerators (the DaemonSet runs everywhere): nothing to say about it
+        p.explain.append("no accelerator on this node and nothing of this agent's on the Node: nothing to write")
+        return p
     enforce = cfg.mode == "enforce"
     by_uuid = {d.identity.uuid: d for d in snapshot.devices}
     action_notes: list[str] = []

@@ -111,6 +111,14 @@ class Remedy:
         return True
 
     # ------------------------------------------------------------------ one cycle
+    def read_node(self) -> dict:
+        """The Node as the API server has it (K8sError when it cannot be read)."""
+        return self._nodes.get(self.node)  # type: ignore[union-attr]
+
+    def budget(self) -> Budget:
+        """How many accelerator nodes carry the taint (a Budget with ``error`` when unknown)."""
+        return self._budget()
+
     def _budget(self) -> Budget:
         selector = f"{self.cfg.present_label}=true" if self.cfg.inventory else None
         try:
