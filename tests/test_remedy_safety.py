@@ -197,6 +197,8 @@ def test_never_removes_a_taint_or_cordon_it_did_not_add(kube_api, make_agent):
     assert _ours(node) == [{"key": KEY, "value": "manual", "effect": "NoSchedule"}]
     book = json.loads(node["metadata"]["annotations"][BOOK])
     assert book["cordoned"] is False and book["taint"] is None
+    assert all("tainted the node" not in e["message"] and "cordoned" not in e["message"]
+               for e in kube_api.events())  # nothing claimed that it did not do
 
 
 def test_opt_in_cordon_and_noexecute_are_undone_on_recovery(kube_api, make_agent):
@@ -216,6 +218,10 @@ def test_someone_removing_our_taint_is_respected_until_recovery(kube_api, make_a
     kube_api.seed_node(agent.node)
     agent.run(0, 70)
     kube_api.mutate_node(agent.node, lambda n: n["spec"].pop("taints"))
-    agent.run(80, 120)
+    agent.run(80, 170)
     assert _ours(kube_api.node(agent.node)) == []
     assert _taint_additions(kube_api.node_versions(agent.node)) == 1
+    agent.run(180, 200)  # recovery: nothing to remove, no claim that it removed anything
+    assert not any("removed the taint" in e["message"] for e in kube_api.events())
+    assert len(kube_api.events(reason="AcceleratorRecovered")) == 1
+    assert agent.metrics.actions().get(("untaint", "ok")) is None

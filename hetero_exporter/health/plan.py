@@ -444,12 +444,15 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
                     continue
                 new_taints.append({"key": cfg.taint_key, "value": want_value, "effect": e})
                 placed.add(e)
-            adding = not (book.taint and book.taint.get("applied"))
-            if adding or (book.taint or {}).get("value") != want_value:
-                p.actions.append(("taint", tv))
-                action_notes.append(f"tainted the node {tv}")
-            book.taint = {"value": want_value, "effects": sorted(placed), "applied": True,
-                          "since": (book.taint or {}).get("since") or now}
+            if placed:
+                adding = not (book.taint and book.taint.get("applied"))
+                if adding or (book.taint or {}).get("value") != want_value:
+                    p.actions.append(("taint", tv))
+                    action_notes.append(f"tainted the node {tv}")
+                book.taint = {"value": want_value, "effects": sorted(placed), "applied": True,
+                              "since": (book.taint or {}).get("since") or now}
+            else:  # someone else's taint with our key already keeps pods away: nothing of ours
+                book.taint = None
         else:
             if not book.taint or book.taint.get("value") != want_value:
                 p.actions.append(("taint", f"dry-run {tv}"))
@@ -459,10 +462,12 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
         p.explain.append(f"node unhealthy: {nv.why} -> taint {tv}")
     elif not nv.unhealthy and book.taint:
         if book.taint.get("applied"):
-            if enforce:
+            if enforce and ours & on_node:
                 new_taints = [t for t in taints if (t.get("key"), t.get("effect")) not in ours]
                 p.actions.append(("untaint", f"{cfg.taint_key}"))
                 action_notes.append(f"removed the taint {cfg.taint_key}")
+            elif enforce:
+                p.explain.append(f"the taint {cfg.taint_key} this agent added is already gone")
             else:
                 p.explain.append(f"the taint {cfg.taint_key} added in enforce mode stays: mode is {cfg.mode}")
         else:
