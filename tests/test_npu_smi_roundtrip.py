@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from cli_fakes import in_process_runner
 from hetero_exporter import fields as F
 from hetero_exporter.collectors import npu_smi as N
+from hetero_exporter.collectors import npu_smi_parse as P
 from hetero_exporter.collectors import npu_smi_fake as fake
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict
@@ -100,7 +101,7 @@ def test_key_value_render_then_parse(chip_blocks):
     assert doc.npu_id == 3
     for i, b in enumerate(chip_blocks):
         for k, v in b:
-            assert doc.get(i, N._norm_key(k)) == v
+            assert doc.get(i, P._norm_key(k)) == v
 
 
 # --------------------------------------------------------------------------- through the collector

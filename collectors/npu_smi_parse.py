@@ -1,0 +1,706 @@
+"""Pure parsers for what ``npu-smi`` prints, and a detector that says which command printed a
+text (collectors/npu_smi.py turns the results into the model and runs the tool).
+
+Layouts are read by structure (column positions come from the header lines of each cell, not
+from fixed offsets): the 310 table (``Chip Device`` second row, no HBM), the 910A/910B tables
+with and without ``Hugepages-Usage(page)``, and the newer layout with ``NPU ID | Name`` cells
+and ``NPU Util(%)`` (Ascend 950 documentation); ``-m`` and ``-l``; the ``key : value``
+outputs of ``-t TYPE`` (blank-line separated blocks per chip, multi-line values indented to
+the value column). Lines of ``...`` (a capture shortened by hand) are skipped and flagged
+``elided``. Values stay in npu-smi's units here (W, C, %, MB, pages); "NA", "N/A" and "-"
+are None. Malformed text raises collector_api.ParseError naming the command and the line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+from hetero_exporter.collector_api import ParseError
+
+TOOL = "npu-smi"
+_NA = {"", "NA", "N/A", "-", "--"}
+
+# --------------------------------------------------------------------------- parsed structures
+
+
+@dataclass(frozen=True)
+class NpuChip:
+    """One chip row pair of the ``npu-smi info`` table (raw vendor units: W, C, %, MB, pages).
+
+    ``npu_id`` is the card ("NPU" column), ``chip_id`` the chip on the card ("Chip" column,
+    0 in layouts without it), ``logic_id`` the "Device" column where the layout has one."""
+
+    npu_id: int
+    chip_id: int = 0
+    name: str = ""
+    health: str = "OK"
+    bus_id: Optional[str] = None  # lower case, 0000:c1:00.0
+    logic_id: Optional[int] = None
+    phy_id: Optional[int] = None
+    power_w: Optional[float] = None
+    temp_c: Optional[float] = None
+    aicore_pct: Optional[float] = None  # "AICore(%)" or, in the newer layout, "NPU Util(%)"
+    memory_used_mb: Optional[int] = None  # "Memory-Usage(MB)": DDR
+    memory_total_mb: Optional[int] = None
+    hbm_used_mb: Optional[int] = None
+    hbm_total_mb: Optional[int] = None
+    hugepages_used: Optional[int] = None
+    hugepages_total: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class NpuProcess:
+    npu_id: int
+    chip_id: Optional[int]  # None where the table has no Chip column
+    pid: int
+    name: str = ""
+    memory_mb: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class NpuSummary:
+    """``npu-smi info``: ``tool_version`` is the "npu-smi X" title, ``driver_version`` its
+    "Version:"; ``layout`` names the header style (``310``, ``910``, ``new``)."""
+
+    tool_version: str
+    driver_version: str
+    layout: str
+    chips: tuple[NpuChip, ...] = ()
+    processes: tuple[NpuProcess, ...] = ()
+    elided: bool = False  # the text had "..." lines standing for rows left out
+    process_section: bool = False  # the table lists processes (the 310 and oldest layouts do not)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ChipMapping:
+    """A row of ``npu-smi info -m``: card, chip, logic id (None for an MCU row: "-")."""
+
+    npu_id: int
+    chip_id: int
+    logic_id: Optional[int]
+    name: str
+    phy_id: Optional[int] = None
+    slot_id: Optional[int] = None
+
+    @property
+    def is_mcu(self) -> bool:
+        return self.logic_id is None and self.name.strip().lower() in ("mcu", "-", "")
+
+
+@dataclass(frozen=True)
+class CardListing:
+    npu_id: int
+    chip_count: Optional[int] = None
+    product_name: Optional[str] = None
+    serial: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class NpuList:
+    """``npu-smi info -l``."""
+
+    total: Optional[int]
+    cards: tuple[CardListing, ...] = ()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class DetailDoc:
+    """A ``npu-smi info -t TYPE`` output as key/value maps. Keys are normalized (lower case,
+    single spaces). ``card`` holds keys outside any chip block (NPU ID, Chip Count, and
+    single-chip outputs without a "Chip ID"), ``chips`` the blocks that name a "Chip ID",
+    ``mcu`` the block of the board's micro-controller ("Chip Name : MCU")."""
+
+    kind: str
+    card: Mapping[str, str] = field(default_factory=dict)
+    chips: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    mcu: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def npu_id(self) -> Optional[int]:
+        for block in (self.card, *self.chips.values()):
+            v = block.get("npu id")
+            if v is not None and v.strip().isdigit():
+                return int(v)
+        return None
+
+    def get(self, chip_id: Optional[int], *keys: str) -> Optional[str]:
+        """The first of ``keys`` found in the chip's block, else at card level."""
+        blocks = ([self.chips[chip_id]] if chip_id in self.chips else []) + [self.card]
+        if chip_id is None:
+            blocks += list(self.chips.values())
+        for block in blocks:
+            for k in keys:
+                if k in block:
+                    return block[k]
+        return None
+
+    def chip_ids(self) -> list[int]:
+        return sorted(self.chips) or [0]
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "card": dict(self.card),
+                "chips": {str(k): dict(v) for k, v in self.chips.items()}, "mcu": dict(self.mcu)}
+
+
+@dataclass(frozen=True)
+class HealthDetail:
+    """``npu-smi info -t health``: state (OK, Warning, Alarm, Critical, UNKNOWN), the error
+    codes (8 hex digits, upper case, as npu-smi prints them) and the error information."""
+
+    state: str
+    codes: tuple[str, ...] = ()
+    information: str = ""
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _number(text: str, tool: str, line: Optional[int], what: str) -> Optional[float]:
+    t = text.strip()
+    if t.upper() in _NA:
+        return None
+    try:
+        v = float(t)
+    except ValueError:
+        raise ParseError(tool, f"{what}: expected a number or NA, got {t[:40]!r}", line) from None
+    if not math.isfinite(v):
+        raise ParseError(tool, f"{what}: not a finite number: {t[:40]!r}", line)
+    return v
+
+
+def _int(text: str, tool: str, line: Optional[int], what: str) -> Optional[int]:
+    t = text.strip()
+    if t.upper() in _NA:
+        return None
+    if not re.fullmatch(r"[0-9]{1,12}", t):
+        raise ParseError(tool, f"{what}: expected a whole number or NA, got {t[:40]!r}", line)
+    return int(t)
+
+
+def _pair(text: str, tool: str, line: Optional[int], what: str) -> tuple[Optional[int], Optional[int]]:
+    """'2003 / 15039' -> (2003, 15039); 'NA' or '' -> (None, None)."""
+    t = text.strip()
+    if t.upper() in _NA:
+        return None, None
+    used, sep, total = t.partition("/")
+    if not sep:
+        raise ParseError(tool, f"{what}: expected 'used / total', got {t[:40]!r}", line)
+    return _int(used, tool, line, what), _int(total, tool, line, what)
+
+
+def _bus_id(text: str, tool: str, line: Optional[int]) -> Optional[str]:
+    t = text.strip()
+    if t.upper() in _NA:
+        return None
+    m = re.fullmatch(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])", t)
+    if not m:
+        raise ParseError(tool, f"Bus-Id: expected a PCI address like 0000:C1:00.0, got {t[:40]!r}", line)
+    return f"{m.group(1)[-4:]}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
+
+
+_HEALTH_WORDS = {"ok": "OK", "warning": "Warning", "alarm": "Alarm", "critical": "Critical",
+                 "unknown": "UNKNOWN"}
+
+
+def canonical_health(word: str) -> str:
+    """npu-smi health words in their documented spelling; other words kept as printed."""
+    w = word.strip()
+    return _HEALTH_WORDS.get(w.lower(), w)
+
+
+def _norm_key(key: str) -> str:
+    return re.sub(r"\s+", " ", key.strip()).lower()
+
+
+# --------------------------------------------------------------------------- box tables
+#
+# The summary is a box table: borders "+----+----+" / "+====+====+", content "| .. | .. |".
+# A cell of the header holds one or more labels side by side ("Power(W)    Temp(C)"); the
+# value under a label starts near the label's column. Values are taken as groups of
+# non-blank text ("2003 / 15039" is one group) and each group goes to the label whose
+# start column is nearest, so a value that slid a column or two still lands right.
+
+_BORDER = re.compile(r"^\+[-=+]*\+$")
+_ELISION = re.compile(r"^\.{3,}$")
+_GROUP = re.compile(r"\S+(?:\s*/\s*\S+)?")
+
+# Known labels, longest first (a found label masks its text so "NPU" does not match
+# inside "NPU Util(%)").
+_SUMMARY_LABELS = (
+    ("Hugepages-Usage(page)", "hugepages"), ("Memory-Usage(MB)", "memory"),
+    ("HBM-Usage(MB)", "hbm"), ("NPU Util(%)", "util"), ("AICore(%)", "aicore"),
+    ("Power(W)", "power"), ("Temp(C)", "temp"), ("Bus-Id", "bus"), ("Health", "health"),
+    ("Phy-ID", "phy"), ("NPU ID", "npu"), ("Device", "device"), ("Chip", "chip"),
+    ("Name", "name"), ("NPU", "npu"),
+)
+_PROCESS_LABELS = (
+    ("Process memory(MB)", "memory"), ("Process name", "pname"), ("Process id", "pid"),
+    ("NPU ID", "npu"), ("Chip", "chip"), ("NPU", "npu"),
+)
+
+
+@dataclass(frozen=True)
+class _Label:
+    key: str
+    start: int
+
+
+def _cell_labels(cell: str, vocabulary: Sequence[tuple[str, str]]) -> list[_Label]:
+    """Labels of one header cell with their start columns; unknown words become labels
+    of their own (``?word``) so their values are not given to a neighbour."""
+    masked = cell
+    found: list[_Label] = []
+    for text, key in vocabulary:
+        pos = masked.find(text)
+        while pos >= 0:
+            found.append(_Label(key, pos))
+            masked = masked[:pos] + " " * len(text) + masked[pos + len(text):]
+            pos = masked.find(text)
+    for m in re.finditer(r"\S+(?: \S+)*", masked):
+        found.append(_Label("?" + m.group(0), m.start()))
+    return sorted(found, key=lambda lab: lab.start)
+
+
+def _cell_values(cell: str, labels: Sequence[_Label]) -> dict[str, str]:
+    """Value groups of a data cell, each given to the nearest label (joined when several
+    groups fall to one label, e.g. a name with a space)."""
+    out: dict[str, list[str]] = {}
+    if not labels:
+        return {}
+    for m in _GROUP.finditer(cell):
+        best = min(labels, key=lambda lab: (abs(lab.start - m.start()), lab.start))
+        out.setdefault(best.key, []).append(m.group(0))
+    return {k: " ".join(v) for k, v in out.items()}
+
+
+def _split_cells(line: str) -> Optional[list[str]]:
+    """The cells of a content line '| a | b |', or None when it is not one."""
+    s = line.strip()
+    if len(s) < 2 or s[0] != "|" or s[-1] != "|":
+        return None
+    return s[1:-1].split("|")
+
+
+@dataclass
+class _TableLine:
+    lineno: int
+    kind: str  # border | content | elision
+    text: str
+    cells: Optional[list[str]] = None
+
+
+def _table_lines(text: str, tool: str) -> list[_TableLine]:
+    out: list[_TableLine] = []
+    started = False
+    for i, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s:
+            continue
+        if _BORDER.match(s):
+            started = True
+            out.append(_TableLine(i, "border", s))
+            continue
+        cells = _split_cells(s)
+        if cells is not None:
+            started = True
+            out.append(_TableLine(i, "content", s, cells))
+        elif _ELISION.match(s):
+            out.append(_TableLine(i, "elision", s))
+        elif started:
+            raise ParseError(tool, f"not a table line: {s[:60]!r}", i)
+        # lines before the first border (a banner, a warning) are not part of the table
+    return out
+
+
+# --------------------------------------------------------------------------- npu-smi info
+
+
+def _is_process_header(cells: Sequence[str]) -> bool:
+    joined = "|".join(cells)
+    return "Process id" in joined or "Process name" in joined
+
+
+def _chip_from_rows(a: _TableLine, b: _TableLine, head: tuple[list[list[_Label]], list[list[_Label]]],
+                    tool: str) -> NpuChip:
+    assert a.cells is not None and b.cells is not None
+    values: dict[str, tuple[str, int]] = {}
+    for row, labels_per_cell in ((a, head[0]), (b, head[1])):
+        assert row.cells is not None
+        if len(row.cells) != len(labels_per_cell):
+            raise ParseError(tool, f"row has {len(row.cells)} cells, the header {len(labels_per_cell)}",
+                             row.lineno)
+        for cell, labels in zip(row.cells, labels_per_cell):
+            for key, val in _cell_values(cell, labels).items():
+                values.setdefault(key, (val, row.lineno))
+
+    def get(key: str) -> tuple[str, Optional[int]]:
+        v = values.get(key)
+        return (v[0], v[1]) if v else ("", a.lineno)
+
+    npu_text, ln = get("npu")
+    npu = _int(npu_text, tool, ln, "NPU")
+    if npu is None:
+        raise ParseError(tool, "a device row without an NPU id", a.lineno)
+    health_text, _ = get("health")
+    if not health_text:
+        raise ParseError(tool, f"NPU {npu}: no Health value", a.lineno)
+    chip_text, ln = get("chip")
+    chip = _int(chip_text, tool, ln, "Chip") if chip_text else 0
+    def num(key: str, what: str) -> Optional[float]:
+        return _number(get(key)[0], tool, get(key)[1], what)
+
+    def pair(key: str, what: str) -> tuple[Optional[int], Optional[int]]:
+        return _pair(get(key)[0], tool, get(key)[1], what)
+
+    def whole(key: str, what: str) -> Optional[int]:
+        return _int(get(key)[0], tool, get(key)[1], what)
+
+    mem_u, mem_t = pair("memory", "Memory-Usage(MB)")
+    hbm_u, hbm_t = pair("hbm", "HBM-Usage(MB)")
+    hp_u, hp_t = pair("hugepages", "Hugepages-Usage(page)")
+    return NpuChip(
+        npu_id=npu, chip_id=0 if chip is None else chip, name=get("name")[0].strip(),
+        health=canonical_health(health_text), bus_id=_bus_id(get("bus")[0], tool, get("bus")[1]),
+        logic_id=whole("device", "Device"), phy_id=whole("phy", "Phy-ID"),
+        power_w=num("power", "Power(W)"), temp_c=num("temp", "Temp(C)"),
+        aicore_pct=num("aicore" if "aicore" in values else "util", "AICore(%)"),
+        memory_used_mb=mem_u, memory_total_mb=mem_t, hbm_used_mb=hbm_u, hbm_total_mb=hbm_t,
+        hugepages_used=hp_u, hugepages_total=hp_t)
+
+
+def _process_rows(lines: Sequence[_TableLine], header: _TableLine, tool: str) -> list[NpuProcess]:
+    assert header.cells is not None
+    labels = [_cell_labels(c, _PROCESS_LABELS) for c in header.cells]
+    out = []
+    for ln in lines:
+        if ln.kind != "content":
+            continue
+        assert ln.cells is not None
+        text = " ".join(c.strip() for c in ln.cells).strip()
+        if re.match(r"No running processes found", text, re.I):
+            continue
+        if len(ln.cells) != len(labels):
+            raise ParseError(tool, f"process row has {len(ln.cells)} cells, the header {len(labels)}",
+                             ln.lineno)
+        vals: dict[str, str] = {}
+        for cell, labs in zip(ln.cells, labels):
+            keys = [lab.key for lab in labs]
+            if keys == ["pname"]:  # a process name may contain spaces: take the whole cell
+                vals["pname"] = cell.strip()
+                continue
+            for k, v in _cell_values(cell, labs).items():
+                vals.setdefault(k, v)
+        npu = _int(vals.get("npu", ""), tool, ln.lineno, "process NPU")
+        pid = _int(vals.get("pid", ""), tool, ln.lineno, "Process id")
+        if npu is None or pid is None:
+            raise ParseError(tool, "process row without NPU or process id", ln.lineno)
+        out.append(NpuProcess(
+            npu_id=npu, chip_id=_int(vals["chip"], tool, ln.lineno, "process Chip") if "chip" in vals else None,
+            pid=pid, name=vals.get("pname", ""),
+            memory_mb=_int(vals.get("memory", ""), tool, ln.lineno, "Process memory(MB)")))
+    return out
+
+
+def parse_summary(text: str) -> NpuSummary:
+    """Parse ``npu-smi info`` (the table for all NPUs, with its process section)."""
+    tool = "npu-smi info"
+    lines = _table_lines(text, tool)
+    if not lines:
+        raise ParseError(tool, "empty output")
+    title = None
+    for ln in lines:
+        if ln.kind == "content":
+            m = re.search(r"npu-smi\s+(\S+)\s+Version:\s*(\S+)", ln.text)
+            if m:
+                title = m
+                break
+    if title is None:
+        raise ParseError(tool, "no title line 'npu-smi X  Version: Y'")
+    contents = [i for i, ln in enumerate(lines) if ln.kind == "content"]
+    head_at = next((i for i in contents if "Health" in lines[i].text), None)
+    if head_at is None:
+        raise ParseError(tool, "no device header line (NPU ... Health ...)")
+    head2_at = next((i for i in contents if i > head_at), None)
+    if head2_at is None or "Bus-Id" not in lines[head2_at].text:
+        raise ParseError(tool, "the device header's second line (... Bus-Id ...) is missing",
+                         lines[head_at].lineno)
+    h1, h2 = lines[head_at], lines[head2_at]
+    assert h1.cells is not None and h2.cells is not None
+    if len(h1.cells) != len(h2.cells):
+        raise ParseError(tool, "the two header lines have different cell counts", h2.lineno)
+    head = ([_cell_labels(c, _SUMMARY_LABELS) for c in h1.cells],
+            [_cell_labels(c, _SUMMARY_LABELS) for c in h2.cells])
+    keys = {lab.key for cell in head[0] + head[1] for lab in cell}
+    if "npu" not in keys or "health" not in keys:
+        raise ParseError(tool, "device header lacks the NPU or Health column", h1.lineno)
+    layout = "new" if "util" in keys else ("910" if "hbm" in keys else "310")
+
+    chips: list[NpuChip] = []
+    elided = False
+    block: list[_TableLine] = []
+    proc_header: Optional[int] = None
+
+    def flush() -> None:
+        if len(block) % 2:
+            raise ParseError(tool, f"a device block of {len(block)} line(s); rows come in pairs",
+                             block[0].lineno)
+        for j in range(0, len(block), 2):
+            chips.append(_chip_from_rows(block[j], block[j + 1], head, tool))
+        block.clear()
+
+    for i in range(head2_at + 1, len(lines)):
+        ln = lines[i]
+        if ln.kind == "elision":
+            elided = True
+            flush()
+        elif ln.kind == "border":
+            flush()
+        else:
+            assert ln.cells is not None
+            if _is_process_header(ln.cells):
+                flush()
+                proc_header = i
+                break
+            block.append(ln)
+    else:
+        flush()
+    processes: list[NpuProcess] = []
+    if proc_header is not None:
+        rest = lines[proc_header + 1:]
+        elided = elided or any(ln.kind == "elision" for ln in rest)
+        processes = _process_rows(rest, lines[proc_header], tool)
+    seen: set[tuple[int, int]] = set()
+    for c in chips:
+        if (c.npu_id, c.chip_id) in seen:
+            raise ParseError(tool, f"NPU {c.npu_id} chip {c.chip_id} is listed twice")
+        seen.add((c.npu_id, c.chip_id))
+    return NpuSummary(tool_version=title.group(1), driver_version=title.group(2), layout=layout,
+                      chips=tuple(chips), processes=tuple(processes), elided=elided,
+                      process_section=proc_header is not None)
+
+
+# --------------------------------------------------------------------------- npu-smi info -m
+
+
+def parse_mapping(text: str) -> list[ChipMapping]:
+    """Parse ``npu-smi info -m`` (card / chip / logic id / chip name; MCU rows have '-')."""
+    tool = "npu-smi info -m"
+    rows = [(i, ln.strip()) for i, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    if not rows:
+        raise ParseError(tool, "empty output")
+    lineno, header = rows[0]
+    labels = [_norm_key(x) for x in re.split(r"\s{2,}|\t", header) if x.strip()]
+    if "npu id" not in labels or "chip id" not in labels:
+        raise ParseError(tool, f"header must name 'NPU ID' and 'Chip ID', got {header[:80]!r}", lineno)
+    name_last = labels[-1] == "chip name"
+    out = []
+    for lineno, row in rows[1:]:
+        tokens = row.split()
+        n = len(labels)
+        if len(tokens) < n if not name_last else len(tokens) < n - 1:
+            raise ParseError(tool, f"expected {n} columns, got {len(tokens)}", lineno)
+        if name_last:
+            vals = dict(zip(labels[:-1], tokens[:n - 1]))
+            vals["chip name"] = " ".join(tokens[n - 1:])
+        else:
+            vals = dict(zip(labels, tokens))
+        npu = _int(vals["npu id"], tool, lineno, "NPU ID")
+        chip = _int(vals["chip id"], tool, lineno, "Chip ID")
+        if npu is None or chip is None:
+            raise ParseError(tool, "NPU ID and Chip ID must be numbers", lineno)
+        out.append(ChipMapping(
+            npu_id=npu, chip_id=chip,
+            logic_id=_int(vals.get("chip logic id", "-"), tool, lineno, "Chip Logic ID"),
+            name=vals.get("chip name", ""),
+            phy_id=_int(vals.get("chip phy-id", "-"), tool, lineno, "Chip Phy-ID"),
+            slot_id=_int(vals.get("slot id", "-"), tool, lineno, "Slot ID")))
+    return out
+
+
+# --------------------------------------------------------------------------- key : value outputs
+
+_KV = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][^:]{0,80}?)\s*:(?P<sp>\s?)(?P<value>.*?)\s*$")
+
+
+def _kv_blocks(text: str, tool: str) -> list[list[tuple[str, str, int]]]:
+    """Blank-line separated blocks of (normalized key, value, line). A line indented to the
+    value column of the key above it continues that value (multi-line Error Information)."""
+    blocks: list[list[tuple[str, str, int]]] = [[]]
+    value_col = None
+    for i, raw in enumerate(text.expandtabs(8).splitlines(), 1):
+        if not raw.strip():
+            if blocks[-1]:
+                blocks.append([])
+            value_col = None
+            continue
+        indent = len(raw) - len(raw.lstrip())
+        if value_col is not None and blocks[-1] and indent >= value_col - 1:
+            key, value, ln = blocks[-1][-1]
+            blocks[-1][-1] = (key, f"{value}\n{raw.strip()}" if value else raw.strip(), ln)
+            continue
+        m = _KV.match(raw)
+        if not m:
+            raise ParseError(tool, f"not a 'key : value' line: {raw.strip()[:60]!r}", i)
+        blocks[-1].append((_norm_key(m.group("key")), m.group("value"), i))
+        value_col = m.start("value") if m.group("value") else m.end("sp") + 1
+    return [b for b in blocks if b]
+
+
+def parse_detail(text: str, kind: str) -> DetailDoc:
+    """Parse a ``npu-smi info -t KIND`` output into key/value maps (see DetailDoc)."""
+    tool = f"npu-smi info -t {kind}"
+    blocks = _kv_blocks(text, tool)
+    if not blocks:
+        raise ParseError(tool, "empty output")
+    card: dict[str, str] = {}
+    chips: dict[int, dict[str, str]] = {}
+    mcu: dict[str, str] = {}
+    for block in blocks:
+        keys = {k: (v, ln) for k, v, ln in reversed(block)}  # first occurrence wins
+        name = keys.get("chip name", ("", 0))[0].strip().lower()
+        if name == "mcu":
+            target = mcu
+        elif "chip id" in keys:
+            v, ln = keys["chip id"]
+            chip = _int(v, tool, ln, "Chip ID")
+            if chip is None:
+                raise ParseError(tool, "Chip ID must be a number", ln)
+            target = chips.setdefault(chip, {})
+        else:
+            target = card
+        for k, (v, _ln) in keys.items():
+            target.setdefault(k, v)
+    return DetailDoc(kind=kind, card=card, chips=chips, mcu=mcu)
+
+
+_CODE = re.compile(r"(?:0x)?([0-9A-Fa-f]{8})\b")
+
+
+def health_detail(doc: DetailDoc, chip_id: Optional[int] = None) -> HealthDetail:
+    """State, error codes and information from a ``-t health`` DetailDoc."""
+    tool = "npu-smi info -t health"
+    state = doc.get(chip_id, "health status", "health")
+    if state is None or not state.strip():
+        raise ParseError(tool, "no 'Health Status' (or 'Health') line")
+    code_text = doc.get(chip_id, "error code") or ""
+    codes: list[str] = []
+    if code_text.strip().upper() not in _NA:
+        rest = _CODE.sub(" ", code_text)
+        if re.search(r"[^\s,;]", rest):
+            raise ParseError(tool, f"Error Code: expected 8-digit hex codes or NA, got {code_text[:60]!r}")
+        codes = [c.upper() for c in _CODE.findall(code_text)]
+    info = doc.get(chip_id, "error information") or ""
+    info = "; ".join(x.strip() for x in info.splitlines() if x.strip() and x.strip().upper() not in _NA)
+    return HealthDetail(state=canonical_health(state.split()[0]), codes=tuple(dict.fromkeys(codes)),
+                        information=info)
+
+
+def parse_list(text: str) -> NpuList:
+    """Parse ``npu-smi info -l``."""
+    tool = "npu-smi info -l"
+    total: Optional[int] = None
+    cards = []
+    for block in _kv_blocks(text, tool):
+        keys = {k: (v, ln) for k, v, ln in block}
+        if "total count" in keys:
+            total = _int(keys["total count"][0], tool, keys["total count"][1], "Total Count")
+        if "npu id" in keys:
+            npu = _int(keys["npu id"][0], tool, keys["npu id"][1], "NPU ID")
+            if npu is None:
+                raise ParseError(tool, "NPU ID must be a number", keys["npu id"][1])
+            cc = keys.get("chip count")
+            sn = keys.get("serial number", ("", 0))[0].strip()
+            cards.append(CardListing(
+                npu_id=npu, chip_count=_int(cc[0], tool, cc[1], "Chip Count") if cc else None,
+                product_name=keys.get("product name", (None, 0))[0],
+                serial=sn if sn.upper() not in _NA else None))
+    if total is None and not cards:
+        raise ParseError(tool, "neither 'Total Count' nor any 'NPU ID'")
+    return NpuList(total=total, cards=tuple(cards))
+
+
+def parse_proc_mem(text: str) -> list[NpuProcess]:
+    """Parse ``npu-smi info -t proc-mem -i N``: 'Process id:P  Process name:X  Process memory(MB):M'."""
+    tool = "npu-smi info -t proc-mem"
+    npu: Optional[int] = None
+    out = []
+    for i, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s:
+            continue
+        m = re.fullmatch(r"NPU ID\s*:\s*(\S+)", s)
+        if m:
+            npu = _int(m.group(1), tool, i, "NPU ID")
+            continue
+        m = re.fullmatch(r"Process id\s*:\s*(\d+)\s+Process name\s*:\s*(.*?)\s+Process memory\(MB\)\s*:\s*(\S+)", s)
+        if not m:
+            raise ParseError(tool, f"not a process line: {s[:60]!r}", i)
+        out.append(NpuProcess(npu_id=npu if npu is not None else 0, chip_id=None, pid=int(m.group(1)),
+                              name=m.group(2), memory_mb=_int(m.group(3), tool, i, "Process memory(MB)")))
+    return out
+
+
+# --------------------------------------------------------------------------- detector
+
+# Which `npu-smi info` command printed a text: (kind, keys any of which identify it), tried
+# in order. Kinds are the `-t` types; "board-chip" is `-t board -i N -c C`.
+_DETAIL_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("list", ("total count",)),
+    ("current-fault-event", ("fault event count", "fault event information")),
+    ("health", ("health status", "health", "error code")),
+    ("flash", ("flash count", "flash id")),
+    ("ecc", ("hbm single bit error count", "ddr single bit error count",
+             "hbm double bit aggregate total err cnt", "ddr double bit aggregate total err cnt")),
+    ("board-chip", ("chip type", "vdie id", "ndie id", "die id")),
+    ("board", ("board id", "pcie bus info", "pci device id", "compatibility")),
+    ("common", ("aicore freq(mhz)", "aicore count", "aicore curfreq(mhz)")),
+    ("usages", ("aicore usage rate(%)", "ddr usage rate(%)", "ctrlcpu usage rate(%)",
+                "hbm bandwidth usage rate(%)", "ddr bandwidth usage rate(%)")),
+    ("memory", ("hbm clock speed(mhz)", "ddr clock speed(mhz)", "hbm manufacturer id")),
+    ("sensors", ("soc max temperature (c)", "ndie temperature (c)")),
+    ("temp", ("npu temperature (c)", "temperature (c)", "temperature(c)")),
+    ("power", ("npu real-time power(w)",)),
+)
+
+
+# First lines of npu-smi's own error messages ("Invalid card id.", "Error parameter of -i",
+# "Usage: npu-smi info ...", "This device does not support ...").
+_ERROR_LINE = re.compile(r"^(Invalid\b|Error parameter|Usage:\s*npu-smi|.*\bdoes not exist\b|"
+                         r".*\bnot support|.*\bfailed\b|.*\bpermission denied)", re.I)
+
+
+def detect(text: str) -> str:
+    """Which command printed ``text``: ``info``, ``info -m``, ``info -l`` or ``info -t KIND``
+    (``info -t board-chip`` for ``-t board -c``). Raises ParseError for an npu-smi error
+    message or a text that is none of these."""
+    stripped = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not stripped:
+        raise ParseError(TOOL, "empty output")
+    if any(_BORDER.match(s) for s in stripped) and any("npu-smi" in s or "Bus-Id" in s for s in stripped):
+        return "info"
+    first = stripped[0]
+    if _ERROR_LINE.match(first):
+        raise ParseError(TOOL, f"npu-smi printed an error: {' / '.join(stripped[:3])[:200]}")
+    if re.match(r"NPU ID\s{2,}", first) and "Chip" in first and ":" not in first:
+        return "info -m"
+    if any(re.match(r"Process id\s*:\s*\d+\s+Process name", s) for s in stripped):
+        return "info -t proc-mem"
+    keys = set()
+    for s in stripped:
+        m = _KV.match(s)
+        if m:
+            keys.add(_norm_key(m.group("key")))
+    for kind, sig in _DETAIL_SIGNATURES:
+        if keys.intersection(sig):
+            return "info -l" if kind == "list" else f"info -t {kind}"
+    raise ParseError(TOOL, f"not an npu-smi output I recognize (first line {first[:60]!r})")
