@@ -7,7 +7,7 @@ module with the agent's interpreter; the scenario time comes per call in ``HETER
 ``cnmon`` prints the default table (layout ``v5``: Bus-Id, SR-IOV / Compute-Mode, driver in
 the title; ``v4``: Inited / Driver and vMemory-Usage columns), ``cnmon info -c N`` the
 per-card sections in the documented structure (no real capture of it exists; see
-collectors/cnmon.py).
+collectors/cnmon_parse.py).
 
 Scenario hooks (vendor ``cambricon``):
 - ``settings: {cambricon: {layout: v5|v4, instance_column: VF|MI, mode: hung|slow|garbage|
@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any, Optional, Sequence
 
-from hetero_exporter.collectors.cnmon import MIB, CnmonTable, MluCard, MluProcess
+from hetero_exporter.collectors.cnmon_parse import MIB, CnmonTable, MluCard, MluProcess
 from hetero_exporter.collectors.npu_smi_fake import fake_main, install_tool
 
 LAYOUTS = ("v5", "v4")
@@ -97,7 +97,7 @@ def render_table(t: CnmonTable, layout: str = "v5", timestamp: Optional[str] = N
 
 
 def render_info(cards: Sequence[tuple[MluCard, dict]]) -> str:
-    """``cnmon info``: per card, the documented sections (see collectors/cnmon.py; no real
+    """``cnmon info``: per card, the documented sections (see collectors/cnmon_parse.py; no real
     capture). ``extra`` per card: serial, uuid, driver, ecc_corrected, ecc_uncorrected,
     temp_board."""
     def kv(key: str, value: Any, indent: int = 0) -> str:

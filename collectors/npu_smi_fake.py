@@ -7,7 +7,7 @@ is baked into the launcher; the scenario time comes with each call in the enviro
 variable ``HETERO_SIM_T`` (the collector's simulation branch passes it), so the fake prints
 the values of that moment and the real code path knows nothing of simulation.
 
-The renderers are pure functions of collectors/npu_smi.py's parsed structures (NpuSummary,
+The renderers are pure functions of collectors/npu_smi_parse.py's parsed structures (NpuSummary,
 DetailDoc-like key lists), which is what the render -> parse round-trip tests rely on.
 
 Scenario hooks (vendor ``ascend``):
@@ -36,7 +36,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from hetero_exporter.collectors.npu_smi import MIB, NpuChip, NpuProcess, NpuSummary
+from hetero_exporter.collectors.npu_smi_parse import NpuChip, NpuProcess, NpuSummary
+
+MIB = 1 << 20
 
 ENV_T = "HETERO_SIM_T"
 ENV_SCENARIO = "HETERO_SIM_SCENARIO"
