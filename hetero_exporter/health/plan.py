@@ -185,13 +185,17 @@ def device_name(d: DeviceSample) -> str:
     return f"{i.vendor} {i.kind.upper()} {i.index} ({i.uuid})"
 
 
-def fault_text(vendor: str, f: Fault, policy: Policy) -> str:
+def fault_text(vendor: str, f: Fault, policy: Policy, uuid: str = "") -> str:
+    """``XID 79: GPU has fallen off the bus [device-lost, action reboot-node]``. The collector's
+    message is added when it says more than the catalogue, not when it only names the device
+    again (``uuid``), which the text around it does already."""
     table = policy.tables.get(vendor) or fault_tables.table(vendor)
     info = table.lookup(f.code)
     prefix = policy.reason_prefix.get(vendor, "")
     name = f"{prefix.upper()} {f.code}" if prefix and str(f.code).isdigit() else str(f.code)
     what = info.description if info.known and info.description else (f.message or "")
-    if f.message and info.known and f.message not in what:
+    repeats = bool(uuid) and uuid in (f.message or "")
+    if f.message and info.known and f.message not in what and not repeats:
         what = f"{what} ({f.message})" if what else f.message
     return f"{name}: {what} [{f.fault_class}, action {f.action}]" if what else f"{name} [{f.fault_class}, action {f.action}]"
 
@@ -364,7 +368,7 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
             fresh = [f for f in current if f.fault_class not in known]
             if fresh:
                 head = fresh[0]
-                text = "; ".join(fault_text(d.identity.vendor, f, policy) for f in fresh)
+                text = "; ".join(fault_text(d.identity.vendor, f, policy, uuid) for f in fresh)
                 since = announced["since"] if announced else now
                 device_events.append({
                     "id": _event_id(name, uuid, "fault", since, ",".join(sorted(known | {f.fault_class for f in fresh}))),
@@ -522,7 +526,7 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
         v = verdicts[first.identity.uuid]
         head = v.reasons[0] if v.reasons else Fault(code="failed")
         reason = policy.condition_reason(first.identity.vendor, head.code)
-        parts = [f"{device_name(d)}: " + "; ".join(fault_text(d.identity.vendor, f, policy)
+        parts = [f"{device_name(d)}: " + "; ".join(fault_text(d.identity.vendor, f, policy, d.identity.uuid)
                                                     for f in verdicts[d.identity.uuid].reasons[:3])
                  for d in failed]
         message = " | ".join(parts) + f". Node: {nv.why}"

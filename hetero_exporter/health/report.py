@@ -16,7 +16,8 @@ def render(snapshot: NodeSnapshot, ev: Evaluation, p: Plan, policy: Policy, cfg:
     for d in snapshot.devices:
         v = ev.verdicts.get(d.identity.uuid)
         state = v.state if v else d.health.state
-        why = "; ".join(fault_text(d.identity.vendor, f, policy) for f in (v.reasons if v else d.health.reasons))
+        why = "; ".join(fault_text(d.identity.vendor, f, policy, d.identity.uuid)
+                        for f in (v.reasons if v else d.health.reasons))
         lines.append(f"  {device_name(d):<60} {state:<9} {why}".rstrip())
         if v and v.pending:
             pend = ", ".join(f"{c} seen {n} of the last {policy.n} polls, {policy.k} needed" for c, n in sorted(v.pending.items()))
