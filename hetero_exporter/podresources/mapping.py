@@ -130,7 +130,7 @@ class DeviceIndex:
                 d = self._keys.get((vendor, "pci:" + pk))
                 if d is not None:
                     return d
-            if c.isdigit() and len(c) <= 4:
+            if c.isascii() and c.isdigit() and len(c) <= 4:  # "²".isdigit() is True
                 d = self._index.get((vendor, int(c)))
                 if d is not None:
                     return d
