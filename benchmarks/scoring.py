@@ -7,11 +7,12 @@ Each node's annotation is the compact document the agent writes.
 Cases (the client keeps one HTTP/1.1 connection, as kube-scheduler does; a call is timed from
 sending the request to having read the whole answer):
 
-- names/same shape: nodeCacheCapable, 5,000 NodeNames, the warm node cache, the same pod shape
-  every call (a batch of identical pods: decisions memoized per node);
-- names/new shape: as above, but every call a pod shape not seen before (per-device memory that
-  changes each call, 1-8 GPUs): the per-node work runs each time on the state precomputed when the
-  annotation arrived;
+- nodeCacheCapable, 5,000 NodeNames, the warm node cache:
+  - a pod shape seen before (a batch of alike pods: decisions memoized per node);
+  - a new pod shape (per-device memory that changes each call, 1-8 GPUs, both policies, the three
+    topology policies), as kube-scheduler sends it: /filter, then /prioritize of the same pod;
+  - a new pod shape sent to /prioritize directly (the per-node work on the precomputed state);
+  - a /filter where nothing fits, so that every node words its reason;
 - nodes/warm: 1,000 Node objects in the request body (nodes-in-request mode), annotations
   unchanged since the previous call (decoded once, reused); a new pod shape each call;
 - nodes/cold: the same, the first time those annotations are seen (decode + precompute);
@@ -76,10 +77,17 @@ def node_object(name: str, text: str) -> dict:
                        "nodeInfo": {"kubeletVersion": "v1.30.0", "containerRuntimeVersion": "containerd://1.7.0"}}}
 
 
+TOPOLOGIES = ("same-node", "same-switch", "same-nvlink-domain")
+
+
 def pod(gpus: int, memory_mib: int | None = None) -> dict:
+    """A pod of ``gpus`` NVIDIA GPUs; with ``memory_mib``, a request annotation that makes the
+    shape new (memory per device), and varies the policy and the topology policy with it."""
     meta: dict = {"name": "bench", "namespace": "ml"}
     if memory_mib is not None:
-        meta["annotations"] = {"hetero-exporter.io/request": json.dumps({"memory_per_device": f"{memory_mib}Mi"})}
+        meta["annotations"] = {"hetero-exporter.io/request": json.dumps({
+            "memory_per_device": f"{memory_mib}Mi", "policy": ("binpack", "spread")[memory_mib % 2],
+            "topology": TOPOLOGIES[memory_mib % 3]})}
     return {"metadata": meta, "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
 
 
@@ -133,16 +141,21 @@ def main() -> None:
     client = Client(server.address)
     names = list(texts)
 
-    results: dict[str, list[tuple[float, float]]] = {k: [] for k in ("names/same", "names/new", "filter/names")}
+    results: dict[str, list[tuple[float, float]]] = {
+        k: [] for k in ("filter/new", "prio/after-filter", "prio/same", "prio/new", "filter/none")}
     same = json.dumps({"Pod": pod(4), "NodeNames": names}).encode()
     client.call("/prioritize", same)  # the first call of this shape fills the memo
     for i in range(args.rounds):
-        results["names/same"].append(client.call("/prioritize", same)[0])
-        new = json.dumps({"Pod": pod(1 + i % 8, 1000 + i), "NodeNames": names}).encode()
-        results["names/new"].append(client.call("/prioritize", new)[0])
-        if i % 4 == 0:
-            fil = json.dumps({"Pod": pod(1 + i % 8, 500_000 + i), "NodeNames": names}).encode()
-            results["filter/names"].append(client.call("/filter", fil)[0])
+        # what kube-scheduler does for one pod: /filter, then /prioritize with the same pod
+        body = json.dumps({"Pod": pod(1 + i % 8, 1000 + i), "NodeNames": names}).encode()
+        results["filter/new"].append(client.call("/filter", body)[0])
+        results["prio/after-filter"].append(client.call("/prioritize", body)[0])
+        results["prio/same"].append(client.call("/prioritize", same)[0])
+        fresh = json.dumps({"Pod": pod(1 + i % 8, 20_000 + i), "NodeNames": names}).encode()
+        results["prio/new"].append(client.call("/prioritize", fresh)[0])
+        if i % 10 == 0:  # 488+ GiB per device: no node fits, each one says why
+            none = json.dumps({"Pod": pod(1 + i % 8, 500_000 + i), "NodeNames": names}).encode()
+            results["filter/none"].append(client.call("/filter", none)[0])
     _, answer = client.call("/prioritize", same)
     scores = [h["Score"] for h in json.loads(answer)]
     assert len(scores) == args.nodes and max(scores) > 0
@@ -176,9 +189,12 @@ def main() -> None:
           f"{body_size / 2**20:.1f} MiB request")
     print("| case | calls | p50 ms | p99 ms | best ms | CPU p50 ms | CPU p99 ms |")
     print("|---|---|---|---|---|---|---|")
-    print(row(f"/prioritize, {args.nodes} NodeNames, warm cache, same pod shape", results["names/same"]))
-    print(row(f"/prioritize, {args.nodes} NodeNames, warm cache, new pod shape each call", results["names/new"]))
-    print(row(f"/filter, {args.nodes} NodeNames, new pod shape each call", results["filter/names"]))
+    n = args.nodes
+    print(row(f"/prioritize, {n} NodeNames, a pod shape seen before (batch of alike pods)", results["prio/same"]))
+    print(row(f"/filter, {n} NodeNames, a new pod shape", results["filter/new"]))
+    print(row(f"/prioritize, {n} NodeNames, the same pod after its /filter", results["prio/after-filter"]))
+    print(row(f"/prioritize, {n} NodeNames, a new pod shape without /filter first", results["prio/new"]))
+    print(row(f"/filter, {n} NodeNames, nothing fits (every node says why)", results["filter/none"]))
     print(row(f"/prioritize, {args.body_nodes} Nodes in the body, annotations seen before", warm))
     print(row(f"/filter, {args.body_nodes} Nodes in the body (echoed back), annotations seen before", filter_nodes))
     print(row(f"/prioritize, {args.body_nodes} Nodes in the body, first sight (decode all)", cold))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 from hetero_exporter.scoring.nodes import SWITCH_SCORE, Dev, Group, NodeState
@@ -67,31 +67,80 @@ class Staleness:
         return 1.0 - (1.0 - self.floor) * (age - self.fresh_seconds) / span
 
 
-@dataclass(frozen=True, eq=False)
 class Choice:
-    devices: tuple[Dev, ...]
-    inner: float  # the set's score 0..1
-    parts: Mapping[str, float]
-    weakest: str  # the weakest link type between chosen devices ("" for one device)
-    decisions: dict = field(default_factory=dict)  # (band, tiers) -> Decision, see Scorer._feasible
+    """A chosen set of devices in a group and its score. The parts of the score and the weakest
+    link are worked out when someone asks (/explain, score): /prioritize needs only ``inner``."""
+
+    __slots__ = ("group", "combo", "devices", "inner", "policy", "shared", "decisions", "_parts", "_weakest")
+
+    def __init__(self, group: Group, combo: tuple[int, ...], inner: float, policy: str, shared: bool):
+        self.group, self.combo, self.inner, self.policy, self.shared = group, combo, inner, policy, shared
+        self.devices: tuple[Dev, ...] = tuple(group.devices[i] for i in combo)
+        self.decisions: dict = {}  # (band, tiers) -> Decision, see Scorer._feasible
+        self._parts: Optional[dict[str, float]] = None
+        self._weakest: Optional[str] = None
+
+    @property
+    def parts(self) -> Mapping[str, float]:
+        """Each part of the score, 0..1 (weights in ``WEIGHTS``)."""
+        if self._parts is None:
+            g, combo, k = self.group, self.combo, len(self.combo)
+            per_dev = [_device_parts(g, i, self.policy, self.shared) for i in combo]
+            parts = {name: sum(p[name] for p in per_dev) / k for name in per_dev[0]}
+            pairs = list(itertools.combinations(combo, 2))
+            parts["topology"] = sum(g.pair[a][b] for a, b in pairs) / len(pairs) if pairs else 1.0
+            fill = _fill(g.load_total, sum(g.loads[i] for i in combo), k, max(1, len(g.devices)), self.shared)
+            parts["fill"] = fill if self.policy == "binpack" else 1.0 - fill
+            self._parts = {name: round(v, 4) for name, v in parts.items()}
+        return self._parts
+
+    @property
+    def weakest(self) -> str:
+        """The weakest link type between chosen devices ("" for one device)."""
+        if self._weakest is None:
+            pairs = list(itertools.combinations(self.combo, 2))
+            pair = self.group.pair
+            w = min(pairs, key=lambda p: pair[p[0]][p[1]]) if pairs else None
+            self._weakest = self.group.pair_kind[w[0]][w[1]] if w else ""
+        return self._weakest
 
 
-@dataclass(frozen=True, eq=False)
 class Decision:
-    """The verdict on one node. ``score`` is before the staleness confidence; ``resolvable``
-    says whether freeing devices (preemption) could make an infeasible node fit."""
+    """The verdict on one node. ``score`` (0..1) is before the staleness confidence; ``points``
+    the extender's 0..10 for a fresh annotation; ``resolvable`` says whether freeing devices
+    (preemption) could make an infeasible node fit. A feasible decision made from a Choice
+    words its reason and parts only when asked."""
 
-    feasible: bool
-    score: float = 0.0
-    reason: str = ""
-    group: Optional[str] = None
-    devices: tuple[Dev, ...] = ()
-    parts: Mapping[str, float] = field(default_factory=dict)
-    resolvable: bool = False
-    points: int = field(init=False, default=0)  # the extender's 0..10 for a fresh annotation
+    __slots__ = ("feasible", "score", "group", "devices", "resolvable", "points", "_reason", "_choice",
+                 "_band", "_tiers", "_notes")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "points", extender_score(self.score) if self.feasible else 0)
+    def __init__(self, feasible: bool, score: float = 0.0, reason: str = "", group: Optional[str] = None,
+                 devices: tuple[Dev, ...] = (), resolvable: bool = False, *, choice: Optional[Choice] = None,
+                 band: int = 0, tiers: int = 1, notes: tuple[str, ...] = ()):
+        self.feasible, self.score, self.group, self.devices = feasible, score, group, devices
+        self.resolvable = resolvable
+        self.points = extender_score(score) if feasible else 0
+        self._reason: Optional[str] = None if choice is not None else reason
+        self._choice, self._band, self._tiers, self._notes = choice, band, tiers, notes
+
+    @property
+    def reason(self) -> str:
+        if self._reason is None:
+            c = self._choice
+            assert c is not None
+            link = f", {c.weakest} links" if c.weakest else ""
+            why = f"{len(c.devices)} x {c.group.resource} {_labels(c.devices)} ({c.devices[0].model}{link})"
+            if self._notes:
+                why += " -- not preferred: " + "; ".join(self._notes)
+            self._reason = why
+        return self._reason
+
+    @property
+    def parts(self) -> Mapping[str, float]:
+        if self._choice is None:
+            return {}
+        pref = self._band / (self._tiers - 1) if self._tiers > 1 else 1.0
+        return {**self._choice.parts, "preference": pref}
 
 
 NO_ACCELERATOR = Decision(True, 0.0, "the pod asks for no accelerator")
@@ -230,12 +279,8 @@ class Scorer:
         key = (band, tiers)
         if not notes and key in choice.decisions:
             return choice.decisions[key]
-        link = f", {choice.weakest} links" if choice.weakest else ""
-        why = f"{len(choice.devices)} x {g.resource} {_labels(choice.devices)} ({choice.devices[0].model}{link})"
-        if notes:
-            why += " -- not preferred: " + "; ".join(notes)
-        parts = {**choice.parts, "preference": band / (tiers - 1) if tiers > 1 else 1.0}
-        d = Decision(True, (band + choice.inner) / tiers, why, g.resource, choice.devices, parts)
+        d = Decision(True, (band + choice.inner) / tiers, group=g.resource, devices=choice.devices,
+                     choice=choice, band=band, tiers=tiers, notes=tuple(notes))
         if not notes:
             choice.decisions[key] = d
         return d
@@ -295,7 +340,7 @@ class Scorer:
                     g.choices.setdefault((elig, size, p, t, shared), by_size.get(size))
             got = g.choices.setdefault(key, None)
         if isinstance(got, tuple):  # (score, set) as the search left it: make the Choice once
-            got = g.choices[key] = self._choice(g, got[1], got[0], policy, shared)
+            got = g.choices[key] = Choice(g, got[1], got[0], policy, shared)
         return got
 
     def _values(self, g: Group, policy: str, shared: bool) -> list[float]:
@@ -385,19 +430,6 @@ class Scorer:
                 if k not in best or s > best[k][0] + 1e-12:
                     best[k] = (s, combo)
         return best
-
-    def _choice(self, g: Group, combo: tuple[int, ...], inner: float, policy: str, shared: bool) -> Choice:
-        k = len(combo)
-        per_dev = [_device_parts(g, i, policy, shared) for i in combo]
-        parts = {name: sum(p[name] for p in per_dev) / k for name in per_dev[0]}
-        pairs = list(itertools.combinations(combo, 2))
-        parts["topology"] = sum(g.pair[a][b] for a, b in pairs) / len(pairs) if pairs else 1.0
-        fill = _fill(g.load_total, sum(g.devices[i].load for i in combo), k, max(1, len(g.devices)), shared)
-        parts["fill"] = fill if policy == "binpack" else 1.0 - fill
-        weakest = min(pairs, key=lambda p: g.pair[p[0]][p[1]]) if pairs else None
-        return Choice(tuple(g.devices[i] for i in combo), inner, {k2: round(v, 4) for k2, v in parts.items()},
-                      g.pair_kind[weakest[0]][weakest[1]] if weakest else "")
-
 
 def _relevant(req: Request, state: NodeState) -> tuple[Group, ...]:
     if req.group is not None:
