@@ -34,7 +34,6 @@ import http.client
 import json
 import platform
 import random
-import statistics
 import time
 
 from hetero_exporter.model import compact_json
