@@ -22,7 +22,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 SCHEMA_VERSION = 1
 
@@ -338,9 +338,13 @@ def _decode(tp: Any, data: Any, path: str) -> Any:
     if tp is float:
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             raise _fail(path, f"expected a number, got {data!r:.60}")
-        if not math.isfinite(data):
+        try:
+            value = float(data)
+        except OverflowError:
+            raise _fail(path, "number out of range") from None
+        if not math.isfinite(value):
             raise _fail(path, "expected a finite number")
-        return float(data)
+        return value
     if tp is int:
         if isinstance(data, bool) or not isinstance(data, int):
             raise _fail(path, f"expected an integer, got {data!r:.60}")
@@ -356,9 +360,97 @@ def _decode(tp: Any, data: Any, path: str) -> Any:
     return data
 
 
+class _Invalid(Exception):
+    """Raised inside a compiled decoder; the path-tracking decoder then explains where."""
+
+
+_COMPILED: dict[Any, Callable[[Any], Any]] = {}
+
+
+def _compiled(tp: Any) -> Callable[[Any], Any]:
+    """A decoder for ``tp`` without path bookkeeping (the scheduler decodes thousands of
+    annotations): it accepts exactly what ``_decode`` accepts and raises _Invalid on
+    anything else, so that ``_decode`` can be rerun to name the offending path."""
+    found = _COMPILED.get(tp)
+    if found is not None:
+        return found
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    fn: Callable[[Any], Any]
+    if origin in (typing.Union, types.UnionType):
+        inner_tp = [a for a in args if a is not type(None)][0]
+        nullable = type(None) in args
+        inner = _compiled(inner_tp)
+
+        def fn(d: Any) -> Any:
+            if d is None:
+                if nullable:
+                    return None
+                raise _Invalid
+            return inner(d)
+    elif dataclasses.is_dataclass(tp):
+        hints = _hints(tp)
+        plan = [(_json_name(tp, f.name), f.name, hints[f.name],
+                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                for f in dataclasses.fields(tp)]
+        _COMPILED[tp] = lambda d: compiled_fields(d)  # placeholder for recursive types
+        steps = [(key, name, _compiled(hint), required) for key, name, hint, required in plan]
+
+        def compiled_fields(d: Any, cls: type = tp) -> Any:
+            if type(d) is not dict:
+                raise _Invalid
+            kwargs = {}
+            for key, name, dec, required in steps:
+                if key in d:
+                    kwargs[name] = dec(d[key])
+                elif required:
+                    raise _Invalid
+            return cls(**kwargs)
+        fn = compiled_fields
+    elif origin is tuple:
+        item = _compiled(args[0])
+
+        def fn(d: Any) -> Any:
+            if type(d) is not list:
+                raise _Invalid
+            return tuple([item(x) for x in d])
+    elif origin in (dict, collections.abc.Mapping) or tp in (dict, Mapping):
+        value = _compiled(args[1]) if args else (lambda v: v)
+
+        def fn(d: Any) -> Any:
+            if type(d) is not dict:
+                raise _Invalid
+            return {str(k): value(v) for k, v in d.items()}
+    elif tp is float:
+        def fn(d: Any) -> Any:
+            t = type(d)
+            if t is float:
+                if d - d != 0.0:  # inf or nan
+                    raise _Invalid
+                return d
+            if t is int:
+                try:
+                    return float(d)
+                except OverflowError:
+                    raise _Invalid from None
+            raise _Invalid
+    elif tp in (int, bool, str):
+        def fn(d: Any, t: type = tp) -> Any:
+            if type(d) is not t:
+                raise _Invalid
+            return d
+    else:
+        def fn(d: Any) -> Any:
+            return d
+    _COMPILED[tp] = fn
+    return fn
+
+
 def from_dict(cls: type, data: Any, path: str = "") -> Any:
     """Decode a plain structure into ``cls``; raises SchemaError on malformed input."""
-    return _decode(cls, data, path)
+    try:
+        return _compiled(cls)(data)
+    except (_Invalid, TypeError, ValueError):
+        return _decode(cls, data, path)  # raises SchemaError naming the path
 
 
 def snapshot_to_json(snapshot: NodeSnapshot, *, indent: int | None = None, compact: bool = False) -> str:
@@ -428,7 +520,17 @@ def compact_document(snapshot: NodeSnapshot) -> dict:
         d["readings"] = kept
         for f in d.get("faults", []):
             f.pop("source", None)
-    return doc
+    return _without_nulls(doc)
+
+
+def _without_nulls(obj: Any) -> Any:
+    """Drop null members: every nullable field defaults to null when decoded, and an
+    8-GPU link matrix is mostly nulls (half the annotation before this)."""
+    if isinstance(obj, dict):
+        return {k: _without_nulls(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_without_nulls(v) for v in obj]
+    return obj
 
 
 def compact_json(snapshot: NodeSnapshot) -> str:

@@ -137,3 +137,30 @@ def test_decoding_arbitrary_json_raises_only_schema_error(doc):
         snapshot_from_doc(doc)
     except SchemaError:
         pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    snapshots.map(lambda s: json.loads(snapshot_to_json(s))),
+    st.recursive(st.none() | st.booleans() | st.integers() | finite | text,
+                 lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(
+                     ["node", "time", "devices", "identity", "vendor", "kind", "index", "uuid", "timestamp",
+                      "readings", "value", "quality", "source", "links", "peer", "type"]), c, max_size=4),
+                 max_leaves=16)))
+def test_compiled_decoder_agrees_with_the_explaining_decoder(doc):
+    """from_dict takes a fast path; it must accept and build exactly what _decode does."""
+    from hetero_exporter import model
+    try:
+        slow = model._decode(model.NodeSnapshot, doc, "$")
+    except SchemaError:
+        slow = SchemaError
+    try:
+        fast = model._compiled(model.NodeSnapshot)(doc)
+    except model._Invalid:
+        fast = SchemaError
+    assert fast == slow
+
+
+def test_numbers_too_large_for_a_float_are_a_schema_error():
+    with pytest.raises(SchemaError, match="out of range"):
+        snapshot_from_json('{"schema": 1, "node": "n", "time": 1' + "0" * 400 + "}")
