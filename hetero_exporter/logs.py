@@ -40,8 +40,24 @@ class TextFormatter(logging.Formatter):
         return base + ("".join(f" {k}={v}" for k, v in extras.items()) if extras else "")
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at emit time (not at setup): a background
+    thread that logs after its caller swapped stderr (tests, embedding) still has a stream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def setup(fmt: str = "json", level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
