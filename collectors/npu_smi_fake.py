@@ -457,9 +457,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def write_launcher(workdir: str, name: str, module: str, scenario_path: str) -> str:
-    """An executable ``workdir/name`` that runs ``python -m module`` with this interpreter."""
+    """An executable ``workdir/name`` that runs ``python -m module`` with this interpreter.
+
+    It runs from ``workdir``: ``python -m`` puts the current directory first on sys.path, and
+    started from a source checkout it would import the checkout's ``hetero_exporter`` (which
+    has no ``collectors`` subpackage) instead of the installed one."""
     path = os.path.join(workdir, name)
-    script = (f"#!/bin/sh\n{ENV_SCENARIO}={shlex.quote(scenario_path)} {ENV_WORKDIR}={shlex.quote(workdir)} "
+    script = (f"#!/bin/sh\ncd {shlex.quote(workdir)} || exit 1\n"
+              f"{ENV_SCENARIO}={shlex.quote(scenario_path)} {ENV_WORKDIR}={shlex.quote(workdir)} "
               f"exec {shlex.quote(sys.executable)} -m {module} \"$@\"\n")
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
