@@ -48,6 +48,8 @@ def test_reference_device_is_one_compute_unit():
     ("amd", "AMD Instinct MI300X", "MI300X"),
     ("ascend", "910B3", "Ascend910B3"),
     ("ascend", "310P3", "Ascend310P3"),
+    ("ascend", "910A", "Ascend910A"),
+    ("ascend", "Ascend910", "Ascend910"),  # A3 nodes print this for 64 GB dies: not a 910A
     ("cambricon", "MLU370-X8", "MLU370-X8"),
 ])
 def test_normalize_model(vendor, raw, model):

@@ -83,6 +83,8 @@ def _clean(vendor: str, raw: str) -> str:
                 break
             s = t
     s = re.sub(r"\s+", "-", s.strip())
+    if vendor == "ascend" and s[:1].isdigit():
+        s = "Ascend" + s  # the normalized Ascend names read "Ascend910B3", "Ascend310P3"
     return s or "unknown"
 
 
