@@ -309,11 +309,11 @@ class Wiring:
         try:
             from hetero_exporter.podresources.client import PodResourcesPoller
             if simulated is not None:
-                from hetero_exporter.podresources.server import PodResourcesServer
-                server = PodResourcesServer(socket_path, simulated).start()
-                self._closers.append(server.stop)
+                from hetero_exporter.simulate import kubelet
+                self._closers.append(kubelet.spawn(socket_path, simulated, self.workdir))
         except (ImportError, RuntimeError, OSError) as e:  # grpcio/protobuf missing or too old; no socket
-            log.warning("kubelet PodResources off: %s (pip install 'hetero-exporter[attribution]')", e)
+            log.warning("kubelet PodResources off: %s (pip install 'hetero-exporter[attribution]'; "
+                        "the simulated kubelet also needs [simulate])", e)
             return None
         timeout = float(settings.get("podresources_timeout", 2.0))
         poller = PodResourcesPoller(socket_path, interval=float(settings.get("podresources_interval", self.cfg.interval)),

@@ -49,26 +49,20 @@ def records_from_response(resp: Any) -> list[ContainerDevices]:
     return out
 
 
-def _channel(socket_path: str) -> Any:
-    import grpc
-    return grpc.insecure_channel(
-        f"unix://{socket_path}",
-        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                 ("grpc.enable_retries", 0)])
+LIST_METHOD = "/v1.PodResourcesLister/List"
 
 
-def _list(channel: Any, socket_path: str, timeout: float) -> list[ContainerDevices]:
-    import grpc
-
-    from hetero_exporter.podresources import api_pb2, api_pb2_grpc
-    stub = api_pb2_grpc.PodResourcesListerStub(channel)
+def _list(socket_path: str, timeout: float) -> list[ContainerDevices]:
+    """One ``List`` call over the socket (h2.py: no grpc runtime in the agent)."""
+    from hetero_exporter.podresources import h2, wire
     try:
-        resp = stub.List(api_pb2.ListPodResourcesRequest(), timeout=timeout)
-    except grpc.RpcError as e:
-        code = e.code() if hasattr(e, "code") else None
-        detail = e.details() if hasattr(e, "details") else str(e)
-        name = code.name if code is not None else "UNKNOWN"
-        raise PodResourcesError(f"List on {socket_path}: {name}: {detail}") from None
+        # ListPodResourcesRequest has no fields: its serialization is empty
+        raw = h2.unary_call(socket_path, LIST_METHOD, b"", timeout, MAX_MESSAGE_BYTES)
+        resp = wire.decode_list_response(raw)
+    except h2.CallError as e:
+        raise PodResourcesError(f"List on {socket_path}: {e}") from None
+    except wire.WireError as e:
+        raise PodResourcesError(f"List on {socket_path}: unreadable answer: {e}") from None
     return records_from_response(resp)
 
 
@@ -77,11 +71,7 @@ def list_pod_resources(socket_path: str = DEFAULT_SOCKET, timeout: float = 2.0) 
     if not os.path.exists(socket_path):
         raise PodResourcesError(f"kubelet pod-resources socket {socket_path} not found "
                                 "(mount /var/lib/kubelet/pod-resources read-only into the agent)")
-    ch = _channel(socket_path)
-    try:
-        return _list(ch, socket_path, timeout)
-    finally:
-        ch.close()
+    return _list(socket_path, timeout)
 
 
 class PodResourcesPoller:
@@ -106,7 +96,6 @@ class PodResourcesPoller:
         self._stop = threading.Event()
         self._kick = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._channel: Any = None
         self._mapped_key: Any = None
         self._mapped: Mapping[str, Sequence[Allocation]] = {}
         self._logged_unmatched: set[tuple[str, str]] = set()
@@ -122,9 +111,7 @@ class PodResourcesPoller:
                 raise PodResourcesError(
                     f"kubelet pod-resources socket {self.socket_path} not found "
                     "(mount /var/lib/kubelet/pod-resources read-only into the agent)")
-            if self._channel is None:
-                self._channel = _channel(self.socket_path)
-            records = tuple(_list(self._channel, self.socket_path, self.timeout))
+            records = tuple(_list(self.socket_path, self.timeout))
         except PodResourcesError as e:
             with self._lock:
                 if self._error != str(e):
@@ -169,9 +156,6 @@ class PodResourcesPoller:
         t = self._thread
         if t is not None:
             t.join(timeout=self.timeout + 1.0)
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
 
     # ---- cycle side (memory only)
 

@@ -96,3 +96,37 @@ class PodResourcesServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+# --------------------------------------------------------------------------- separate process
+# simulate/kubelet.py ``spawn`` starts this module as the simulated node's kubelet.
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import argparse
+    import json
+    import signal
+    ap = argparse.ArgumentParser(description="A fake kubelet PodResources server (simulation)")
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--records", required=True, help="JSON list of [namespace, pod, container, resource, ids]")
+    ap.add_argument("--parent", type=int, help="exit when this process is gone")
+    args = ap.parse_args(argv)
+    with open(args.records, encoding="utf-8") as f:
+        records = [ContainerDevices(ns, pod, c, res, tuple(ids)) for ns, pod, c, res, ids in json.load(f)]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server = PodResourcesServer(args.socket, records).start()
+    try:
+        while not stop.wait(1.0):
+            if args.parent and os.getppid() != args.parent:  # the agent died: do not linger
+                break
+    finally:
+        server.stop()
+        if os.path.exists(args.socket):
+            os.unlink(args.socket)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

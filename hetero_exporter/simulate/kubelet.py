@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import time
+from typing import Any, Sequence
 
 from hetero_exporter.attribution import PodInfo
 from hetero_exporter.podresources.mapping import ContainerDevices
@@ -46,3 +48,45 @@ def scenario_allocations(scenario: Any) -> list[ContainerDevices]:
             if dev_id(d) not in ids:
                 ids.append(dev_id(d))
     return [ContainerDevices(ns, pod, c, res, tuple(ids)) for (ns, pod, c, res), ids in out.items()]
+
+
+# The fake kubelet runs in its own process, as the real one does: the agent talks to it through
+# its grpc-free client (podresources/h2.py) and never loads the grpc runtime itself.
+def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
+          wait_seconds: float = 15.0) -> Any:
+    """Start ``python -m hetero_exporter.podresources.server`` serving ``records`` on
+    ``socket_path``; returns a ``stop()`` callable. Raises OSError if it does not listen."""
+    import json
+    import subprocess
+    import sys
+    path = os.path.join(workdir, "podresources-records.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump([[r.namespace, r.pod, r.container, r.resource, list(r.device_ids)] for r in records], f)
+    if os.path.exists(socket_path):
+        os.unlink(socket_path)
+    # cwd=workdir: `python -m` puts the cwd first on sys.path, and a source checkout there
+    # would shadow the installed package
+    proc = subprocess.Popen([sys.executable, "-m", "hetero_exporter.podresources.server",
+                             "--socket", socket_path, "--records", path, "--parent", str(os.getpid())],
+                            cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        if proc.stderr:
+            proc.stderr.close()
+
+    deadline = time.monotonic() + wait_seconds
+    while not os.path.exists(socket_path):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            err = proc.stderr.read().decode(errors="replace")[-500:] if proc.poll() is not None else ""
+            stop()
+            raise OSError(f"simulated kubelet did not listen on {socket_path}: {err or 'timed out'}")
+        time.sleep(0.02)
+    return stop
