@@ -221,8 +221,11 @@ class Wiring:
                 return registry.collector_factory(e)(opts)
 
             specs.append(CollectorSpec(e.name, e.vendor, factory, opts.timeout_seconds))
-        return Sampler(specs, self.node, clock=self.clock, expected=self.expected, boot_id=_boot_id(),
-                       wake=self.wake, enrichers=[self.attribution(), *self.health_enrichers()])
+        # With PCI presence on, that enricher scans the bus and sets the expected counts; the
+        # sampler scanning it too would read sysfs twice per cycle for the same answer.
+        return Sampler(specs, self.node, clock=self.clock, expected=dict if self.pci_presence else self.expected,
+                       boot_id=_boot_id(), wake=self.wake,
+                       enrichers=[self.attribution(), *self.health_enrichers()])
 
     # ---- device health (README: Health and Kubernetes)
 
@@ -235,6 +238,11 @@ class Wiring:
         mode = getattr(self.args, "health_mode", None)
         return policy, RemedyConfig.from_mapping(raw, mode=mode)
 
+    @property
+    def pci_presence(self) -> bool:
+        """Whether the PCI presence enricher runs (config ``health.pci_presence``, default on)."""
+        return bool(self.cfg.health.get("pci_presence", True))
+
     def health_enrichers(self) -> list[Any]:
         """PCI presence (missing devices), then the rules' verdicts as each device's health."""
         from hetero_exporter.health.pci_presence import PciPresence, simulated_scan
@@ -242,7 +250,7 @@ class Wiring:
         policy, _ = self.health_settings()
         self.verdicts = HealthVerdicts(policy)
         out: list[Any] = []
-        if self.cfg.health.get("pci_presence", True):
+        if self.pci_presence:
             scan = (simulated_scan(self.scenario, self.clock, registry.PCI_VENDORS) if self.scenario is not None
                     else lambda: pci.scan(self.cfg.sysfs_root))
             out.append(PciPresence(scan, registry.PCI_VENDORS))

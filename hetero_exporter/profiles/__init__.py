@@ -49,10 +49,16 @@ class ProfileTable:
         return _clean(vendor, raw)
 
     def lookup(self, model: str) -> Optional[Profile]:
+        """The profile of a normalized model name (the first entry of that name), or None."""
+        return self._by_model.get(model)
+
+    @functools.cached_property
+    def _by_model(self) -> dict[str, Profile]:
+        # every device of every cycle looks its profile up: an index, not a scan
+        index: dict[str, Profile] = {}
         for e in self.entries:
-            if e.profile.model == model:
-                return e.profile
-        return None
+            index.setdefault(e.profile.model, e.profile)
+        return index
 
     def profile_for(self, vendor: str, model: str, *, kind: str = "",
                     memory_total_bytes: Optional[float] = None) -> Profile:
