@@ -27,9 +27,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hetero_exporter import vendor_cli  # noqa: E402
-from hetero_exporter.collector_api import CollectorOptions  # noqa: E402
-from hetero_exporter.collectors import cnmon, npu_smi  # noqa: E402
+from hetero_exporter.sdk import runner as vendor_cli  # noqa: E402
+from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
+from hetero_exporter.collectors.cambricon.cnmon import collector as cnmon
+from hetero_exporter.collectors.ascend.npu_smi import collector as npu_smi  # noqa: E402
 from hetero_exporter.simulate import ManualClock, load  # noqa: E402
 
 INTERVAL = 10.0

@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hetero_exporter.collector_api import CollectorOptions  # noqa: E402
-from hetero_exporter.collectors import nvml  # noqa: E402
+from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
+from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402
 from hetero_exporter.simulate import ManualClock  # noqa: E402
 from hetero_exporter.simulate.scenario import from_dict  # noqa: E402
 

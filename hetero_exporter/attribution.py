@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
-from hetero_exporter.collector_api import ParseError
+from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.model import (Allocation, DeviceIdentity, DeviceSample, NodeSnapshot,
                                    ProcessSample, SourceStatus)
 

@@ -24,8 +24,12 @@ import tempfile
 import threading
 from typing import Any, Optional, Sequence
 
-from hetero_exporter import __version__, config as config_mod, logs, pci, registry
-from hetero_exporter.collector_api import CollectorOptions, ParseError
+from hetero_exporter import __version__
+from hetero_exporter import config as config_mod
+from hetero_exporter import logs
+from hetero_exporter import pci
+from hetero_exporter import registry
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.model import NodeSnapshot, SchemaError, snapshot_to_json, to_dict
 from hetero_exporter.sampling import CollectorSpec, Sampler
 
@@ -82,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="plan only (the agent acts from `run --health-mode enforce`)")
 
     parse = sub.add_parser("parse", help="turn a captured vendor output into the model")
-    parse.add_argument("tool", metavar="TOOL", help="which tool printed FILE: " + (", ".join(sorted(registry.PARSERS)) or "none yet"))
+    parse.add_argument("tool", metavar="TOOL", help="which tool printed FILE: " + (", ".join(sorted(registry.parsers())) or "none yet"))
     parse.add_argument("file", metavar="FILE", help="the captured output ('-' for stdin)")
     parse.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -184,7 +188,7 @@ class Wiring:
         if self.scenario is not None:
             present = {d.vendor for d in self.scenario.devices}
         else:
-            present = set(pci.expected_by_vendor(self.pci_devices, registry.PCI_VENDORS))
+            present = set(pci.expected_by_vendor(self.pci_devices, registry.pci_vendors()))
         chosen = []
         for name, e in entries.items():
             explicit = self.flags.get(name, self.cfg.collector_settings(name).get("enabled"))
@@ -206,7 +210,7 @@ class Wiring:
             for vendor, n in (self.scenario.settings.get("pci_extra") or {}).items():
                 counts[vendor] = counts.get(vendor, 0) + int(n)
             return counts
-        return pci.expected_by_vendor(pci.scan(self.cfg.sysfs_root), registry.PCI_VENDORS)
+        return pci.expected_by_vendor(pci.scan(self.cfg.sysfs_root), registry.pci_vendors())
 
     def sampler(self) -> Sampler:
         specs = []
@@ -251,9 +255,9 @@ class Wiring:
         self.verdicts = HealthVerdicts(policy)
         out: list[Any] = []
         if self.pci_presence:
-            scan = (simulated_scan(self.scenario, self.clock, registry.PCI_VENDORS) if self.scenario is not None
+            scan = (simulated_scan(self.scenario, self.clock, registry.pci_vendors()) if self.scenario is not None
                     else lambda: pci.scan(self.cfg.sysfs_root))
-            out.append(PciPresence(scan, registry.PCI_VENDORS))
+            out.append(PciPresence(scan, registry.pci_vendors()))
         return out + [self.verdicts]
 
     def health_loop(self, metrics_registry: Any) -> Any:
@@ -275,7 +279,7 @@ class Wiring:
         loop = HealthLoop(remedy, self.verdicts, boot_id=_boot_id())
         log.info("health loop", extra={"mode": rcfg.mode, "writes": remedy.writes, "domain": rcfg.domain})
         if self.scenario is None and self.cfg.health.get("udev", True):
-            watch = UdevWatch(registry.PCI_VENDORS, self.wake.set)
+            watch = UdevWatch(registry.pci_vendors(), self.wake.set)
             if watch.start():
                 self._closers.append(watch.stop)
             else:

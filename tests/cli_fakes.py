@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from hetero_exporter.vendor_cli import CliError, CliResult
+from hetero_exporter.sdk.runner import CliError, CliResult
 
 
 def in_process_runner(answer: Callable[[Any, float, list], tuple[int, str, str]], scenario: Any, clock: Any,

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import pytest
 
 from hetero_exporter import registry
-from hetero_exporter.collector_api import CollectorOptions
+from hetero_exporter.sdk.contract import CollectorOptions
 from hetero_exporter.health import policy as policy_mod
 from hetero_exporter.health.metrics import HealthMetrics
 from hetero_exporter.health.plan import RemedyConfig

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from hetero_exporter import fields as F
-from hetero_exporter.collector_api import CollectorOptions, Unavailable
-from hetero_exporter.collectors import amdsmi
-from hetero_exporter.collectors.amdsmi_fake import ENERGY_RESOLUTION_UJ, FakeAmdSmi, binding_types
+from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.collectors.amd.amdsmi import collector as amdsmi
+from hetero_exporter.collectors.amd.amdsmi.fake import ENERGY_RESOLUTION_UJ, FakeAmdSmi, binding_types
 from hetero_exporter.model import snapshot_from_json, snapshot_to_json, NodeSnapshot
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict, load

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter.attribution import (QOS_CLASSES, Attributor, CgroupCache, PodInfo, StaticPods,
                                          parse_cgroup, parse_stat_start_time)
-from hetero_exporter.collector_api import ParseError
+from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.model import (Allocation, DeviceIdentity, DeviceSample, NodeSnapshot, ProcessSample,
                                    SourceStatus)
 from hetero_exporter.simulate import procfs

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from cli_fakes import in_process_runner
 from hetero_exporter import fields as F
-from hetero_exporter import vendor_cli
-from hetero_exporter.collector_api import CollectorOptions, ParseError
-from hetero_exporter.collectors import cnmon as C
-from hetero_exporter.collectors import cnmon_fake as fake
+from hetero_exporter.sdk import runner as vendor_cli
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.collectors.cambricon.cnmon import collector as C
+from hetero_exporter.collectors.cambricon.cnmon import fake
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict, load
-from hetero_exporter.vendor_cli import CliError, CliTimeout
+from hetero_exporter.sdk.runner import CliError, CliTimeout
 
 MIB = 1 << 20
 GIB = 1 << 30

@@ -12,8 +12,8 @@ from cli_fakes import mutated
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import fields as F
 from hetero_exporter.cli import main as cli_main
-from hetero_exporter.collector_api import ParseError
-from hetero_exporter.collectors import cnmon as C
+from hetero_exporter.sdk.contract import ParseError
+from hetero_exporter.collectors.cambricon.cnmon import collector as C
 from hetero_exporter.model import snapshot_from_json
 
 MIB = 1 << 20

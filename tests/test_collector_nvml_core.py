@@ -8,8 +8,8 @@ import yaml
 pynvml = pytest.importorskip("pynvml")
 
 from hetero_exporter import fields as F  # noqa: E402
-from hetero_exporter.collector_api import CollectorOptions, Unavailable  # noqa: E402
-from hetero_exporter.collectors import nvml  # noqa: E402
+from hetero_exporter.sdk.contract import CollectorOptions, Unavailable  # noqa: E402
+from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402
 from hetero_exporter.simulate import ManualClock  # noqa: E402
 from hetero_exporter.simulate.scenario import from_dict  # noqa: E402
 

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, require_tool
-from hetero_exporter import cli, config as config_mod
+from hetero_exporter import cli
+from hetero_exporter import config as config_mod
 from promql_names import load
 
 pytestmark = pytest.mark.integration

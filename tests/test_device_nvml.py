@@ -17,9 +17,9 @@ import sys
 import pytest
 
 from hetero_exporter import fields as F
-from hetero_exporter.collector_api import CollectorOptions
-from hetero_exporter.collectors import nvidia_common as C
-from hetero_exporter.collectors import nvidia_smi
+from hetero_exporter.sdk.contract import CollectorOptions
+from hetero_exporter.collectors.nvidia import common as C
+from hetero_exporter.collectors.nvidia.nvidia_smi import collector as nvidia_smi
 
 pytestmark = pytest.mark.device
 
@@ -67,7 +67,7 @@ STATUS_MUST_AGREE = (F.MEMORY_TOTAL, F.MEMORY_USED, F.TEMP_CORE, F.POWER_LIMIT, 
 @pytest.fixture(scope="module")
 def captured():
     pytest.importorskip("pynvml")
-    from hetero_exporter.collectors import nvml
+    from hetero_exporter.collectors.nvidia.nvml import collector as nvml
     collector = nvml.create(CollectorOptions(settings={"events": False, "fallback": False}))
     assert isinstance(collector, nvml.NvmlCollector)
     try:

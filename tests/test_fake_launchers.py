@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from hetero_exporter.collectors import npu_smi_fake
+from hetero_exporter.collectors.ascend.npu_smi import fake as npu_smi_fake
 from hetero_exporter.simulate import ManualClock, load
 
 

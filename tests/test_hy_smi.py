@@ -11,8 +11,8 @@ import yaml
 from agent_proc import Agent
 from conftest import shared_fixture
 from hetero_exporter import fields as F
-from hetero_exporter.collector_api import CollectorOptions
-from hetero_exporter.collectors import rocm_smi
+from hetero_exporter.sdk.contract import CollectorOptions
+from hetero_exporter.collectors.amd.rocm_smi import collector as rocm_smi
 from hetero_exporter.model import snapshot_from_json
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import load
@@ -107,8 +107,8 @@ def test_a_hung_hy_smi_is_killed_and_the_rest_is_served(tmp_path):
 
 
 def test_garbage_printing_hy_smi_is_a_parse_error_of_its_collector_only(tmp_path):
-    from hetero_exporter.collector_api import ParseError
-    from hetero_exporter.collectors import amdsmi
+    from hetero_exporter.sdk.contract import ParseError
+    from hetero_exporter.collectors.amd.amdsmi import collector as amdsmi
     scenario = load(str(ROOT / "fixtures" / "scenarios" / "hygon-garbage-cli.yaml"))
     c = rocm_smi.create_hy_smi(CollectorOptions(scenario=scenario, clock=ManualClock(), workdir=str(tmp_path)))
     with pytest.raises(ParseError, match="^hy-smi: "):

@@ -14,15 +14,15 @@ import yaml
 from cli_fakes import alive as _alive
 from cli_fakes import in_process_runner
 from hetero_exporter import fields as F
-from hetero_exporter import vendor_cli
-from hetero_exporter.collector_api import CollectorOptions, ParseError, Unavailable
-from hetero_exporter.collectors import npu_smi as N
-from hetero_exporter.collectors import npu_smi_fake as fake
-from hetero_exporter.collectors import nvml
+from hetero_exporter.sdk import runner as vendor_cli
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
+from hetero_exporter.collectors.ascend.npu_smi import collector as N
+from hetero_exporter.collectors.ascend.npu_smi import fake
+from hetero_exporter.collectors.nvidia.nvml import collector as nvml
 from hetero_exporter.sampling import CollectorSpec, Sampler
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict, load
-from hetero_exporter.vendor_cli import CliError, CliResult
+from hetero_exporter.sdk.runner import CliError, CliResult
 
 GIB = 1 << 30
 

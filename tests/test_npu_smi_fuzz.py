@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from cli_fakes import mutated
 from conftest import shared_fixtures
-from hetero_exporter.collector_api import ParseError
-from hetero_exporter.collectors import npu_smi as N
+from hetero_exporter.sdk.contract import ParseError
+from hetero_exporter.collectors.ascend.npu_smi import collector as N
 
 CAPTURES = [p.read_text() for p in shared_fixtures("npu-smi")] or [
     "+----+\n| npu-smi 1 Version: 1 |\n+----+\n| NPU Name | Health |\n| Chip | Bus-Id |\n"]

@@ -9,8 +9,8 @@ import pytest
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import fields as F
 from hetero_exporter.cli import main as cli_main
-from hetero_exporter.collector_api import ParseError
-from hetero_exporter.collectors import npu_smi as N
+from hetero_exporter.sdk.contract import ParseError
+from hetero_exporter.collectors.ascend.npu_smi import collector as N
 from hetero_exporter.model import NodeSnapshot, snapshot_from_json
 
 MIB = 1 << 20

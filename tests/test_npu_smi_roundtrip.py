@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from cli_fakes import in_process_runner
 from hetero_exporter import fields as F
-from hetero_exporter.collectors import npu_smi as N
-from hetero_exporter.collectors import npu_smi_parse as P
-from hetero_exporter.collectors import npu_smi_fake as fake
+from hetero_exporter.collectors.ascend.npu_smi import collector as N
+from hetero_exporter.collectors.ascend.npu_smi import parse as P
+from hetero_exporter.collectors.ascend.npu_smi import fake
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict
 

@@ -8,9 +8,11 @@ from pathlib import Path
 from cli_fakes import in_process_runner
 from conftest import ROOT
 from hetero_exporter import fields as F
-from hetero_exporter.collector_api import CollectorOptions
-from hetero_exporter.collectors import cnmon, npu_smi, nvml
-from hetero_exporter.collectors import npu_smi_fake as fake
+from hetero_exporter.sdk.contract import CollectorOptions
+from hetero_exporter.collectors.cambricon.cnmon import collector as cnmon
+from hetero_exporter.collectors.ascend.npu_smi import collector as npu_smi
+from hetero_exporter.collectors.nvidia.nvml import collector as nvml
+from hetero_exporter.collectors.ascend.npu_smi import fake
 from hetero_exporter.sampling import CollectorSpec, Sampler
 from hetero_exporter.simulate import ManualClock, load
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.collector_api import CollectorOptions, ParseError, Unavailable
-from hetero_exporter.collectors import nvidia_common as C
-from hetero_exporter.collectors import nvidia_smi
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
+from hetero_exporter.collectors.nvidia import common as C
+from hetero_exporter.collectors.nvidia.nvidia_smi import collector as nvidia_smi
 from hetero_exporter.model import snapshot_to_json
 
 CAPTURES = shared_fixtures("nvidia-smi", "q-x_*.xml")
@@ -226,7 +226,7 @@ def test_collector_counts_a_condition_once_per_episode():
 
 
 def test_collector_passes_tool_failures_to_the_sampler():
-    from hetero_exporter.vendor_cli import CliTimeout
+    from hetero_exporter.sdk.runner import CliTimeout
 
     def hung(timeout):
         raise CliTimeout("nvidia-smi: no answer within 4.5 s; killed its process group")
@@ -246,7 +246,7 @@ def fake_tool(tmp_path: Path, body: str) -> str:
 
 def test_nvml_falls_back_to_the_cli_when_nvml_cannot_load(tmp_path, monkeypatch):
     pytest.importorskip("pynvml")
-    from hetero_exporter.collectors import nvml
+    from hetero_exporter.collectors.nvidia.nvml import collector as nvml
     xml = shared_fixture("nvidia-smi", "q-x_dual-rtx-a5000_v13.xml")
     exe = fake_tool(tmp_path, f"cat '{xml}'")
     c = nvml.create(CollectorOptions(settings={"path": exe}, timeout_seconds=5.0))
@@ -261,7 +261,7 @@ def test_nvml_falls_back_to_the_cli_when_nvml_cannot_load(tmp_path, monkeypatch)
 
 def test_without_nvml_and_without_the_cli_the_reason_names_both(tmp_path):
     pytest.importorskip("pynvml")
-    from hetero_exporter.collectors import nvml
+    from hetero_exporter.collectors.nvidia.nvml import collector as nvml
     missing = str(tmp_path / "no-such-nvidia-smi")
     try:
         c = nvml.create(CollectorOptions(settings={"path": missing}))

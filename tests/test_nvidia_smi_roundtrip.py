@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 pynvml = pytest.importorskip("pynvml")
 
 from hetero_exporter import fields as F  # noqa: E402
-from hetero_exporter.collector_api import CollectorOptions  # noqa: E402
-from hetero_exporter.collectors import nvidia_common as C  # noqa: E402
-from hetero_exporter.collectors import nvidia_smi, nvml  # noqa: E402
+from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
+from hetero_exporter.collectors.nvidia import common as C  # noqa: E402
+from hetero_exporter.collectors.nvidia.nvidia_smi import collector as nvidia_smi
+from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402
 from hetero_exporter.simulate import ManualClock  # noqa: E402
 from hetero_exporter.simulate.scenario import from_dict  # noqa: E402
 

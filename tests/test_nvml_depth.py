@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
 from hetero_exporter import fields as F  # noqa: E402
-from hetero_exporter.collector_api import CollectorOptions  # noqa: E402
-from hetero_exporter.collectors import nvidia_common as C  # noqa: E402
-from hetero_exporter.collectors import nvml  # noqa: E402
+from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
+from hetero_exporter.collectors.nvidia import common as C  # noqa: E402
+from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402
 from hetero_exporter.exposition.collector import SnapshotCollector  # noqa: E402
 from hetero_exporter.model import NodeSnapshot, snapshot_from_json, snapshot_to_json  # noqa: E402
 from hetero_exporter.simulate import ManualClock, load  # noqa: E402

@@ -14,8 +14,8 @@ import pytest
 pynvml = pytest.importorskip("pynvml")
 
 from conftest import ROOT, shared_fixtures  # noqa: E402
-from hetero_exporter.collector_api import CollectorOptions  # noqa: E402
-from hetero_exporter.collectors import nvml  # noqa: E402
+from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
+from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402
 from hetero_exporter.health import faults  # noqa: E402
 from hetero_exporter.model import ACTIONS  # noqa: E402
 from hetero_exporter.sampling import CollectorSpec, Sampler  # noqa: E402

@@ -39,14 +39,14 @@ def wheel(tmp_path_factory):
 
 
 def test_wheel_contains_collectors_and_data(wheel):
-    for name in ("hetero_exporter/model.py", "hetero_exporter/collectors/nvml.py",
-                 "hetero_exporter/collectors/nvml_fake.py", "hetero_exporter/profiles/profiles.yaml",
+    for name in ("hetero_exporter/model.py", "hetero_exporter/collectors/nvidia/nvml/collector.py",
+                 "hetero_exporter/collectors/nvidia/nvml/fake.py", "hetero_exporter/profiles/profiles.yaml",
                  "hetero_exporter/simulate/scenarios/default.yaml",
                  "hetero_exporter/health/faults.py"):
         assert name in wheel, name
-    tables = [n for n in wheel if n.startswith("hetero_exporter/health/fault_tables/")]
-    shipped = [p.name for p in (ROOT / "hetero_exporter/health/fault_tables").glob("*.yaml")]
-    assert len(tables) == len(shipped)
+    tables = [n for n in wheel if n.startswith("hetero_exporter/collectors/") and n.endswith("/faults.yaml")]
+    shipped = list((ROOT / "collectors").glob("*/faults.yaml"))
+    assert shipped and len(tables) == len(shipped)
     # data folders and tests are not packages
     assert not any(n.startswith(("collectors/", "tests/", "dashboards/", "deploy/")) for n in wheel)
 

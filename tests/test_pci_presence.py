@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from hetero_exporter import pci, registry
+from hetero_exporter import pci
+from hetero_exporter import registry
 from hetero_exporter.health import policy as policy_mod
 from hetero_exporter.health import rules
 from hetero_exporter.health.pci_presence import PciPresence, UdevWatch, compare, simulated_scan
@@ -46,7 +47,7 @@ def test_device_on_the_bus_but_invisible_to_the_driver(tmp_path):
                              ("0000:28:00.0", 0x10DE, 0x030200, None),
                              ("0000:38:00.0", 0x10DE, 0x040300, "snd_hda_intel"),  # the GPU's audio function
                              ("0000:48:00.0", 0x10DE, 0x030200, "vfio-pci")])  # passed through to a VM
-    presence = PciPresence(lambda: pci.scan(root), registry.PCI_VENDORS)
+    presence = PciPresence(lambda: pci.scan(root), registry.pci_vendors())
     out = presence(_snap([_gpu(0, "0000:18:00.0")]))
     missing = [d for d in out.devices if d.health.state == "failed"]
     assert [d.identity.pci_address for d in missing] == ["0000:28:00.0"]
@@ -60,7 +61,7 @@ def test_gone_from_the_bus_keeps_the_identity_last_seen(tmp_path):
     devices = [("0000:18:00.0", 0x10DE, 0x030200, "nvidia"), ("0000:28:00.0", 0x10DE, 0x030200, "nvidia")]
     state = {"devices": devices}
     presence = PciPresence(lambda: pci.scan(_sysfs(tmp_path / str(len(state["devices"])), state["devices"])),
-                           registry.PCI_VENDORS)
+                           registry.pci_vendors())
     presence(_snap([_gpu(0, "0000:18:00.0"), _gpu(1, "0000:28:00.0", uuid="GPU-abc")]))
     state["devices"] = devices[:1]
     out = presence(_snap([_gpu(0, "0000:18:00.0")]))
@@ -75,7 +76,7 @@ def test_device_still_reported_gets_the_fault_itself():
     known = {"0000:28:00.0": lost.identity}
     missing = compare(on_bus, _snap([_gpu(0, "0000:18:00.0"), lost]), {"0000:28:00.0": "nvidia"}, known)
     assert [(m.code, m.identity.uuid) for m in missing] == [("pci-gone", "GPU-lost")]
-    presence = PciPresence(lambda: list(on_bus["nvidia"]), registry.PCI_VENDORS)
+    presence = PciPresence(lambda: list(on_bus["nvidia"]), registry.pci_vendors())
     presence._seen["0000:28:00.0"] = "nvidia"
     out = presence(_snap([_gpu(0, "0000:18:00.0"), lost]))
     assert len(out.devices) == 2  # no placeholder: the lost device carries the fault
@@ -93,7 +94,7 @@ def test_failed_collector_is_not_compared_and_count_fallback():
 def test_missing_device_makes_the_node_unhealthy():
     on_bus = [pci.PciDevice("0000:18:00.0", 0x10DE, 0, 0x030200, 0, "nvidia"),
               pci.PciDevice("0000:28:00.0", 0x10DE, 0, 0x030200, 0, None)]
-    snap = PciPresence(lambda: on_bus, registry.PCI_VENDORS)(_snap([_gpu(0, "0000:18:00.0")]))
+    snap = PciPresence(lambda: on_bus, registry.pci_vendors())(_snap([_gpu(0, "0000:18:00.0")]))
     policy = policy_mod.load()
     _, verdicts = rules.evaluate([snap], policy)
     nv = rules.node_verdict(snap, verdicts, policy)
@@ -105,7 +106,7 @@ def test_simulated_bus_extra_devices_and_removal():
                           "settings": {"pci_extra": {"nvidia": 1}},
                           "faults": [{"at": 50, "vendor": "nvidia", "index": 1, "kind": "pci-remove"}]})
     clock = ManualClock()
-    scan = simulated_scan(scenario, clock, registry.PCI_VENDORS)
+    scan = simulated_scan(scenario, clock, registry.pci_vendors())
     assert sorted(d.address for d in scan()) == ["0000:18:00.0", "0000:28:00.0", "0000:e0:00.0"]
     clock.set_t(60)
     assert sorted(d.address for d in scan()) == ["0000:18:00.0", "0000:e0:00.0"]
@@ -113,7 +114,7 @@ def test_simulated_bus_extra_devices_and_removal():
 
 def test_udev_events_wake_only_for_accelerators():
     woke = []
-    w = UdevWatch(registry.PCI_VENDORS, lambda: woke.append(1))
+    w = UdevWatch(registry.pci_vendors(), lambda: woke.append(1))
     ev = lambda action, pci_id, cls: SimpleNamespace(action=action, properties={  # noqa: E731
         "PCI_ID": pci_id, "PCI_CLASS": cls, "PCI_SLOT_NAME": "0000:18:00.0"})
     w.handle(ev("remove", "10DE:2330", "30200"))
@@ -125,7 +126,7 @@ def test_udev_events_wake_only_for_accelerators():
 
 
 def test_udev_watch_starts_or_says_why():
-    w = UdevWatch(registry.PCI_VENDORS, lambda: None)
+    w = UdevWatch(registry.pci_vendors(), lambda: None)
     started = w.start()
     try:
         assert started or w.reason

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import cli
 from hetero_exporter import fields as F
-from hetero_exporter import vendor_cli
-from hetero_exporter.collector_api import CollectorOptions, ParseError
-from hetero_exporter.collectors import rocm_smi
-from hetero_exporter.collectors.rocm_smi_fake import FakeSmiCli, render_json
+from hetero_exporter.sdk import runner as vendor_cli
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.collectors.amd.rocm_smi import collector as rocm_smi
+from hetero_exporter.collectors.amd.rocm_smi.fake import FakeSmiCli, render_json
 from hetero_exporter.model import snapshot_from_json
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict
@@ -342,7 +342,7 @@ def test_pcie_replay_increase_is_a_fault(tmp_path):
 def test_missing_tool_is_unavailable(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr(rocm_smi, "SEARCH_DIRS", {"rocm-smi": ("/nonexistent",)})
-    from hetero_exporter.collector_api import Unavailable
+    from hetero_exporter.sdk.contract import Unavailable
     with pytest.raises(Unavailable, match="rocm-smi not found"):
         rocm_smi.create(CollectorOptions())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from hetero_exporter.collector_api import ParseError, Unavailable
+from hetero_exporter.sdk.contract import ParseError, Unavailable
 from hetero_exporter.model import DeviceIdentity, DeviceSample, NodeSnapshot, Quality, Reading
 from hetero_exporter.sampling import CollectorSpec, Sampler
 from hetero_exporter.simulate import ManualClock

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from cli_fakes import alive as _alive
-from hetero_exporter import vendor_cli
-from hetero_exporter.collector_api import Unavailable
-from hetero_exporter.vendor_cli import CliError, CliTimeout
+from hetero_exporter.sdk import runner as vendor_cli
+from hetero_exporter.sdk.contract import Unavailable
+from hetero_exporter.sdk.runner import CliError, CliTimeout
 
 
 def tool(tmp_path: Path, name: str, body: str) -> str:

@@ -1,4 +1,4 @@
-"""Vendor fault tables (data in ``fault_tables/<vendor>.yaml``) and their lookup.
+"""Vendor fault tables (data in each vendor package, ``collectors/<vendor>/faults.yaml``) and their lookup.
 
 A table maps a vendor's fault code (an NVIDIA XID, an Ascend error code, an AMD RAS event...)
 to what it means for the device: a fault class, a severity and the recommended action. Collectors
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import yaml
@@ -32,7 +31,6 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 from hetero_exporter.model import ACTIONS, SEVERITIES
 
-TABLE_DIR = Path(__file__).with_name("fault_tables")
 
 
 @dataclass(frozen=True)
@@ -98,8 +96,10 @@ def parse_table(doc: Mapping[str, Any], where: str) -> FaultTable:
 @functools.lru_cache(maxsize=None)
 def table(vendor: str) -> FaultTable:
     """The built-in table of a vendor; an empty one (defaults only) when none is shipped."""
-    path = TABLE_DIR / f"{vendor}.yaml"
-    if not path.is_file():
+    from hetero_exporter import vendors  # the spec says where the vendor package keeps its table
+    spec = vendors.spec(vendor)
+    path = spec.data_path(spec.fault_table) if spec is not None else None
+    if path is None or not path.is_file():
         return FaultTable(vendor, "", FaultInfo("*", "unknown", "none", "warning", known=False), {})
     return parse_table(yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER), str(path))
 
@@ -109,7 +109,9 @@ def lookup(vendor: str, code: str) -> FaultInfo:
 
 
 def available_tables() -> list[str]:
-    return sorted(p.stem for p in TABLE_DIR.glob("*.yaml"))
+    """Vendors that ship a fault table."""
+    from hetero_exporter import vendors
+    return sorted(n for n, s in vendors.specs().items() if s.data_path(s.fault_table).is_file())
 
 
 def info_or_none(vendor: str, code: str) -> Optional[FaultInfo]:

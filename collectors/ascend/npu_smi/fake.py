@@ -2,7 +2,7 @@
 
 ``install()`` writes a small launcher named ``npu-smi`` into the collector's workdir; the
 launcher runs this module with the agent's own interpreter, so the real collector runs the
-real runner (hetero_exporter.vendor_cli) and the real parsers against it. The scenario file
+real runner (hetero_exporter.sdk.runner) and the real parsers against it. The scenario file
 is baked into the launcher; the scenario time comes with each call in the environment
 variable ``HETERO_SIM_T`` (the collector's simulation branch passes it), so the fake prints
 the values of that moment and the real code path knows nothing of simulation.
@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from hetero_exporter.collectors.npu_smi_parse import NpuChip, NpuProcess, NpuSummary
+from hetero_exporter.collectors.ascend.npu_smi.parse import NpuChip, NpuProcess, NpuSummary
 
 MIB = 1 << 20
 
@@ -484,7 +484,7 @@ def install_tool(scenario: Any, clock: Any, workdir: Optional[str], tool: str,
                  module: str) -> tuple[str, Callable[[], dict[str, str]]]:
     """Write the fake ``tool`` (running ``module``) for ``scenario``; returns (its path,
     the per-call environment)."""
-    from hetero_exporter.collector_api import Unavailable
+    from hetero_exporter.sdk.contract import Unavailable
     if not scenario.source or not os.path.isfile(scenario.source):
         raise Unavailable(f"the fake {tool} needs the scenario's file (Scenario.source)")
     wd = workdir or tempfile.mkdtemp(prefix=f"hetero-{tool}-")

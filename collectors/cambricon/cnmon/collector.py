@@ -1,6 +1,6 @@
 """Cambricon MLUs through the ``cnmon`` command-line tool: the parsed outputs
 (collectors/cnmon_parse.py) turned into the model, ``parse cnmon FILE``, and a collector that
-runs the tool through the shared runner (hetero_exporter.vendor_cli).
+runs the tool through the shared runner (hetero_exporter.sdk.runner).
 
 Invocations per cycle (stated, and measured by benchmarks/cli_invocations.py):
 - ``cnmon``: one call for all cards, every cycle (utilization, memory, virtual memory,
@@ -23,10 +23,10 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.collector_api import CollectorOptions, ParseError
-from hetero_exporter.collectors.cli_collector import (CliCalls, FaultEpisodes, NumaNodes, ParsedOutput,
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.cli_collector import (CliCalls, FaultEpisodes, NumaNodes, ParsedOutput,
                                                       Runner, build, reading, table_fault, worst_state)
-from hetero_exporter.collectors.cnmon_parse import (  # noqa: F401 - the parsers are part of this API
+from hetero_exporter.collectors.cambricon.cnmon.parse import (  # noqa: F401 - the parsers are part of this API
     MIB, TOOL, CardInfo, CnmonInfo, CnmonTable, InfoReadings, MluCard, MluProcess, detect, info_readings,
     parse_info, parse_table)
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot,
@@ -286,7 +286,7 @@ class CnmonCollector:
 
 
 def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
-    from hetero_exporter.collectors import cnmon_fake  # simulation only
+    from hetero_exporter.collectors.cambricon.cnmon import fake as cnmon_fake  # simulation only
     return cnmon_fake.install(scenario, clock, workdir)
 
 

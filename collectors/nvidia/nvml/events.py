@@ -4,7 +4,7 @@ One event set covers every GPU: each GPU registers the event types it supports a
 wanted ones (``nvmlDeviceGetSupportedEventTypes`` & wanted). The thread blocks in
 ``nvmlEventSetWait`` for at most ``wait_ms``; each event becomes a call of ``on_event`` with
 the GPU uuid and a fault code (the XID number for XID events, a named code for the other
-types, see health/fault_tables/nvidia.yaml). The collector records it in its FaultLedger and
+types, see collectors/nvidia/faults.yaml). The collector records it in its FaultLedger and
 asks the sampler for a cycle at once, so an XID shows in a snapshot within one event wait,
 not one poll interval.
 
@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from hetero_exporter.collectors.nvidia_common import RECOVERY_CODES
+from hetero_exporter.collectors.nvidia.common import RECOVERY_CODES
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Huawei Ascend NPUs through the ``npu-smi`` command-line tool: the parsed outputs
 (collectors/npu_smi_parse.py) turned into the model, ``parse npu-smi FILE``, and a collector
-that runs the tool through the shared runner (hetero_exporter.vendor_cli).
+that runs the tool through the shared runner (hetero_exporter.sdk.runner).
 
 Invocations per cycle (stated, and measured by benchmarks/cli_invocations.py):
 - ``npu-smi info``: one call for all NPUs, every cycle (health, power, temperature, AI core
@@ -33,10 +33,10 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.collector_api import CollectorOptions, ParseError
-from hetero_exporter.collectors.cli_collector import (CliCalls, FaultEpisodes, NumaNodes, ParsedOutput,
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.cli_collector import (CliCalls, FaultEpisodes, NumaNodes, ParsedOutput,
                                                       Runner, build, reading, table_fault, worst_state)
-from hetero_exporter.collectors.npu_smi_parse import (  # noqa: F401 - the parsers are part of this API
+from hetero_exporter.collectors.ascend.npu_smi.parse import (  # noqa: F401 - the parsers are part of this API
     _NA, TOOL, CardListing, ChipMapping, DetailDoc, HealthDetail, NpuChip, NpuList, NpuProcess, NpuSummary,
     _bus_id, _number, canonical_health, detect, health_detail, parse_detail, parse_list,
     parse_mapping, parse_proc_mem, parse_summary)
@@ -556,7 +556,7 @@ class NpuSmiCollector:
 
 
 def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
-    from hetero_exporter.collectors import npu_smi_fake  # simulation only
+    from hetero_exporter.collectors.ascend.npu_smi import fake as npu_smi_fake  # simulation only
     return npu_smi_fake.install(scenario, clock, workdir)
 
 

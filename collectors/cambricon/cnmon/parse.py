@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from hetero_exporter.collector_api import ParseError
+from hetero_exporter.sdk.contract import ParseError
 
 TOOL = "cnmon"
 MIB = 1 << 20

@@ -13,7 +13,7 @@ import dataclasses
 import threading
 from typing import Iterable, Mapping, Optional
 
-from hetero_exporter.fault_ledger import FaultLedger
+from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import Fault, Health, Reading
 

@@ -26,7 +26,7 @@ import stat
 import tempfile
 from typing import Any, Optional
 
-from hetero_exporter.collectors.rocm_smi import MINIMAL_ARGS
+from hetero_exporter.collectors.amd.rocm_smi.collector import MINIMAL_ARGS
 from hetero_exporter.simulate.scenario import DeviceSpec, Scenario
 
 MIB = 1 << 20

@@ -12,7 +12,7 @@ print is simply absent; a value that is present but unreadable gets status ``err
 Malformed XML, a root that is not ``nvidia_smi_log`` or a ``<gpu>`` without an identity
 raise ``ParseError``; nothing else escapes.
 
-The collector runs ``nvidia-smi -q -x`` through hetero_exporter.vendor_cli (deadline,
+The collector runs ``nvidia-smi -q -x`` through hetero_exporter.sdk.runner (deadline,
 process-group kill, output cap) and is what the NVML collector falls back to when NVML
 cannot be loaded but the CLI works; it is also selectable as ``--collector.nvidia_smi``.
 """
@@ -29,9 +29,9 @@ from typing import Any, Callable, Iterable, Optional
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.collector_api import CollectorOptions, ParseError, Unavailable
-from hetero_exporter.collectors import nvidia_common as C
-from hetero_exporter.fault_ledger import FaultLedger
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
+from hetero_exporter.collectors.nvidia import common as C
+from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault,
                                    NodeSnapshot, ProcessSample, Quality, Reading)
 
@@ -437,7 +437,7 @@ class NvidiaSmiCollector:
 
 
 def _cli_runner(exe: str) -> Runner:
-    from hetero_exporter import vendor_cli
+    from hetero_exporter.sdk import runner as vendor_cli
 
     def run(timeout: float) -> str:
         return vendor_cli.run([exe, *ARGV[1:]], timeout).stdout
@@ -449,7 +449,7 @@ def create(options: CollectorOptions) -> NvidiaSmiCollector:
     PATH) or, when simulating, the scenario rendered as nvidia-smi XML by the fake NVML."""
     common = dict(clock=options.clock, timeout=options.timeout_seconds)
     if options.scenario is not None:
-        from hetero_exporter.collectors.nvml_fake import FakeNvml, render_smi_xml
+        from hetero_exporter.collectors.nvidia.nvml.fake import FakeNvml, render_smi_xml
         fake = FakeNvml(options.scenario, options.clock)
         fake.nvmlInit()
         return NvidiaSmiCollector(lambda _timeout: render_smi_xml(fake), **common)

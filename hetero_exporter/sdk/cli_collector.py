@@ -1,6 +1,6 @@
 """Plumbing shared by the collectors that read a vendor command-line tool (npu_smi, cnmon).
 
-- CliCalls: calls through the shared runner (hetero_exporter.vendor_cli) that end before the
+- CliCalls: calls through the shared runner (hetero_exporter.sdk.runner) that end before the
   cycle's deadline, one at a time or a few at once, counted;
 - reading(): a value in base units with the field's declared quality (absent -> unsupported);
 - FaultEpisodes: fault codes active now -> Faults counted once per episode in a FaultLedger;
@@ -18,8 +18,8 @@ import time
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
 from hetero_exporter import pci
-from hetero_exporter.collector_api import CollectorOptions, Unavailable
-from hetero_exporter.fault_ledger import FaultLedger
+from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, Quality, Reading
 
@@ -32,7 +32,7 @@ class CliCalls:
 
     def __init__(self, exe: str, tool: str, *, runner: Optional[Runner] = None,
                  extra_env: Callable[[], Mapping[str, str]] = dict, workers: int = 4):
-        from hetero_exporter import vendor_cli
+        from hetero_exporter.sdk import runner as vendor_cli
         self.exe, self.tool = exe, tool
         self._run = runner or vendor_cli.run
         self._extra_env = extra_env

@@ -14,7 +14,7 @@ fork of ``rocm-smi`` and prints the same family of formats, so one parser reads 
 - the keyed text of single options (``GPU[0]  : GPU use (%): 0``).
 
 ``parse_rocm_smi`` / ``parse_hy_smi`` are pure (text -> NodeSnapshot) and raise only
-``ParseError``. ``SmiCliCollector`` runs the tool through hetero_exporter.vendor_cli (deadline,
+``ParseError``. ``SmiCliCollector`` runs the tool through hetero_exporter.sdk.runner (deadline,
 process-group kill, output cap, C locale) and adds what needs history (PCIe replay faults).
 """
 
@@ -31,9 +31,10 @@ from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter import fields as F
-from hetero_exporter import profiles, vendor_cli
-from hetero_exporter.collector_api import CollectorOptions, ParseError, Unavailable
-from hetero_exporter.fault_ledger import FaultLedger
+from hetero_exporter import profiles
+from hetero_exporter.sdk import runner as vendor_cli
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
+from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot,
                                    ProcessSample, Quality, Reading)
@@ -731,7 +732,7 @@ def _create(options: CollectorOptions, tool: str, name: str) -> SmiCliCollector:
     if isinstance(args, str):  # "args: --json --showtemp" in the config file
         args = shlex.split(args)
     if options.scenario is not None:
-        from hetero_exporter.collectors.rocm_smi_fake import FakeSmiCli
+        from hetero_exporter.collectors.amd.rocm_smi.fake import FakeSmiCli
         fake = FakeSmiCli(options.scenario, options.clock, options.workdir, tool)
         return SmiCliCollector(name, tool, fake.path, options.clock, timeout, fake.prepare, args)
     return SmiCliCollector(name, tool, _find_tool(tool, settings.get("path")), options.clock, timeout, None, args)

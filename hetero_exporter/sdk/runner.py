@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from hetero_exporter.collector_api import Unavailable
+from hetero_exporter.sdk.contract import Unavailable
 
 DEFAULT_MAX_BYTES = 8 << 20  # 8 MiB: a 16-device npu-smi table is ~10 KiB
 STDERR_KEEP = 2048

@@ -19,7 +19,7 @@ device-wide readings of partition 0 (temperatures, power, energy, ECC, PCIe, xGM
 utilization/memory derived from its partitions; each partition is a child device
 (``identity.parent``) with its own activity, VRAM and processes.
 
-Faults (codes in health/fault_tables/amd.yaml): uncorrectable ECC per RAS block above the
+Faults (codes in collectors/amd/faults.yaml): uncorrectable ECC per RAS block above the
 ``ecc_uncorrected_threshold`` setting (default 0) -> health ``failed``; deferred errors ->
 ``degraded``; CPER records (fatal -> ``failed``, for ``fault_hold_seconds``, default 600);
 GPU reset events -> ``degraded`` for the hold time; PCIe replay increases are recorded.
@@ -36,8 +36,8 @@ from typing import Any, Callable, Mapping, Optional
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.collector_api import CollectorOptions, Unavailable
-from hetero_exporter.fault_ledger import FaultLedger
+from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, ProcessSample,
                                    Quality, Reading)
@@ -687,6 +687,6 @@ def create(options: CollectorOptions) -> AmdSmiCollector:
     """The amdsmi collector over the real binding, or over the fake when simulating."""
     sysfs = options.settings.get("sysfs_root", "/sys")
     if options.scenario is not None:
-        from hetero_exporter.collectors.amdsmi_fake import FakeAmdSmi
+        from hetero_exporter.collectors.amd.amdsmi.fake import FakeAmdSmi
         return AmdSmiCollector(FakeAmdSmi(options.scenario, options.clock), options.clock, options.settings, sysfs)
     return AmdSmiCollector(import_binding(), options.clock, options.settings, sysfs)

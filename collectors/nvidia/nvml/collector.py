@@ -29,13 +29,13 @@ from typing import Any, Callable, Optional
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.collector_api import CollectorOptions, Unavailable
-from hetero_exporter.collectors import nvidia_common as C
-from hetero_exporter.collectors.nvml_events import Event, EventWatcher
-from hetero_exporter.collectors.nvml_mig import MigReader
-from hetero_exporter.collectors.nvml_processes import ProcessReader, samples as process_samples
-from hetero_exporter.collectors.nvml_topology import Topology, normalize_bus_id
-from hetero_exporter.fault_ledger import FaultLedger
+from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.collectors.nvidia import common as C
+from hetero_exporter.collectors.nvidia.nvml.events import Event, EventWatcher
+from hetero_exporter.collectors.nvidia.nvml.mig import MigReader
+from hetero_exporter.collectors.nvidia.nvml.processes import ProcessReader, samples as process_samples
+from hetero_exporter.collectors.nvidia.nvml.topology import Topology, normalize_bus_id
+from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Quality,
                                    Reading)
 
@@ -599,7 +599,7 @@ def create(options: CollectorOptions) -> Any:
     stands in (its readings say so in their quality source); ``fallback: false`` in the
     collector's settings turns that off."""
     if options.scenario is not None:
-        from hetero_exporter.collectors.nvml_fake import FakeNvml
+        from hetero_exporter.collectors.nvidia.nvml.fake import FakeNvml
         return NvmlCollector(FakeNvml(options.scenario, options.clock), options.clock, **_settings(options))
     try:
         import pynvml
@@ -615,7 +615,7 @@ def create(options: CollectorOptions) -> Any:
 def _fallback(options: CollectorOptions, why: Unavailable) -> Any:
     if not options.settings.get("fallback", True):
         raise why
-    from hetero_exporter.collectors import nvidia_smi
+    from hetero_exporter.collectors.nvidia.nvidia_smi import collector as nvidia_smi
     try:
         collector = nvidia_smi.create(options)
         collector.probe()

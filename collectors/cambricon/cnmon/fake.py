@@ -25,8 +25,8 @@ from __future__ import annotations
 import time
 from typing import Any, Optional, Sequence
 
-from hetero_exporter.collectors.cnmon_parse import MIB, CnmonTable, MluCard, MluProcess
-from hetero_exporter.collectors.npu_smi_fake import fake_main, install_tool
+from hetero_exporter.collectors.cambricon.cnmon.parse import MIB, CnmonTable, MluCard, MluProcess
+from hetero_exporter.collectors.ascend.npu_smi.fake import fake_main, install_tool
 
 LAYOUTS = ("v5", "v4")
 _W = (31, 22, 23)

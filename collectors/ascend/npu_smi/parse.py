@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from hetero_exporter.collector_api import ParseError
+from hetero_exporter.sdk.contract import ParseError
 
 TOOL = "npu-smi"
 _NA = {"", "NA", "N/A", "-", "--"}

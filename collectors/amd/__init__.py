@@ -1,0 +1,28 @@
+"""AMD Instinct GPUs: the amdsmi library (ROCm 6+), ``rocm-smi`` on CLI-only nodes."""
+
+from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+
+_DP = "ROCm k8s-device-plugin README (amd.com/gpu; partitions as amd.com/<partition resource>)"
+
+SPEC = VendorSpec(
+    name="amd", kind="gpu", display_name="AMD", package=__name__,
+    pci_vendor_ids=(0x1002,),
+    model_strip=r"^(AMD|Instinct)\s+",
+    resources=(ResourceName(r"amd\.com/gpu", "amd.com/gpu", "devices", source=_DP),),
+    resource_domains=("amd.com",),
+    device_resource=lambda model: "amd.com/gpu",
+    plugin_device_id=lambda d: d.pci_address or str(d.index),  # the plugin names GPUs by PCI address
+    fabric_links=("xgmi",),
+    tools=(ToolSpec("rocm-smi", dirs=("/opt/rocm/bin", "/usr/bin", "/usr/local/bin"),
+                    library_dirs=("/opt/rocm/lib",), env=("ROCM_PATH",),
+                    why_missing="ROCm SMI not installed"),),
+    collectors=(
+        CollectorEntry("amdsmi", "amd", "hetero_exporter.collectors.amd.amdsmi.collector",
+                       description="AMD GPUs through the amdsmi library (libamd_smi.so, ROCm 6+)"),
+        # Off by default: it would report the same GPUs as amdsmi. Enable it
+        # (--collector.rocm_smi) on AMD nodes that have rocm-smi but no libamd_smi.so.
+        CollectorEntry("rocm_smi", "amd", "hetero_exporter.collectors.amd.rocm_smi.collector", default=False,
+                       description="AMD GPUs through `rocm-smi --json` (CLI-only nodes, ROCm < 6)"),
+    ),
+    parsers={"rocm-smi": "hetero_exporter.collectors.amd.rocm_smi.collector:parse_rocm_smi"},
+)

@@ -1,0 +1,1 @@
+"""amdsmi: see collector.py."""

@@ -1,0 +1,1 @@
+"""rocm_smi: see collector.py."""

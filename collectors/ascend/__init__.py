@@ -1,0 +1,37 @@
+"""Huawei Ascend NPUs through ``npu-smi``."""
+
+import re
+
+from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+
+_DP = "Ascend device plugin (MindCluster) docs: huawei.com/Ascend910, huawei.com/Ascend310P, vNPU huawei.com/Ascend910-4c"
+_FAMILY = re.compile(r"Ascend\d+P?")
+
+
+def _device_resource(model: str) -> str:
+    """The device plugin advertises an NPU by family: Ascend910B3 -> huawei.com/Ascend910."""
+    m = _FAMILY.match(model or "")
+    return f"huawei.com/{m.group(0)}" if m else "huawei.com/Ascend"
+
+
+SPEC = VendorSpec(
+    name="ascend", kind="npu", display_name="Huawei Ascend", package=__name__,
+    pci_vendor_ids=(0x19E5,),
+    model_strip=r"^(Ascend|Huawei)\s*", model_digit_prefix="Ascend",
+    resources=(
+        ResourceName(r"huawei\.com/(Ascend\d+P?)", r"huawei.com/\1", "devices", source=_DP),
+        ResourceName(r"huawei\.com/(Ascend\d+P?)-.+", r"huawei.com/\1", "slices", source=_DP),
+    ),
+    resource_domains=("huawei.com",),
+    device_resource=_device_resource,
+    id_prefixes=("NPU-",),
+    plugin_device_id=lambda d: f"Ascend910-{d.index}",  # physical id last
+    fabric_links=("hccs",),
+    tools=(ToolSpec("npu-smi", dirs=("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin"),
+                    library_dirs=("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/lib64/common",
+                                  "/usr/local/Ascend/driver/lib64/driver"),
+                    env=("ASCEND_HOME",), why_missing="Ascend driver tools not installed"),),
+    collectors=(CollectorEntry("npu_smi", "ascend", "hetero_exporter.collectors.ascend.npu_smi.collector",
+                               description="Huawei Ascend NPUs through `npu-smi info` (+ slower per-card details)"),),
+    parsers={"npu-smi": "hetero_exporter.collectors.ascend.npu_smi.collector:parse_any"},
+)

@@ -1,0 +1,1 @@
+"""npu_smi: see collector.py."""

@@ -1,0 +1,1 @@
+"""cnmon: see collector.py."""

@@ -1,0 +1,24 @@
+"""Hygon DCUs through ``hy-smi`` (DTK), Hygon's fork of rocm-smi."""
+
+from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+
+_DP = "Hygon DCU device plugin (hygon.com/dcu); HAMi: hygon.com/dcunum, hygon.com/dcumem"
+
+SPEC = VendorSpec(
+    name="hygon", kind="dcu", display_name="Hygon", package=__name__,
+    pci_vendor_ids=(0x1D94,),
+    model_strip=r"^(Hygon|DCU)\s*",
+    resources=(
+        ResourceName(r"hygon\.com/dcu(?:num)?", "hygon.com/dcu", "devices", source=_DP),
+        ResourceName(r"hygon\.com/dcumem", "hygon.com/dcu", "memory_mib", source=_DP),
+    ),
+    resource_domains=("hygon.com",),
+    device_resource=lambda model: "hygon.com/dcu",
+    id_prefixes=("DCU-",),
+    plugin_device_id=lambda d: str(d.index),
+    tools=(ToolSpec("hy-smi", dirs=("/opt/hyhal/bin", "/usr/local/bin", "/usr/bin"),
+                    library_dirs=("/opt/hyhal/lib",), why_missing="Hygon DTK (hyhal) not installed"),),
+    collectors=(CollectorEntry("hy_smi", "hygon", "hetero_exporter.collectors.hygon.hy_smi.collector",
+                               description="Hygon DCUs through `hy-smi --json` (DTK)"),),
+    parsers={"hy-smi": "hetero_exporter.collectors.hygon.hy_smi.collector:parse_hy_smi"},
+)

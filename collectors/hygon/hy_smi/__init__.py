@@ -1,0 +1,1 @@
+"""hy_smi: see collector.py."""

@@ -1,0 +1,37 @@
+"""NVIDIA GPUs: NVML (nvidia-ml-py) with events, processes, topology and MIG; ``nvidia-smi -q -x``
+as the fallback and for ``parse nvidia-smi``."""
+
+from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+
+_DP = "NVIDIA k8s-device-plugin README (nvidia.com/gpu, MIG strategy 'mixed', time-slicing 'renameByDefault')"
+_HAMI = "HAMi docs: nvidia.com/gpumem (MiB per device)"
+
+SPEC = VendorSpec(
+    name="nvidia", kind="gpu", display_name="NVIDIA", package=__name__,
+    pci_vendor_ids=(0x10DE,),
+    model_strip=r"^(NVIDIA|Tesla|Quadro|GeForce)\s+",
+    resources=(
+        ResourceName(r"nvidia\.com/gpu", "nvidia.com/gpu", "devices", source=_DP),
+        ResourceName(r"nvidia\.com/gpu\.shared", "nvidia.com/gpu", "slices", source=_DP),
+        ResourceName(r"nvidia\.com/mig-.+", "nvidia.com/gpu", "slices", ("mig",), source=_DP),
+        ResourceName(r"nvidia\.com/gpumem", "nvidia.com/gpu", "memory_mib", source=_HAMI),
+    ),
+    resource_domains=("nvidia.com",),
+    device_resource=lambda model: "nvidia.com/gpu",
+    id_prefixes=("GPU-", "MIG-"),
+    plugin_device_id=lambda d: d.uuid,  # the device plugin names GPUs by uuid (GPU-...::N replicas)
+    uuid_prefix="GPU-",
+    fabric_links=("nvlink", "nvswitch"),
+    tools=(ToolSpec("nvidia-smi", why_missing="NVIDIA driver utilities not installed or not mounted "
+                                              "(NVIDIA container toolkit: NVIDIA_DRIVER_CAPABILITIES=utility)"),),
+    collectors=(
+        CollectorEntry("nvml", "nvidia", "hetero_exporter.collectors.nvidia.nvml.collector",
+                       description="NVIDIA GPUs through NVML (nvidia-ml-py); falls back to "
+                                   "`nvidia-smi -q -x` when NVML cannot be loaded"),
+        # Off by default: nvml already falls back to it. Enable it (--collector.nvidia_smi,
+        # with --no-collector.nvml) to read the CLI only.
+        CollectorEntry("nvidia_smi", "nvidia", "hetero_exporter.collectors.nvidia.nvidia_smi.collector",
+                       default=False, description="NVIDIA GPUs through `nvidia-smi -q -x`"),
+    ),
+    parsers={"nvidia-smi": "hetero_exporter.collectors.nvidia.nvidia_smi.collector:parse"},
+)

@@ -1,0 +1,1 @@
+"""nvidia_smi: see collector.py."""

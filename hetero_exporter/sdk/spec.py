@@ -1,0 +1,134 @@
+"""VendorSpec: everything the core needs to know about one vendor, declared in one place.
+
+Each vendor package (``collectors/<vendor>/__init__.py``) declares a ``SPEC``; the core
+(registry, profiles, PCI presence, scoring resource names, PodResources id mapping, the
+simulated kubelet, the CLI runner's host paths) reads these specs and names no vendor itself.
+A spec is plain data plus a few pure hooks; importing a vendor package's ``__init__`` must stay
+cheap and import no binding (bindings load lazily in the collector modules).
+
+Dotted references (``"module:attr"``) keep the heavy parts (collectors, parsers, version
+discovery) unloaded until used.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+
+@dataclass(frozen=True)
+class CollectorEntry:
+    """A collector of a vendor: ``module`` exposes ``create(options) -> Collector``
+    (``module:attr`` names another factory object with a ``create``)."""
+
+    name: str
+    vendor: str
+    module: str
+    default: bool = True  # enabled unless --no-collector.NAME (subject to PCI presence)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ResourceName:
+    """An extended resource a device plugin (or HAMi) advertises for this vendor.
+
+    ``pattern`` is matched whole against the pod's resource name; ``group`` (may use the
+    pattern's groups, ``\\1``) is the resource a device is allocated as on its node, so
+    devices of different groups never serve one allocation; ``unit``: ``devices`` (whole
+    devices), ``slices`` (a share of one device), ``memory_mib`` (memory per device, MiB).
+    ``source`` cites where the name is documented."""
+
+    pattern: str
+    group: str
+    unit: str = "devices"
+    features: tuple[str, ...] = ()
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.unit not in ("devices", "slices", "memory_mib"):
+            raise ValueError(f"ResourceName {self.pattern!r}: unit {self.unit!r} is not devices|slices|memory_mib")
+        object.__setattr__(self, "_re", re.compile(self.pattern))
+
+    def match(self, name: str) -> Optional[str]:
+        """The group a pod's resource ``name`` belongs to, or None when it does not match."""
+        m = self._re.fullmatch(name)  # type: ignore[attr-defined]
+        return m.expand(self.group) if m else None
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A vendor command-line tool: where the vendor installs it on a host (``dirs``, searched
+    after PATH, and below ``--host-root`` in a container), the driver library folders it needs
+    on ``LD_LIBRARY_PATH`` (``library_dirs``) and environment variables it reads (``env``)."""
+
+    name: str
+    dirs: tuple[str, ...] = ("/usr/local/bin", "/usr/bin", "/usr/local/sbin", "/usr/sbin")
+    library_dirs: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    why_missing: str = ""  # what a missing tool usually means ("driver tools not installed")
+
+
+@dataclass(frozen=True)
+class VendorSpec:
+    """One vendor's facts (see the module docstring)."""
+
+    name: str  # identity.vendor
+    kind: str  # identity.kind: gpu|npu|mlu|dcu|gcu|xpu
+    display_name: str
+    package: str  # the vendor package's dotted name (data files are found beside it)
+    pci_vendor_ids: tuple[int, ...] = ()
+    # model normalization: marketing prefixes stripped from unknown product strings, and a
+    # prefix put back when the cleaned name starts with a digit ("910B3" -> "Ascend910B3")
+    model_strip: str = ""
+    model_digit_prefix: str = ""
+    # Kubernetes: device plugin / HAMi resources; domains whose resources (and DRA drivers,
+    # gpu.<domain>) belong to this vendor; the resource a whole device is allocated as
+    resources: tuple[ResourceName, ...] = ()
+    resource_domains: tuple[str, ...] = ()
+    device_resource: Callable[[str], str] = lambda model: ""
+    # device plugin ids: uuid prefixes a plugin may drop or add ("GPU-", "MIG-"), and the id
+    # the vendor's plugin gives a device (the simulated kubelet serves it)
+    id_prefixes: tuple[str, ...] = ()
+    plugin_device_id: Callable[[Any], str] = lambda identity: identity.uuid
+    uuid_prefix: str = ""  # how the vendor's uuids start (simulated devices get it)
+    fabric_links: tuple[str, ...] = ()  # Link.type values of the vendor's own fabric
+    tools: tuple[ToolSpec, ...] = ()
+    collectors: tuple[CollectorEntry, ...] = ()
+    parsers: Mapping[str, str] = field(default_factory=dict)  # parse TOOL -> "module:function"
+    fault_table: str = "faults.yaml"  # beside the package's __init__.py
+    profiles: str = "profiles.yaml"
+    # "module:function" (host_root: str) -> VersionInfo, for driver/runtime discovery outside
+    # the tool's own output (a version file of the runtime install); None when the tool says it
+    versions: Optional[str] = None
+    kernel_log: Optional[str] = None  # "module:attr" of the kernel-log rules (when written)
+
+    def data_path(self, relative: str) -> Path:
+        """A data file of the vendor package (fault table, profiles)."""
+        import importlib.util
+        spec = importlib.util.find_spec(self.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(f"vendor package {self.package} not found")
+        return Path(list(spec.submodule_search_locations)[0]) / relative
+
+    def tool(self, name: str) -> Optional[ToolSpec]:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def resource_group(self, name: str) -> Optional[tuple[ResourceName, str]]:
+        for r in self.resources:
+            g = r.match(name)
+            if g is not None:
+                return r, g
+        return None
+
+    def missing(self) -> list[str]:
+        """Fields a complete spec must fill (the contract tests ask for none missing)."""
+        out = []
+        for f in ("name", "kind", "display_name", "package", "pci_vendor_ids", "resources",
+                  "resource_domains", "collectors", "parsers", "tools"):
+            if not getattr(self, f):
+                out.append(f)
+        if not self.device_resource("x"):
+            out.append("device_resource")
+        return out

@@ -1,0 +1,112 @@
+"""The vendor specs the agent knows: the built-in vendor packages plus plugins.
+
+The built-in packages are listed in one static table, ``hetero_exporter.collectors.BUILTIN``
+(in collectors/, beside the packages; the core names no vendor). A third-party package
+registers its ``VendorSpec`` under the entry-point group ``hetero_exporter.collectors``
+(``myvendor = "mypkg:SPEC"``). A plugin that only exposes a module with ``create(options)``
+(the older form) becomes a collector without a spec.
+
+Loading a spec imports only the vendor package's ``__init__`` (data and pure hooks), never a
+binding; specs are loaded once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from importlib import metadata
+from typing import Any, Optional
+
+from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+
+__all__ = ["CollectorEntry", "ResourceName", "ToolSpec", "VendorSpec", "specs", "spec",
+           "pci_vendors", "ENTRY_POINT_GROUP", "register", "load"]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "hetero_exporter.collectors"
+_COLLECTORS_PACKAGE = "hetero_exporter.collectors"
+_extra: dict[str, VendorSpec] = {}  # registered at run time (tests, embedding programs)
+_plugin_collectors: dict[str, CollectorEntry] = {}
+
+
+def load(dotted: str) -> Any:
+    """``module`` or ``module:attr``, imported now."""
+    module, _, attr = dotted.partition(":")
+    mod = importlib.import_module(module)
+    return getattr(mod, attr) if attr else mod
+
+
+@functools.lru_cache(maxsize=None)
+def _builtin() -> tuple[VendorSpec, ...]:
+    table = importlib.import_module(_COLLECTORS_PACKAGE)
+    out = []
+    for name in getattr(table, "BUILTIN", ()):
+        out.append(importlib.import_module(f"{_COLLECTORS_PACKAGE}.{name}").SPEC)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _plugins() -> tuple[VendorSpec, ...]:
+    try:
+        eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except Exception:  # noqa: BLE001 - a broken plugin distribution must not stop the agent
+        return ()
+    out = []
+    for ep in eps:
+        try:
+            obj = ep.load()
+        except Exception as e:  # noqa: BLE001 - reported, the other vendors go on
+            log.warning("plugin %s (%s) cannot be loaded: %s", ep.name, ep.value, e)
+            continue
+        obj = getattr(obj, "SPEC", obj)
+        if isinstance(obj, VendorSpec):
+            out.append(obj)
+        elif hasattr(obj, "create"):
+            _plugin_collectors.setdefault(ep.name, CollectorEntry(ep.name, "", ep.value,
+                                                                  description=f"plugin {ep.value}"))
+    return tuple(out)
+
+
+def specs() -> dict[str, VendorSpec]:
+    """Every known vendor by name (built-ins first; a plugin cannot replace a built-in)."""
+    out: dict[str, VendorSpec] = {}
+    for s in (*_builtin(), *_plugins(), *_extra.values()):
+        out.setdefault(s.name, s)
+    return out
+
+
+def spec(vendor: str) -> Optional[VendorSpec]:
+    return specs().get(vendor)
+
+
+def register(s: VendorSpec) -> None:
+    """Add a spec at run time (a test's throwaway vendor, a program embedding the agent)."""
+    _extra[s.name] = s
+    _index.cache_clear()
+
+
+def unregister(name: str) -> None:
+    _extra.pop(name, None)
+    _index.cache_clear()
+
+
+def plugin_collectors() -> dict[str, CollectorEntry]:
+    """Collectors of plugins that registered a bare ``create`` module instead of a spec."""
+    _plugins()
+    return dict(_plugin_collectors)
+
+
+@functools.lru_cache(maxsize=1)
+def _index() -> dict[str, Any]:
+    pci: dict[int, str] = {}
+    for s in specs().values():
+        for vid in s.pci_vendor_ids:
+            pci.setdefault(vid, s.name)
+    return {"pci": pci}
+
+
+def pci_vendors() -> dict[int, str]:
+    """PCI vendor id (sysfs ``vendor``) -> vendor name."""
+    return dict(_index()["pci"])
