@@ -26,7 +26,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from hetero_exporter.collectors.cambricon.cnmon.parse import MIB, CnmonTable, MluCard, MluProcess
-from hetero_exporter.collectors.ascend.npu_smi.fake import fake_main, install_tool
+from hetero_exporter.sdk.fake_tool import fake_main, install_tool
 
 LAYOUTS = ("v5", "v4")
 _W = (31, 22, 23)
