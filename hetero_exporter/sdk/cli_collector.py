@@ -1,4 +1,4 @@
-"""Plumbing shared by the collectors that read a vendor command-line tool (npu_smi, cnmon).
+"""Plumbing shared by the collectors that read a vendor command-line tool.
 
 - CliCalls: calls through the shared runner (hetero_exporter.sdk.runner) that end before the
   cycle's deadline, one at a time or a few at once, counted;
@@ -6,7 +6,8 @@
 - FaultEpisodes: fault codes active now -> Faults counted once per episode in a FaultLedger;
 - worst_state(): health from fault severities (critical failed, warning degraded, info ok);
 - NumaNodes: NUMA node of a PCI address, from sysfs; find_tool(): the tool's path or Unavailable;
-- build(): a collector over the real tool, or over its fake executable when simulating.
+- build(): a collector over the real tool, or over its fake executable when simulating;
+- CliCollector: the base of a CLI vendor collector (one summary call, hooks, lost devices).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
 from hetero_exporter import pci
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, Quality, Reading
@@ -170,3 +172,76 @@ class ParsedOutput:
     def to_dict(self) -> dict:
         d = self.data.to_dict() if hasattr(self.data, "to_dict") else self.data
         return {"command": self.command, "result": d}
+
+
+class CliCollector:
+    """The collector over one vendor tool that every CLI vendor builds on.
+
+    A subclass sets ``name``, ``vendor``, ``tool`` (the command's name, for messages) and
+    ``summary_args`` (the one call made every cycle for all devices), and writes two hooks:
+
+    - ``parse_summary(text) -> parsed``: pure, raises only ParseError;
+    - ``devices(parsed, now, deadline) -> list[DeviceSample]``: the model of the parsed
+      output; it may make detail calls through ``self.cli`` (they end before ``deadline``)
+      and count faults through ``self.episodes``.
+
+    The base runs the summary under the cycle's deadline (``budget_fraction`` of the sampler's
+    timeout, so a hung tool is killed by the runner, not abandoned), pins every top-level
+    device's identity (``self.identities``) and, when ``complete(parsed)`` says the output
+    lists every device, reports each pinned device that is absent as failed under its pinned
+    uuid with the ``lost_code`` fault of the vendor's table."""
+
+    name = ""
+    vendor = ""
+    tool = ""
+    summary_args: Sequence[str] = ()
+    lost_code = "missing"
+
+    def __init__(self, exe: str, *, clock: Callable[[], float] = time.time, timeout: float = 5.0,
+                 interval: float = 10.0, settings: Optional[Mapping[str, Any]] = None,
+                 runner: Optional[Runner] = None, extra_env: Callable[[], Mapping[str, str]] = dict):
+        self.settings = dict(settings or {})
+        self.clock = clock
+        self.interval = max(0.1, interval)
+        self.cli = CliCalls(exe, self.tool, runner=runner, extra_env=extra_env,
+                            workers=int(self.settings.get("parallel_calls", 4)))
+        self.budget = max(0.2, float(self.settings.get("budget_fraction", 0.9)) * timeout)
+        self.episodes = FaultEpisodes()
+        self.identities = IdentityMemory()
+        self.numa = NumaNodes(str(self.settings.get("sysfs_root", "/sys")))
+
+    @property
+    def calls(self) -> int:
+        """Tool runs made by this collector (benchmarks)."""
+        return self.cli.calls
+
+    # ------------------------------------------------------------------ hooks
+    def parse_summary(self, text: str) -> Any:
+        raise NotImplementedError
+
+    def devices(self, parsed: Any, now: float, deadline: float) -> list[DeviceSample]:
+        raise NotImplementedError
+
+    def complete(self, parsed: Any) -> bool:
+        """Whether the summary lists every device (a shortened output does not mean lost)."""
+        return True
+
+    def lost_fault(self, identity: DeviceIdentity) -> Fault:
+        return table_fault(self.vendor, self.lost_code,
+                           f"{self.tool}: {identity.kind} {identity.index} ({identity.uuid}) no longer listed",
+                           self.tool)
+
+    # ------------------------------------------------------------------ the cycle
+    def collect(self) -> list[DeviceSample]:
+        deadline = time.monotonic() + self.budget
+        now = self.clock()
+        parsed = self.parse_summary(self.cli.call(self.summary_args, deadline))
+        out = list(self.devices(parsed, now, deadline))
+        for d in out:
+            if d.identity.parent is None:
+                self.identities.remember(d.identity)
+        if self.complete(parsed):
+            present = [d.identity.uuid for d in out]
+            for ident in self.identities.missing(present):
+                out.append(self.episodes.lost(ident, self.lost_fault(ident), now))
+        return out
