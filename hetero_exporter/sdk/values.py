@@ -40,19 +40,23 @@ def is_na(text: Optional[str]) -> bool:
     return text is None or text.strip().lower() in NA
 
 
+def _leading(text: str, *, anywhere: bool) -> tuple[float, str]:
+    """The first number of ``text`` (at its start unless ``anywhere``) and what follows it."""
+    m = (_NUMBER.search if anywhere else _NUMBER.match)(text)
+    if m is None:
+        raise ValueError(f"expected a number or N/A, got {text[:40]!r}")
+    v = float(m.group(0))
+    if not math.isfinite(v):
+        raise ValueError(f"expected a finite number, got {text[:40]!r}")
+    return v, text[m.end():]
+
+
 def number(text: Optional[str]) -> Optional[float]:
     """The number ``text`` holds (leading and trailing unit words ignored), None for NA.
     Raises ValueError for text with no number, or a non-finite one."""
     if is_na(text):
         return None
-    t = str(text).strip()
-    m = _NUMBER.search(t)
-    if m is None:
-        raise ValueError(f"expected a number or N/A, got {t[:40]!r}")
-    v = float(m.group(0))
-    if not math.isfinite(v):
-        raise ValueError(f"expected a finite number, got {t[:40]!r}")
-    return v
+    return _leading(str(text).strip(), anywhere=True)[0]
 
 
 def quantity(text: Optional[str], default_unit: str = "", units: Mapping[str, float] = UNITS) -> Optional[float]:
@@ -62,13 +66,8 @@ def quantity(text: Optional[str], default_unit: str = "", units: Mapping[str, fl
     if is_na(text):
         return None
     t = str(text).strip()
-    m = _NUMBER.match(t)
-    if m is None:
-        raise ValueError(f"expected a quantity like '12 MiB' or N/A, got {t[:40]!r}")
-    v = float(m.group(0))
-    if not math.isfinite(v):
-        raise ValueError(f"expected a finite quantity, got {t[:40]!r}")
-    unit = t[m.end():].strip().lower() or default_unit.lower()
+    v, rest = _leading(t, anywhere=False)
+    unit = rest.strip().lower() or default_unit.lower()
     if not unit:
         return v
     factor = units.get(unit)
