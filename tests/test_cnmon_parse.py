@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli_fakes import mutated
+from cli_fakes import mutated, only_parse_errors
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import fields as F
 from hetero_exporter.cli import main as cli_main
@@ -180,11 +180,7 @@ FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCh
 
 
 def _only_parse_errors(fn, *args):
-    try:
-        return fn(*args)
-    except ParseError as e:
-        assert str(e).startswith("cnmon") and len(str(e)) > len("cnmon: "), e
-        return None
+    return only_parse_errors("cnmon", fn, *args)
 
 
 @FUZZ

@@ -34,4 +34,5 @@ SPEC = VendorSpec(
     collectors=(CollectorEntry("npu_smi", "ascend", "hetero_exporter.collectors.ascend.npu_smi.collector",
                                description="Huawei Ascend NPUs through `npu-smi info` (+ slower per-card details)"),),
     parsers={"npu-smi": "hetero_exporter.collectors.ascend.npu_smi.collector:parse_any"},
+    versions="hetero_exporter.collectors.ascend.versions:discover",
 )

@@ -23,4 +23,5 @@ SPEC = VendorSpec(
     collectors=(CollectorEntry("cnmon", "cambricon", "hetero_exporter.collectors.cambricon.cnmon.collector",
                                description="Cambricon MLUs through `cnmon` (+ `cnmon info` per card)"),),
     parsers={"cnmon": "hetero_exporter.collectors.cambricon.cnmon.collector:parse_any"},
+    versions="hetero_exporter.collectors.cambricon.versions:discover",
 )

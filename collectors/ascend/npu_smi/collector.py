@@ -10,10 +10,18 @@ Invocations per cycle (stated, and measured by benchmarks/cli_invocations.py):
 - per-card details ``info -t usages|common|memory|ecc -i N``: each kind refreshed every
   ``detail_intervals[kind]`` seconds (defaults below), spread over cycles, at most
   ``detail_calls_per_cycle`` per cycle (default: the steady rate rounded up, plus one);
+- ``info -t topo``: the HCCS link matrix, at start and then every ``topo_interval`` seconds
+  (default 600; 0 disables), within the same per-cycle budget;
 - identity, once per card in the agent's life: ``info -t board -i N`` (serial, firmware, die
   id on newer releases), ``info -t board -i N -c C`` only when the card-level output has
   neither a serial nor a die id, and ``info -m`` only for multi-chip cards without a
   ``Device`` column (to learn the chip logic ids).
+
+The detail calls are planned by hetero_exporter.sdk.schedule (cadence per kind, per-cycle
+budget, clock-went-back handling, a kind disabled after 3 failures); identities are pinned
+in hetero_exporter.sdk.identity (a chip that disappears is failed under its pinned uuid).
+``identity.runtime_version`` is the CANN version (collectors/ascend/versions.py) read below
+``settings.host_root`` (default "/"), else the driver package version.
 
 Units: npu-smi's "MB" are binary (an HBM of "65536" MB is 64 GiB): MB -> bytes is x 2**20.
 Percentages become ratios 0..1. "NA", "N/A" and "-" are absent values (status unsupported).
@@ -25,22 +33,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
-from hetero_exporter.sdk.cli_collector import (CliCalls, FaultEpisodes, NumaNodes, ParsedOutput,
-                                                      Runner, build, reading, table_fault, worst_state)
+from hetero_exporter.sdk import values
+from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, build, reading, table_fault,
+                                                      worst_state)
+from hetero_exporter.sdk.schedule import DetailSchedule
+from hetero_exporter.collectors.ascend import versions
 from hetero_exporter.collectors.ascend.npu_smi.parse import (  # noqa: F401 - the parsers are part of this API
-    _NA, TOOL, CardListing, ChipMapping, DetailDoc, HealthDetail, NpuChip, NpuList, NpuProcess, NpuSummary,
-    _bus_id, _number, canonical_health, detect, health_detail, parse_detail, parse_list,
-    parse_mapping, parse_proc_mem, parse_summary)
-from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot,
+    TOOL, TOPO_FABRIC, CardListing, ChipMapping, DetailDoc, HealthDetail, NpuChip, NpuList, NpuProcess,
+    NpuSummary, NpuTopo, _bus_id, _number, canonical_health, detect, health_detail, parse_detail, parse_list,
+    parse_mapping, parse_proc_mem, parse_summary, parse_topo)
+from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot,
                                    ProcessSample, Quality, Reading)
 
 log = logging.getLogger(__name__)
@@ -51,8 +61,13 @@ MIB = 1 << 20
 
 # Static quality of each field: source (the npu-smi command and column), method, window,
 # resolution (in base units) and error bound where Huawei documents one (none is documented).
+# The busy ratios (AICore(%), the -t usages rates) are sampled by the driver over a period
+# Huawei does not document (npu-smi, DCMI dcmi_get_device_utilization_rate and ACL
+# aclrtGetDeviceUtilizationRate state none): UTIL_WINDOW, 1 s, is assumed, not documented.
+UTIL_WINDOW = 1.0
+
 QUALITY: dict[str, Quality] = {
-    F.UTILIZATION: Quality("npu-smi info: AICore(%) (NPU Util(%) in the newer layout)", "sampled", None, 0.01),
+    F.UTILIZATION: Quality("npu-smi info: AICore(%) (NPU Util(%) in the newer layout)", "sampled", UTIL_WINDOW, 0.01),
     F.MEMORY_USED: Quality("npu-smi info: HBM-Usage(MB) used (Memory-Usage(MB) on chips without HBM)", "measured", None, MIB),
     F.MEMORY_TOTAL: Quality("npu-smi info: HBM-Usage(MB) total (Memory-Usage(MB) on chips without HBM)", "measured", None, MIB),
     "memory_ddr_used_bytes": Quality("npu-smi info: Memory-Usage(MB) used, on chips that also have HBM", "measured", None, MIB),
@@ -62,10 +77,10 @@ QUALITY: dict[str, Quality] = {
     "hugepages_used_pages": Quality("npu-smi info: Hugepages-Usage(page) used", "measured", None, 1.0),
     "hugepages_total_pages": Quality("npu-smi info: Hugepages-Usage(page) total", "measured", None, 1.0),
     # per-card details, refreshed at their own cadence (age_seconds says how old)
-    F.MEMORY_UTILIZATION: Quality("npu-smi info -t usages: HBM Bandwidth Usage Rate(%) (DDR on chips without HBM)", "sampled", None, 0.01),
-    "aicpu_utilization_ratio": Quality("npu-smi info -t usages: Aicpu Usage Rate(%)", "sampled", None, 0.01),
-    "ctrlcpu_utilization_ratio": Quality("npu-smi info -t usages: Ctrlcpu Usage Rate(%)", "sampled", None, 0.01),
-    "vector_utilization_ratio": Quality("npu-smi info -t usages: Aivector/Vectorcore Usage Rate(%)", "sampled", None, 0.01),
+    F.MEMORY_UTILIZATION: Quality("npu-smi info -t usages: HBM Bandwidth Usage Rate(%) (DDR on chips without HBM)", "sampled", UTIL_WINDOW, 0.01),
+    "aicpu_utilization_ratio": Quality("npu-smi info -t usages: Aicpu Usage Rate(%)", "sampled", UTIL_WINDOW, 0.01),
+    "ctrlcpu_utilization_ratio": Quality("npu-smi info -t usages: Ctrlcpu Usage Rate(%)", "sampled", UTIL_WINDOW, 0.01),
+    "vector_utilization_ratio": Quality("npu-smi info -t usages: Aivector/Vectorcore Usage Rate(%)", "sampled", UTIL_WINDOW, 0.01),
     F.CLOCK_COMPUTE: Quality("npu-smi info -t common: Aicore curFreq(MHZ)", "measured", None, 1e6),
     "clock_compute_max_hertz": Quality("npu-smi info -t common: Aicore Freq(MHZ)", "measured", None, 1e6),
     "aicore_count": Quality("npu-smi info -t common: Aicore Count", "measured", None, 1.0),
@@ -191,7 +206,7 @@ def chip_uuid(chip: NpuChip, board: Optional[DetailDoc], board_chip: Optional[De
                 return "ascend-" + "-".join(h.lower() for h in hexes)
     if board is not None:
         sn = (board.get(chip.chip_id, "serial number") or "").strip()
-        if sn and sn.upper() not in _NA and not re.fullmatch(r"x+", sn, re.I):
+        if sn and not values.is_na(sn) and not re.fullmatch(r"x+", sn, re.I):
             return f"ascend-sn-{sn}" + (f"-c{chip.chip_id}" if multi_chip else "")
     if chip.bus_id:
         return f"ascend-pci-{chip.bus_id}" + (f"-c{chip.chip_id}" if multi_chip else "")
@@ -254,11 +269,13 @@ def _logic_index(chip: NpuChip, ordinal: int, multi: set[int]) -> int:
 
 
 def _identity(chip: NpuChip, uuid: str, index: int, driver: str, *, firmware: Optional[str] = None,
-              serial: Optional[str] = None, numa: Optional[int] = None, name: Optional[str] = None) -> DeviceIdentity:
+              serial: Optional[str] = None, numa: Optional[int] = None, name: Optional[str] = None,
+              runtime: Optional[str] = None) -> DeviceIdentity:
     raw = name or chip.name
+    drv = driver if driver and not values.is_na(driver) else None
     return DeviceIdentity(vendor="ascend", kind="npu", index=index, uuid=uuid,
                           model=profiles.normalize_model("ascend", raw), pci_address=chip.bus_id,
-                          numa_node=numa, driver_version=driver if driver and driver.upper() not in _NA else None,
+                          numa_node=numa, driver_version=drv, runtime_version=runtime or drv,
                           firmware_version=firmware, name=raw or None, serial=serial)
 
 
@@ -307,6 +324,8 @@ def parse_any(text: str) -> Any:
     if kind == "info -l":
         return ParsedOutput(kind, parse_list(text))
     t = kind.split()[-1]
+    if t == "topo":
+        return ParsedOutput(kind, parse_topo(text))
     if t == "proc-mem":
         return ParsedOutput(kind, [dataclasses.asdict(p) for p in parse_proc_mem(text)])
     doc = parse_detail(text, t)
@@ -319,16 +338,9 @@ def parse_any(text: str) -> Any:
 
 # Seconds between refreshes of each per-card detail kind (0 disables a kind).
 DEFAULT_DETAIL_INTERVALS = {"usages": 60.0, "common": 60.0, "memory": 300.0, "ecc": 300.0}
+DEFAULT_TOPO_INTERVAL = 600.0
 _TOOL_DIRS = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
-
-
-@dataclass
-class _Detail:
-    doc: Optional[DetailDoc] = None
-    fetched_at: float = 0.0  # clock() time of the fetch
-    due: float = 0.0  # clock() time of the next refresh
-    failures: int = 0
-    disabled: bool = False
+_NODE = "node"  # the schedule's target of node-wide calls (the topology)
 
 
 @dataclass
@@ -339,41 +351,43 @@ class _Known:
     chip: NpuChip
 
 
-class NpuSmiCollector:
+class NpuSmiCollector(CliCollector):
     name = "npu_smi"
     vendor = "ascend"
+    tool = TOOL
+    summary_args = ("info",)
 
-    def __init__(self, exe: str, *, clock: Callable[[], float] = time.time, timeout: float = 5.0,
-                 interval: float = 10.0, settings: Optional[Mapping[str, Any]] = None,
-                 runner: Optional[Runner] = None, extra_env: Callable[[], Mapping[str, str]] = dict):
-        settings = dict(settings or {})
-        self._clock = clock
-        # per-call environment additions (the simulation's clock) travel with each call
-        self._cli = CliCalls(exe, TOOL, runner=runner, extra_env=extra_env,
-                             workers=int(settings.get("parallel_calls", 4)))
-        # finish before the sampler's deadline, so a hung npu-smi is killed by us, not abandoned
-        self._budget = max(0.2, float(settings.get("budget_fraction", 0.9)) * timeout)
-        self._interval = max(0.1, interval)
+    def __init__(self, exe: str, **kw: Any):
+        super().__init__(exe, **kw)
+        settings = self.settings
         self._intervals = {k: float(v) for k, v in
                            {**DEFAULT_DETAIL_INTERVALS, **(settings.get("detail_intervals") or {})}.items()
                            if float(v) > 0}
-        self._detail_budget = settings.get("detail_calls_per_cycle")
+        topo = float(settings.get("topo_interval", DEFAULT_TOPO_INTERVAL))
+        budget = settings.get("detail_calls_per_cycle")
+        self.schedule = DetailSchedule({**self._intervals, **({"topo": topo} if topo > 0 else {})},
+                                       self.interval, None if budget is None else int(budget))
         self._health_budget = int(settings.get("health_calls_per_cycle", 4))
-        self._numa = NumaNodes(str(settings.get("sysfs_root", "/sys")))
-        self._episodes = FaultEpisodes()
         self._known: dict[tuple[int, int], _Known] = {}
+        self._by_uuid: dict[str, tuple[int, int]] = {}
         self._boards: dict[int, Optional[DetailDoc]] = {}  # card -> board output (None: failed)
         self._board_chips: dict[tuple[int, int], Optional[DetailDoc]] = {}
         self._mapping: Optional[dict[tuple[int, int], ChipMapping]] = None
         self._late_tries: dict[int, int] = {}  # card -> identity calls that ran out of time
-        self._details: dict[tuple[int, str], _Detail] = {}
         self._health: dict[tuple[int, int], HealthDetail] = {}
         self._health_at: dict[tuple[int, int], float] = {}
+        self.runtime_version = versions.discover(str(settings.get("host_root", "/"))).runtime_version
 
-    @property
-    def calls(self) -> int:
-        """npu-smi runs made by this collector (benchmarks)."""
-        return self._cli.calls
+    # ------------------------------------------------------------------ hooks
+    def parse_summary(self, text: str) -> NpuSummary:
+        return parse_summary(text)
+
+    def complete(self, parsed: NpuSummary) -> bool:
+        return not parsed.elided  # a shortened capture does not mean chips were lost
+
+    def lost_fault(self, identity: DeviceIdentity) -> Fault:
+        npu, chip = self._by_uuid.get(identity.uuid, (identity.index, 0))
+        return _fault("missing", f"NPU {npu} chip {chip}", "npu-smi info")
 
     # ------------------------------------------------------------------ identity
     def _learn_identities(self, summary: NpuSummary, deadline: float) -> None:
@@ -383,7 +397,7 @@ class NpuSmiCollector:
         multi = _multi_chip_cards(summary.chips)
         cards = sorted({c.npu_id for c in new if c.npu_id not in self._boards})
         late: set[int] = set()  # cards whose identity calls ran out of time: asked again next cycle
-        for card, out in self._cli.map([(n, ["info", "-t", "board", "-i", str(n)]) for n in cards], deadline):
+        for card, out in self.cli.map([(n, ["info", "-t", "board", "-i", str(n)]) for n in cards], deadline):
             if isinstance(out, TimeoutError) and self._late_tries.get(card, 0) < 2:
                 self._late_tries[card] = self._late_tries.get(card, 0) + 1
                 late.add(card)
@@ -394,11 +408,11 @@ class NpuSmiCollector:
         for c in new:
             board = self._boards.get(c.npu_id)
             has_id = board is not None and (board.get(c.chip_id, "ddie id", "vdie id", "die id")
-                                            or (board.get(c.chip_id, "serial number") or "NA").upper() not in _NA)
+                                            or not values.is_na(board.get(c.chip_id, "serial number") or "NA"))
             if not has_id and summary.layout != "new" and (c.npu_id, c.chip_id) not in self._board_chips:
                 chip_jobs.append(((c.npu_id, c.chip_id),
                                   ["info", "-t", "board", "-i", str(c.npu_id), "-c", str(c.chip_id)]))
-        for key, out in self._cli.map(chip_jobs, deadline):
+        for key, out in self.cli.map(chip_jobs, deadline):
             if isinstance(out, TimeoutError) and self._late_tries.get(key[0], 0) < 2:
                 self._late_tries[key[0]] = self._late_tries.get(key[0], 0) + 1
                 late.add(key[0])
@@ -407,7 +421,7 @@ class NpuSmiCollector:
         new = [c for c in new if c.npu_id not in late]
         if self._mapping is None and any(c.logic_id is None for c in new if c.npu_id in multi):
             try:
-                self._mapping = {(m.npu_id, m.chip_id): m for m in parse_mapping(self._cli.call(["info", "-m"], deadline))}
+                self._mapping = {(m.npu_id, m.chip_id): m for m in parse_mapping(self.cli.call(["info", "-m"], deadline))}
             except Exception as e:  # noqa: BLE001 - logic ids then fall back to the ordinal
                 log.warning("npu-smi info -m failed: %s", e)
                 self._mapping = {}
@@ -424,9 +438,11 @@ class NpuSmiCollector:
                        if d is not None and d.get(c.chip_id, "firmware version")), None)
             sn = board.get(c.chip_id, "serial number") if board is not None else None
             ident = _identity(c, uuid, index, summary.driver_version, firmware=fw,
-                              serial=sn if sn and sn.upper() not in _NA else None,
-                              numa=self._numa(c.bus_id), name=c.name or (m.name if m else None))
+                              serial=sn if sn and not values.is_na(sn) else None,
+                              numa=self.numa(c.bus_id), name=c.name or (m.name if m else None),
+                              runtime=self.runtime_version)
             self._known[key] = _Known(ident, c)
+            self._by_uuid[uuid] = key
 
     @staticmethod
     def _parsed(out: Any, kind: str, what: str) -> Optional[DetailDoc]:
@@ -440,44 +456,41 @@ class NpuSmiCollector:
             return None
 
     # ------------------------------------------------------------------ details
-    def _detail_jobs(self, cards: Sequence[int], now: float) -> list[tuple[tuple[int, str], list[str]]]:
-        due = []
-        for card in cards:
-            for kind, every in self._intervals.items():
-                d = self._details.setdefault((card, kind), _Detail(due=now))
-                if d.due - now > 2 * every:  # the clock went back: do not wait for it
-                    d.due = now
-                if not d.disabled and d.due <= now:
-                    due.append((d.due, card, kind))
-        if self._detail_budget is not None:
-            budget = int(self._detail_budget)
-        else:  # the steady rate, rounded up, plus one to drain the start-up backlog
-            rate = sum(len(cards) * self._interval / every for every in self._intervals.values())
-            budget = math.ceil(rate) + 1 if rate else 0
-        due.sort()
-        return [((card, kind), ["info", "-t", kind, "-i", str(card)]) for _, card, kind in due[:budget]]
-
     def _refresh_details(self, cards: Sequence[int], deadline: float) -> None:
-        # scheduled on the collector's clock (the scenario clock when simulating), so a
-        # simulated node refreshes at the same cadence in scenario time
-        now = self._clock()
-        for (card, kind), out in self._cli.map(self._detail_jobs(cards, now), deadline):
-            d = self._details[(card, kind)]
-            d.due = now + self._intervals[kind]
-            doc = self._parsed(out, kind, f"card {card}")
-            try:
-                for chip in doc.chip_ids() if doc is not None else ():  # values must be readable too
-                    detail_readings(doc, chip)
-            except ParseError as e:
-                log.warning("npu-smi info -t %s -i %d: %s", kind, card, e)
-                doc = None
-            if doc is None:
-                d.failures += 1
-                if d.failures >= 3:  # not supported on this product/driver: stop asking
-                    d.disabled = True
-                    log.warning("npu-smi info -t %s -i %d failed 3 times; not asked again", kind, card)
-                continue
-            d.doc, d.fetched_at, d.failures = doc, now, 0
+        # scheduled on the collector's clock (the scenario clock when simulating)
+        now = self.clock()
+        jobs = [(card, kind) for card in cards for kind in self._intervals] + [(_NODE, "topo")]
+        due = self.schedule.due(jobs, now)
+        args = {job: (["info", "-t", "topo"] if job[1] == "topo" else ["info", "-t", job[1], "-i", str(job[0])])
+                for job in due}
+        for job, out in self.cli.map([(j, args[j]) for j in due], deadline):
+            value = self._topo(out) if job[1] == "topo" else self._detail(out, job)
+            self.schedule.done(job, now, value, ok=value is not None)
+            st = self.schedule.state(job)
+            if st is not None and st.disabled and st.failures == self.schedule.max_failures:
+                log.warning("npu-smi %s failed %d times; not asked again", " ".join(args[job]), st.failures)
+
+    def _detail(self, out: Any, job: tuple[Any, str]) -> Optional[DetailDoc]:
+        card, kind = job
+        doc = self._parsed(out, kind, f"card {card}")
+        try:
+            for chip in doc.chip_ids() if doc is not None else ():  # values must be readable too
+                detail_readings(doc, chip)
+        except ParseError as e:
+            log.warning("npu-smi info -t %s -i %s: %s", kind, card, e)
+            return None
+        return doc
+
+    @staticmethod
+    def _topo(out: Any) -> Optional[NpuTopo]:
+        if isinstance(out, Exception):
+            log.warning("npu-smi info -t topo failed: %s", out)
+            return None
+        try:
+            return parse_topo(out)
+        except ParseError as e:
+            log.warning("npu-smi info -t topo: %s", e)
+            return None
 
     def _refresh_health(self, summary: NpuSummary, deadline: float) -> None:
         for c in summary.chips:
@@ -491,7 +504,7 @@ class NpuSmiCollector:
             if summary.layout != "new":
                 args += ["-c", str(c.chip_id)]
             jobs.append(((c.npu_id, c.chip_id), args))
-        for key, out in self._cli.map(jobs, deadline):
+        for key, out in self.cli.map(jobs, deadline):
             self._health_at[key] = time.monotonic()
             doc = self._parsed(out, "health", f"NPU {key[0]} chip {key[1]}")
             try:
@@ -503,12 +516,12 @@ class NpuSmiCollector:
     def _details_of(self, c: NpuChip, now: float) -> dict[str, Reading]:
         out: dict[str, Reading] = {}
         for kind, every in self._intervals.items():
-            d = self._details.get((c.npu_id, kind))
-            if d is None or d.doc is None:
+            st = self.schedule.latest((c.npu_id, kind))
+            if st is None:
                 continue
-            age = max(0.0, now - d.fetched_at)
+            age = st.age(now)
             try:
-                extra = detail_readings(d.doc, c.chip_id, age)
+                extra = detail_readings(st.value, c.chip_id, age)
             except ParseError as e:  # a chip block the refresh did not check
                 log.warning("npu-smi info -t %s -i %d: %s", kind, c.npu_id, e)
                 continue
@@ -516,14 +529,23 @@ class NpuSmiCollector:
                 out[name] = rd if age <= 3 * every else Reading(rd.value, rd.quality.with_status("stale", age))
         return out
 
-    # ------------------------------------------------------------------ collect
-    def collect(self) -> list[DeviceSample]:
-        deadline = time.monotonic() + self._budget
-        now = self._clock()
-        summary = parse_summary(self._cli.call(["info"], deadline))
+    def _links(self, devices: Sequence[DeviceSample]) -> dict[str, tuple[Link, ...]]:
+        """HCCS links of the last topology, NPUn read as the chip's logic id (its index)."""
+        st = self.schedule.latest((_NODE, "topo"))
+        if st is None:
+            return {}
+        by_index = {d.identity.index: d.identity.uuid for d in devices}
+        out: dict[str, list[Link]] = {}
+        for a, b, word in st.value.links:
+            if a in by_index and b in by_index:
+                out.setdefault(by_index[a], []).append(Link(peer=by_index[b], type=TOPO_FABRIC[word], state="up"))
+        return {k: tuple(v) for k, v in out.items()}
+
+    # ------------------------------------------------------------------ the cycle
+    def devices(self, summary: NpuSummary, now: float, deadline: float) -> list[DeviceSample]:
         self._learn_identities(summary, deadline)
         self._refresh_health(summary, deadline)
-        if deadline - time.monotonic() > 0.25 * self._budget:  # details never cost the summary
+        if deadline - time.monotonic() > 0.25 * self.budget:  # details never cost the summary
             self._refresh_details(sorted({c.npu_id for c in summary.chips}), deadline)
         multi = _multi_chip_cards(summary.chips)
         out = []
@@ -531,7 +553,7 @@ class NpuSmiCollector:
             k = self._known.get((c.npu_id, c.chip_id))
             ident = k.identity if k is not None else _identity(  # no identity in time: by bus id
                 c, chip_uuid(c, None, None, c.npu_id in multi), c.npu_id, summary.driver_version,
-                numa=self._numa(c.bus_id))
+                numa=self.numa(c.bus_id), runtime=self.runtime_version)
             readings = summary_readings(c)
             for name, rd in self._details_of(c, now).items():
                 readings.setdefault(name, rd)
@@ -539,20 +561,16 @@ class NpuSmiCollector:
             info = detail.information if detail else ""
             where = f"NPU {c.npu_id} chip {c.chip_id}" + (f" ({info})" if info else "")
             codes = () if c.health == "OK" else (c.health,) + (detail.codes if detail else ())
-            reasons = self._episodes.update(ident.uuid, [_fault(code, where, "npu-smi") for code in dict.fromkeys(codes)],
-                                            now)
+            reasons = self.episodes.update(ident.uuid, [_fault(code, where, "npu-smi") for code in dict.fromkeys(codes)],
+                                           now)
             procs = tuple(_process(p, ident.uuid) for p in summary.processes if _owns(c, p, multi))
             out.append(DeviceSample(identity=ident, timestamp=now, readings=readings,
                                     health=Health(health_state(reasons, c.health), reasons),
-                                    faults=self._episodes.faults(ident.uuid), processes=procs,
+                                    faults=self.episodes.faults(ident.uuid), processes=procs,
                                     processes_reported=summary.process_section))
-        if not summary.elided:  # a shortened capture does not mean chips were lost
-            present = {(c.npu_id, c.chip_id) for c in summary.chips}
-            for key, k in self._known.items():
-                if key not in present:
-                    out.append(self._episodes.lost(
-                        k.identity, _fault("missing", f"NPU {key[0]} chip {key[1]}", "npu-smi info"), now))
-        return out
+        links = self._links(out)
+        return [dataclasses.replace(d, links=links[d.identity.uuid]) if d.identity.uuid in links else d
+                for d in out]
 
 
 def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
@@ -563,5 +581,10 @@ def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
 def create(options: CollectorOptions) -> NpuSmiCollector:
     """The npu-smi collector: the real tool (``settings.path``, default ``npu-smi`` on PATH or in
     /usr/local/sbin), or, when simulating, a fake npu-smi executable written into
-    ``options.workdir``."""
-    return build(options, NpuSmiCollector, _install_fake, "npu-smi", _TOOL_DIRS, "Ascend driver tools not installed")
+    ``options.workdir`` (with a fake host root holding the scenario's CANN version files)."""
+    def factory(exe: str, **kw: Any) -> NpuSmiCollector:
+        if options.scenario is not None:
+            from hetero_exporter.collectors.ascend.npu_smi import fake as npu_smi_fake  # simulation only
+            kw["settings"] = {"host_root": npu_smi_fake.host_root(exe), **kw["settings"]}
+        return NpuSmiCollector(exe, **kw)
+    return build(options, factory, _install_fake, "npu-smi", _TOOL_DIRS, "Ascend driver tools not installed")

@@ -12,7 +12,11 @@ DetailDoc-like key lists), which is what the render -> parse round-trip tests re
 
 Scenario hooks (vendor ``ascend``):
 - ``settings: {ascend: {layout: 910|910-22|910-old|310|new, chips_per_card: N,
-  npu_id_base: N, mode: hung|slow|garbage|truncated|exit, seconds: S, status: N}}``;
+  npu_id_base: N, topology: hccs|pcie, cann_version: V, mode: hung|slow|garbage|truncated|exit,
+  seconds: S, status: N}}``; ``topology`` (``info -t topo``) defaults to ``hccs`` (every chip
+  linked to every other, as on an Atlas 800 training server) except on 310 products (PCIe);
+  ``cann_version`` (default: the driver version) is written to the fake host root's
+  ascend_toolkit_install.info, so identity.runtime_version appears in simulation;
   ``layout`` defaults to ``310`` for a 310 product and ``910`` otherwise;
 - device ``extra``: ``ddr_total_mb``, ``hugepages_total``, ``aicore_count``,
   ``aicore_max_mhz``, ``board_name``, ``aicpu_utilization_ratio``, ``ctrlcpu_utilization_ratio``;
@@ -346,6 +350,28 @@ def _detail(kind: str, card: int, chip_id: Optional[int], chips: Sequence[FakeCh
     return render_kv(blocks)
 
 
+def render_topo(labels: Sequence[int], fabric: str = "hccs") -> str:
+    """``npu-smi info -t topo`` in the documented matrix layout: ``HCCS`` between every two
+    NPUs (``fabric`` hccs) or ``PHB`` (pcie), ``X`` on the diagonal, then the legend."""
+    names = [f"NPU{n}" for n in labels]
+    w = max([10] + [len(n) + 2 for n in names])
+    word = "HCCS" if fabric == "hccs" else "PHB"
+    lines = [" " * w + "".join(n.ljust(w) for n in names) + "CPU Affinity"]
+    for a in names:
+        lines.append(a.ljust(w) + "".join(("X" if a == b else word).ljust(w) for b in names) + "0-23")
+    lines += ["", "Legend:", "", "  X    = Self", "  SYS  = Path traversing PCIe and NUMA nodes (SMP)",
+              "  PHB  = Path traversing PCIe and the PCIe host bridge of a CPU",
+              "  PIX  = Path traversing a single PCIe switch", "  PXB  = Path traversing several PCIe switches",
+              "  HCCS = Connection traversing HCCS", "  NA   = Unknown relationship"]
+    return "\n".join(lines) + "\n"
+
+
+def _topo_labels(chips: Sequence[FakeChip], per_card: int) -> list[int]:
+    """The NPU numbers of the matrix: the chip's logic id (what the collector's index is)."""
+    return [fc.chip.logic_id if fc.chip.logic_id is not None else (fc.chip.npu_id if per_card == 1 else i)
+            for i, fc in enumerate(chips)]
+
+
 USAGE = "Usage: npu-smi info <watch|proc|-h|-m|-l|-t type> [Options...]\n"
 
 
@@ -370,6 +396,10 @@ def answer(scenario: Any, t: float, argv: Sequence[str]) -> tuple[int, str, str]
             blocks.append([("NPU ID", str(card)),
                            ("Chip Count", str(len([f for f in chips if f.chip.npu_id == card])))])
         return 0, render_kv(blocks), ""
+    if rest == ["-t", "topo"]:
+        cfg = scenario.vendor_settings("ascend")
+        fabric = str(cfg.get("topology") or ("pcie" if layout == "310" else "hccs"))
+        return 0, render_topo(_topo_labels(chips, max(1, int(cfg.get("chips_per_card", 1)))), fabric), ""
     opts = dict(zip(rest[::2], rest[1::2])) if len(rest) % 2 == 0 else {}
     kind, card, chip = opts.get("-t"), opts.get("-i"), opts.get("-c")
     if kind is None or card is None or not card.isdigit() or (chip is not None and not chip.isdigit()):
@@ -387,9 +417,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      error_message="dcmi model initialized failed, because the device is used. ret is -8020")
 
 
+def host_root(exe: str) -> str:
+    """The fake host root beside the fake npu-smi (its CANN and driver version files)."""
+    return os.path.join(os.path.dirname(exe), "host-root-ascend")
+
+
 def install(scenario: Any, clock: Any, workdir: Optional[str]) -> tuple[str, Callable[[], dict[str, str]]]:
-    """Write the fake npu-smi for ``scenario``; returns (its path, the per-call environment)."""
-    return install_tool(scenario, clock, workdir, "npu-smi", __name__)
+    """Write the fake npu-smi for ``scenario`` and the version files of its host root;
+    returns (its path, the per-call environment)."""
+    from hetero_exporter.collectors.ascend import versions
+    exe, env = install_tool(scenario, clock, workdir, "npu-smi", __name__)
+    devs = scenario.devices_of("ascend")
+    drv = devs[0].driver_version if devs and devs[0].driver_version else "23.0.3"
+    cann = str(scenario.vendor_settings("ascend").get("cann_version") or drv)
+    versions.write_fake(host_root(exe), cann, drv)
+    return exe, env
 
 
 if __name__ == "__main__":

@@ -6,9 +6,19 @@ from fixed offsets): the 310 table (``Chip Device`` second row, no HBM), the 910
 with and without ``Hugepages-Usage(page)``, and the newer layout with ``NPU ID | Name`` cells
 and ``NPU Util(%)`` (Ascend 950 documentation); ``-m`` and ``-l``; the ``key : value``
 outputs of ``-t TYPE`` (blank-line separated blocks per chip, multi-line values indented to
-the value column). Lines of ``...`` (a capture shortened by hand) are skipped and flagged
-``elided``. Values stay in npu-smi's units here (W, C, %, MB, pages); "NA", "N/A" and "-"
-are None. Malformed text raises collector_api.ParseError naming the command and the line.
+the value column, or not starting with a key, continue the value above: real nodes print
+multi-line Error Code / Error Information), read by hetero_exporter.sdk.blocks; the box
+tables by hetero_exporter.sdk.tables; ``info -t topo`` (the link matrix, read by
+sdk.tables.parse_matrix). Lines of ``...`` (a capture shortened by hand) are skipped and
+flagged ``elided``. Values stay in npu-smi's units here (W, C, %, MB, pages); the NA
+spellings of sdk.values are None. Malformed text raises ParseError naming the command and
+the line.
+
+``info -t topo``: NO REAL CAPTURE was at hand. The parser follows the documented layout (an
+``nvidia-smi topo -m`` style matrix: a header ``NPU0 NPU1 ... CPU Affinity``, one row per
+NPU, the connection words ``X`` (self), ``HCCS``, ``PIX``, ``PXB``, ``PHB``, ``SYS``, ``SIO``,
+``HCCS_SW``, then a ``Legend:``; the connection kinds are those of CANN's
+aclrtGetDevicesTopo, hiascend.com API reference) and reads it by structure.
 """
 
 from __future__ import annotations
@@ -19,10 +29,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from hetero_exporter.sdk import blocks as kvblocks
+from hetero_exporter.sdk import pciaddr, tables, values
 from hetero_exporter.sdk.contract import ParseError
 
 TOOL = "npu-smi"
-_NA = {"", "NA", "N/A", "-", "--"}
 
 # --------------------------------------------------------------------------- parsed structures
 
@@ -165,9 +176,13 @@ class HealthDetail:
 # --------------------------------------------------------------------------- small helpers
 
 
+def is_na(text: Optional[str]) -> bool:
+    return values.is_na(text)
+
+
 def _number(text: str, tool: str, line: Optional[int], what: str) -> Optional[float]:
     t = text.strip()
-    if t.upper() in _NA:
+    if values.is_na(t):
         return None
     try:
         v = float(t)
@@ -180,7 +195,7 @@ def _number(text: str, tool: str, line: Optional[int], what: str) -> Optional[fl
 
 def _int(text: str, tool: str, line: Optional[int], what: str) -> Optional[int]:
     t = text.strip()
-    if t.upper() in _NA:
+    if values.is_na(t):
         return None
     if not re.fullmatch(r"[0-9]{1,12}", t):
         raise ParseError(tool, f"{what}: expected a whole number or NA, got {t[:40]!r}", line)
@@ -190,7 +205,7 @@ def _int(text: str, tool: str, line: Optional[int], what: str) -> Optional[int]:
 def _pair(text: str, tool: str, line: Optional[int], what: str) -> tuple[Optional[int], Optional[int]]:
     """'2003 / 15039' -> (2003, 15039); 'NA' or '' -> (None, None)."""
     t = text.strip()
-    if t.upper() in _NA:
+    if values.is_na(t):
         return None, None
     used, sep, total = t.partition("/")
     if not sep:
@@ -200,12 +215,12 @@ def _pair(text: str, tool: str, line: Optional[int], what: str) -> tuple[Optiona
 
 def _bus_id(text: str, tool: str, line: Optional[int]) -> Optional[str]:
     t = text.strip()
-    if t.upper() in _NA:
+    if values.is_na(t):
         return None
-    m = re.fullmatch(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])", t)
-    if not m:
+    bus = pciaddr.normalize(t, default_function=None)
+    if bus is None:
         raise ParseError(tool, f"Bus-Id: expected a PCI address like 0000:C1:00.0, got {t[:40]!r}", line)
-    return f"{m.group(1)[-4:]}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
+    return bus
 
 
 _HEALTH_WORDS = {"ok": "OK", "warning": "Warning", "alarm": "Alarm", "critical": "Critical",
@@ -218,21 +233,18 @@ def canonical_health(word: str) -> str:
     return _HEALTH_WORDS.get(w.lower(), w)
 
 
-def _norm_key(key: str) -> str:
-    return re.sub(r"\s+", " ", key.strip()).lower()
+_norm_key = kvblocks.norm_key
 
 
 # --------------------------------------------------------------------------- box tables
 #
-# The summary is a box table: borders "+----+----+" / "+====+====+", content "| .. | .. |".
-# A cell of the header holds one or more labels side by side ("Power(W)    Temp(C)"); the
-# value under a label starts near the label's column. Values are taken as groups of
-# non-blank text ("2003 / 15039" is one group) and each group goes to the label whose
-# start column is nearest, so a value that slid a column or two still lands right.
+# The summary is a box table (hetero_exporter.sdk.tables): a header cell holds labels side
+# by side ("Power(W)    Temp(C)"); each value group goes to the label nearest its column.
 
-_BORDER = re.compile(r"^\+[-=+]*\+$")
-_ELISION = re.compile(r"^\.{3,}$")
-_GROUP = re.compile(r"\S+(?:\s*/\s*\S+)?")
+_BORDER = tables.BORDER
+_Label = tables.Label
+_cell_labels = tables.cell_labels
+_cell_values = tables.cell_values
 
 # Known labels, longest first (a found label masks its text so "NPU" does not match
 # inside "NPU Util(%)").
@@ -249,77 +261,8 @@ _PROCESS_LABELS = (
 )
 
 
-@dataclass(frozen=True)
-class _Label:
-    key: str
-    start: int
-
-
-def _cell_labels(cell: str, vocabulary: Sequence[tuple[str, str]]) -> list[_Label]:
-    """Labels of one header cell with their start columns; unknown words become labels
-    of their own (``?word``) so their values are not given to a neighbour."""
-    masked = cell
-    found: list[_Label] = []
-    for text, key in vocabulary:
-        pos = masked.find(text)
-        while pos >= 0:
-            found.append(_Label(key, pos))
-            masked = masked[:pos] + " " * len(text) + masked[pos + len(text):]
-            pos = masked.find(text)
-    for m in re.finditer(r"\S+(?: \S+)*", masked):
-        found.append(_Label("?" + m.group(0), m.start()))
-    return sorted(found, key=lambda lab: lab.start)
-
-
-def _cell_values(cell: str, labels: Sequence[_Label]) -> dict[str, str]:
-    """Value groups of a data cell, each given to the nearest label (joined when several
-    groups fall to one label, e.g. a name with a space)."""
-    out: dict[str, list[str]] = {}
-    if not labels:
-        return {}
-    for m in _GROUP.finditer(cell):
-        best = min(labels, key=lambda lab: (abs(lab.start - m.start()), lab.start))
-        out.setdefault(best.key, []).append(m.group(0))
-    return {k: " ".join(v) for k, v in out.items()}
-
-
-def _split_cells(line: str) -> Optional[list[str]]:
-    """The cells of a content line '| a | b |', or None when it is not one."""
-    s = line.strip()
-    if len(s) < 2 or s[0] != "|" or s[-1] != "|":
-        return None
-    return s[1:-1].split("|")
-
-
-@dataclass
-class _TableLine:
-    lineno: int
-    kind: str  # border | content | elision
-    text: str
-    cells: Optional[list[str]] = None
-
-
-def _table_lines(text: str, tool: str) -> list[_TableLine]:
-    out: list[_TableLine] = []
-    started = False
-    for i, raw in enumerate(text.splitlines(), 1):
-        s = raw.strip()
-        if not s:
-            continue
-        if _BORDER.match(s):
-            started = True
-            out.append(_TableLine(i, "border", s))
-            continue
-        cells = _split_cells(s)
-        if cells is not None:
-            started = True
-            out.append(_TableLine(i, "content", s, cells))
-        elif _ELISION.match(s):
-            out.append(_TableLine(i, "elision", s))
-        elif started:
-            raise ParseError(tool, f"not a table line: {s[:60]!r}", i)
-        # lines before the first border (a banner, a warning) are not part of the table
-    return out
+def _table_lines(text: str, tool: str) -> list[tables.BoxLine]:
+    return tables.box_lines(text, tool, strict=True)
 
 
 # --------------------------------------------------------------------------- npu-smi info
@@ -330,21 +273,12 @@ def _is_process_header(cells: Sequence[str]) -> bool:
     return "Process id" in joined or "Process name" in joined
 
 
-def _chip_from_rows(a: _TableLine, b: _TableLine, head: tuple[list[list[_Label]], list[list[_Label]]],
+def _chip_from_rows(a: tables.BoxLine, b: tables.BoxLine, head: tuple[list[list[_Label]], list[list[_Label]]],
                     tool: str) -> NpuChip:
-    assert a.cells is not None and b.cells is not None
-    values: dict[str, tuple[str, int]] = {}
-    for row, labels_per_cell in ((a, head[0]), (b, head[1])):
-        assert row.cells is not None
-        if len(row.cells) != len(labels_per_cell):
-            raise ParseError(tool, f"row has {len(row.cells)} cells, the header {len(labels_per_cell)}",
-                             row.lineno)
-        for cell, labels in zip(row.cells, labels_per_cell):
-            for key, val in _cell_values(cell, labels).items():
-                values.setdefault(key, (val, row.lineno))
+    vals = tables.record_values([a, b], head, tool)
 
     def get(key: str) -> tuple[str, Optional[int]]:
-        v = values.get(key)
+        v = vals.get(key)
         return (v[0], v[1]) if v else ("", a.lineno)
 
     npu_text, ln = get("npu")
@@ -373,19 +307,17 @@ def _chip_from_rows(a: _TableLine, b: _TableLine, head: tuple[list[list[_Label]]
         health=canonical_health(health_text), bus_id=_bus_id(get("bus")[0], tool, get("bus")[1]),
         logic_id=whole("device", "Device"), phy_id=whole("phy", "Phy-ID"),
         power_w=num("power", "Power(W)"), temp_c=num("temp", "Temp(C)"),
-        aicore_pct=num("aicore" if "aicore" in values else "util", "AICore(%)"),
+        aicore_pct=num("aicore" if "aicore" in vals else "util", "AICore(%)"),
         memory_used_mb=mem_u, memory_total_mb=mem_t, hbm_used_mb=hbm_u, hbm_total_mb=hbm_t,
         hugepages_used=hp_u, hugepages_total=hp_t)
 
 
-def _process_rows(lines: Sequence[_TableLine], header: _TableLine, tool: str) -> list[NpuProcess]:
-    assert header.cells is not None
+def _process_rows(lines: Sequence[tables.BoxLine], header: tables.BoxLine, tool: str) -> list[NpuProcess]:
     labels = [_cell_labels(c, _PROCESS_LABELS) for c in header.cells]
     out = []
     for ln in lines:
-        if ln.kind != "content":
+        if ln.kind != "row":
             continue
-        assert ln.cells is not None
         text = " ".join(c.strip() for c in ln.cells).strip()
         if re.match(r"No running processes found", text, re.I):
             continue
@@ -419,14 +351,14 @@ def parse_summary(text: str) -> NpuSummary:
         raise ParseError(tool, "empty output")
     title = None
     for ln in lines:
-        if ln.kind == "content":
+        if ln.kind == "row":
             m = re.search(r"npu-smi\s+(\S+)\s+Version:\s*(\S+)", ln.text)
             if m:
                 title = m
                 break
     if title is None:
         raise ParseError(tool, "no title line 'npu-smi X  Version: Y'")
-    contents = [i for i, ln in enumerate(lines) if ln.kind == "content"]
+    contents = [i for i, ln in enumerate(lines) if ln.kind == "row"]
     head_at = next((i for i in contents if "Health" in lines[i].text), None)
     if head_at is None:
         raise ParseError(tool, "no device header line (NPU ... Health ...)")
@@ -435,7 +367,6 @@ def parse_summary(text: str) -> NpuSummary:
         raise ParseError(tool, "the device header's second line (... Bus-Id ...) is missing",
                          lines[head_at].lineno)
     h1, h2 = lines[head_at], lines[head2_at]
-    assert h1.cells is not None and h2.cells is not None
     if len(h1.cells) != len(h2.cells):
         raise ParseError(tool, "the two header lines have different cell counts", h2.lineno)
     head = ([_cell_labels(c, _SUMMARY_LABELS) for c in h1.cells],
@@ -447,7 +378,7 @@ def parse_summary(text: str) -> NpuSummary:
 
     chips: list[NpuChip] = []
     elided = False
-    block: list[_TableLine] = []
+    block: list[tables.BoxLine] = []
     proc_header: Optional[int] = None
 
     def flush() -> None:
@@ -466,7 +397,6 @@ def parse_summary(text: str) -> NpuSummary:
         elif ln.kind == "border":
             flush()
         else:
-            assert ln.cells is not None
             if _is_process_header(ln.cells):
                 flush()
                 proc_header = i
@@ -529,31 +459,11 @@ def parse_mapping(text: str) -> list[ChipMapping]:
 
 # --------------------------------------------------------------------------- key : value outputs
 
-_KV = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][^:]{0,80}?)\s*:(?P<sp>\s?)(?P<value>.*?)\s*$")
-
-
 def _kv_blocks(text: str, tool: str) -> list[list[tuple[str, str, int]]]:
-    """Blank-line separated blocks of (normalized key, value, line). A line indented to the
-    value column of the key above it continues that value (multi-line Error Information)."""
-    blocks: list[list[tuple[str, str, int]]] = [[]]
-    value_col = None
-    for i, raw in enumerate(text.expandtabs(8).splitlines(), 1):
-        if not raw.strip():
-            if blocks[-1]:
-                blocks.append([])
-            value_col = None
-            continue
-        indent = len(raw) - len(raw.lstrip())
-        if value_col is not None and blocks[-1] and indent >= value_col - 1:
-            key, value, ln = blocks[-1][-1]
-            blocks[-1][-1] = (key, f"{value}\n{raw.strip()}" if value else raw.strip(), ln)
-            continue
-        m = _KV.match(raw)
-        if not m:
-            raise ParseError(tool, f"not a 'key : value' line: {raw.strip()[:60]!r}", i)
-        blocks[-1].append((_norm_key(m.group("key")), m.group("value"), i))
-        value_col = m.start("value") if m.group("value") else m.end("sp") + 1
-    return [b for b in blocks if b]
+    """Blank-line separated blocks of (normalized key, value, line), read by
+    hetero_exporter.sdk.blocks: lines that do not start a new key (deeper indented, or with
+    no key) continue the value above (multi-line Error Code / Error Information)."""
+    return [[(e.key, e.value, e.line) for e in b.entries] for b in kvblocks.read_blocks(text, tool)]
 
 
 def parse_detail(text: str, kind: str) -> DetailDoc:
@@ -594,13 +504,13 @@ def health_detail(doc: DetailDoc, chip_id: Optional[int] = None) -> HealthDetail
         raise ParseError(tool, "no 'Health Status' (or 'Health') line")
     code_text = doc.get(chip_id, "error code") or ""
     codes: list[str] = []
-    if code_text.strip().upper() not in _NA:
+    if not values.is_na(code_text):
         rest = _CODE.sub(" ", code_text)
         if re.search(r"[^\s,;]", rest):
             raise ParseError(tool, f"Error Code: expected 8-digit hex codes or NA, got {code_text[:60]!r}")
         codes = [c.upper() for c in _CODE.findall(code_text)]
     info = doc.get(chip_id, "error information") or ""
-    info = "; ".join(x.strip() for x in info.splitlines() if x.strip() and x.strip().upper() not in _NA)
+    info = "; ".join(x.strip() for x in info.splitlines() if x.strip() and not values.is_na(x))
     return HealthDetail(state=canonical_health(state.split()[0]), codes=tuple(dict.fromkeys(codes)),
                         information=info)
 
@@ -623,7 +533,7 @@ def parse_list(text: str) -> NpuList:
             cards.append(CardListing(
                 npu_id=npu, chip_count=_int(cc[0], tool, cc[1], "Chip Count") if cc else None,
                 product_name=keys.get("product name", (None, 0))[0],
-                serial=sn if sn.upper() not in _NA else None))
+                serial=sn if not values.is_na(sn) else None))
     if total is None and not cards:
         raise ParseError(tool, "neither 'Total Count' nor any 'NPU ID'")
     return NpuList(total=total, cards=tuple(cards))
@@ -648,6 +558,36 @@ def parse_proc_mem(text: str) -> list[NpuProcess]:
         out.append(NpuProcess(npu_id=npu if npu is not None else 0, chip_id=None, pid=int(m.group(1)),
                               name=m.group(2), memory_mb=_int(m.group(3), tool, i, "Process memory(MB)")))
     return out
+
+
+# --------------------------------------------------------------------------- npu-smi info -t topo
+
+# connection words of the matrix -> Link.type (CANN aclrtGetDevicesTopo kinds); others
+# (PIX, PXB, PHB, SYS, SIO, X) are no fabric link
+TOPO_FABRIC = {"HCCS": "hccs", "HCCS_SW": "hccs"}
+
+
+@dataclass(frozen=True)
+class NpuTopo:
+    """``npu-smi info -t topo``: ``links`` (npu, peer npu, connection word) for every
+    off-diagonal HCCS cell; NPUn is the chip's logic id; ``affinity`` NPU -> CPU list."""
+
+    npus: tuple[int, ...]
+    links: tuple[tuple[int, int, str], ...] = ()
+    affinity: Mapping[int, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def parse_topo(text: str) -> NpuTopo:
+    """Parse ``npu-smi info -t topo`` (the documented matrix; no real capture was at hand)."""
+    tool = "npu-smi info -t topo"
+    m = tables.parse_matrix(text, tool, r"NPU\d{1,4}")
+    num = {n: int(n[3:]) for n in m.names}
+    links = tuple((num[r], num[c], w.upper()) for r, c, w in tables.pairs(m, TOPO_FABRIC))
+    aff = {num[r]: x.get("CPU Affinity", "") for r, x in m.extra.items() if x.get("CPU Affinity")}
+    return NpuTopo(npus=tuple(num[n] for n in m.names), links=links, affinity=aff)
 
 
 # --------------------------------------------------------------------------- detector
@@ -689,6 +629,8 @@ def detect(text: str) -> str:
     if any(_BORDER.match(s) for s in stripped) and any("npu-smi" in s or "Bus-Id" in s for s in stripped):
         return "info"
     first = stripped[0]
+    if re.match(r"NPU\d+\s+NPU\d+", first) or (re.fullmatch(r"NPU\d+(\s+CPU Affinity)?", first)):
+        return "info -t topo"
     if _ERROR_LINE.match(first):
         raise ParseError(TOOL, f"npu-smi printed an error: {' / '.join(stripped[:3])[:200]}")
     if re.match(r"NPU ID\s{2,}", first) and "Chip" in first and ":" not in first:
@@ -697,9 +639,9 @@ def detect(text: str) -> str:
         return "info -t proc-mem"
     keys = set()
     for s in stripped:
-        m = _KV.match(s)
-        if m:
-            keys.add(_norm_key(m.group("key")))
+        k = kvblocks.key_of(s)
+        if k:
+            keys.add(k)
     for kind, sig in _DETAIL_SIGNATURES:
         if keys.intersection(sig):
             return "info -l" if kind == "list" else f"info -t {kind}"

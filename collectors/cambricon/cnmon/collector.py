@@ -1,35 +1,43 @@
 """Cambricon MLUs through the ``cnmon`` command-line tool: the parsed outputs
-(collectors/cnmon_parse.py) turned into the model, ``parse cnmon FILE``, and a collector that
-runs the tool through the shared runner (hetero_exporter.sdk.runner).
+(collectors/cambricon/cnmon/parse.py) turned into the model, ``parse cnmon FILE``, and a
+collector on the SDK's CliCollector (hetero_exporter.sdk.cli_collector) that runs the tool
+through the shared runner.
 
-Invocations per cycle (stated, and measured by benchmarks/cli_invocations.py):
+Invocations (stated, and measured by benchmarks/cli_invocations.py):
 - ``cnmon``: one call for all cards, every cycle (utilization, memory, virtual memory,
   temperature, fan, power and cap, ECC error count, bus id, processes);
 - ``cnmon info -c N``: once per card at first sight (serial / UUID for a stable id), then
   every ``info_interval`` seconds (default 300; 0 disables) for the split ECC counts and the
-  board temperature, at most ``info_calls_per_cycle`` per cycle (default 1).
+  board temperature, at most ``info_calls_per_cycle`` per cycle (default 1), planned by
+  hetero_exporter.sdk.schedule;
+- ``cnmon topo``: the MLU-Link matrix, once when the collector is built (so the first
+  snapshot, what ``inspect`` prints, has the links; outside the per-cycle counts), then every
+  ``topo_interval`` seconds (default 600; 0 disables) in a cycle that asks no identity.
 
-The layouts the parsers read, and the note that no real ``cnmon info`` capture was at hand,
-are in collectors/cnmon_parse.py.
+Identities are pinned by the base (hetero_exporter.sdk.identity): a card the table no longer
+lists is failed under its pinned uuid. The layouts the parsers read, and the note that no
+real ``cnmon info`` / ``cnmon topo`` capture was at hand, are in the parse module.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
-from hetero_exporter.sdk.cli_collector import (CliCalls, FaultEpisodes, NumaNodes, ParsedOutput,
-                                                      Runner, build, reading, table_fault, worst_state)
+from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, build, reading, table_fault,
+                                               worst_state)
+from hetero_exporter.sdk.schedule import DetailSchedule
 from hetero_exporter.collectors.cambricon.cnmon.parse import (  # noqa: F401 - the parsers are part of this API
-    MIB, TOOL, CardInfo, CnmonInfo, CnmonTable, InfoReadings, MluCard, MluProcess, detect, info_readings,
-    parse_info, parse_table)
-from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot,
+    MIB, TOOL, TOPO_FABRIC, CardInfo, CnmonInfo, CnmonTable, CnmonTopo, InfoReadings, MluCard, MluProcess,
+    detect, info_readings, parse_info, parse_table, parse_topo)
+from hetero_exporter.collectors.cambricon import versions
+from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot,
                                    ProcessSample, Quality, Reading)
 
 log = logging.getLogger(__name__)
@@ -37,8 +45,12 @@ log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- normalizing
 
+# cnmon's Util is a busy ratio the driver samples over a period Cambricon does not document
+# (cnmon and CNDev state none): UTIL_WINDOW, 1 s, is assumed, not documented.
+UTIL_WINDOW = 1.0
+
 QUALITY: dict[str, Quality] = {
-    F.UTILIZATION: Quality("cnmon: Util", "sampled", None, 0.01),
+    F.UTILIZATION: Quality("cnmon: Util", "sampled", UTIL_WINDOW, 0.01),
     F.MEMORY_USED: Quality("cnmon: Memory-Usage used (MiB)", "measured", None, MIB),
     F.MEMORY_TOTAL: Quality("cnmon: Memory-Usage total (MiB)", "measured", None, MIB),
     "virtual_memory_used_bytes": Quality("cnmon: vMemory-Usage used (MiB)", "measured", None, MIB),
@@ -104,11 +116,12 @@ def _fault(code: str, message: str, source: str = "cnmon") -> Fault:
 
 
 def _identity(c: MluCard, uuid: str, driver: Optional[str], info: Optional[InfoReadings] = None,
-              numa: Optional[int] = None) -> DeviceIdentity:
+              numa: Optional[int] = None, runtime: Optional[str] = None) -> DeviceIdentity:
     drv = c.driver or driver
+    drv = drv[1:] if drv and drv[:1] in "vV" else drv
     return DeviceIdentity(vendor="cambricon", kind="mlu", index=c.card, uuid=uuid,
                           model=profiles.normalize_model("cambricon", c.name), pci_address=c.bus_id,
-                          numa_node=numa, driver_version=drv[1:] if drv and drv[:1] in "vV" else drv,
+                          numa_node=numa, driver_version=drv, runtime_version=runtime or drv,
                           firmware_version=c.firmware or (info.firmware if info else None),
                           name=c.name or None, serial=info.serial if info else None)
 
@@ -149,6 +162,8 @@ def parse_any(text: str) -> Any:
     kind = detect(text)
     if kind == "cnmon":
         return table_snapshot(parse_table(text))
+    if kind == "cnmon topo":
+        return ParsedOutput(kind, parse_topo(text))
     info = parse_info(text)
     for c in info.cards:
         info_readings(c)  # the values must be readable too
@@ -157,9 +172,16 @@ def parse_any(text: str) -> Any:
 
 # --------------------------------------------------------------------------- collector
 
+DEFAULT_INFO_INTERVAL = 300.0
+DEFAULT_TOPO_INTERVAL = 600.0
+_NODE = "node"  # the schedule's target of the node-wide topology call
+
 
 @dataclass
 class _Known:
+    """What the collector pinned about a card (row) the first time it saw it, and the ECC
+    state of its cnmon info answers."""
+
     identity: DeviceIdentity
     card: MluCard
     ecc_base: Optional[float] = None  # uncorrected ECC count at the previous cnmon info
@@ -167,120 +189,151 @@ class _Known:
     ecc_rising: bool = False  # the last cnmon info showed new uncorrected errors
 
 
-@dataclass
-class _Info:
-    info: Optional[InfoReadings] = None
-    fetched_at: float = 0.0
-    due: float = 0.0
-    failures: int = 0
-    late: bool = False  # the last call ran out of time (identity is asked again next cycle)
-
-
 _TOOL_DIRS = "/usr/bin:/usr/local/bin:/usr/local/neuware/bin:/usr/sbin"
 
 
-class CnmonCollector:
+class CnmonCollector(CliCollector):
     name = "cnmon"
     vendor = "cambricon"
+    tool = TOOL
+    summary_args = ()
 
-    def __init__(self, exe: str, *, clock: Callable[[], float] = time.time, timeout: float = 5.0,
-                 interval: float = 10.0, settings: Optional[Mapping[str, Any]] = None,
-                 runner: Optional[Runner] = None, extra_env: Callable[[], Mapping[str, str]] = dict):
-        settings = dict(settings or {})
-        self._clock = clock
-        self._cli = CliCalls(exe, TOOL, runner=runner, extra_env=extra_env,
-                             workers=int(settings.get("parallel_calls", 4)))
-        self._budget = max(0.2, float(settings.get("budget_fraction", 0.9)) * timeout)
-        self._info_interval = float(settings.get("info_interval", 300.0))
-        self._info_budget = int(settings.get("info_calls_per_cycle", 1))
-        self._numa = NumaNodes(str(settings.get("sysfs_root", "/sys")))
-        self._episodes = FaultEpisodes()
+    def __init__(self, exe: str, **kw: Any):
+        super().__init__(exe, **kw)
+        settings = self.settings
+        self._info_interval = float(settings.get("info_interval", DEFAULT_INFO_INTERVAL))
+        # the info cadence: one (card, "info") job per card, at most info_calls_per_cycle a cycle
+        self.schedule = DetailSchedule({"info": self._info_interval}, self.interval,
+                                       int(settings.get("info_calls_per_cycle", 1)))
+        topo = float(settings.get("topo_interval", DEFAULT_TOPO_INTERVAL))
+        self.topo_schedule = DetailSchedule({"topo": topo}, self.interval, 1)
+        self._late: dict[int, int] = {}  # card -> identity calls that ran out of time
         self._known: dict[tuple[int, str], _Known] = {}
-        self._info: dict[int, _Info] = {}
+        # Neuware (collectors/cambricon/versions.py) below settings.host_root, else the driver
+        self.runtime_version = versions.discover(str(settings.get("host_root", "/"))).runtime_version
+        # MLU-Link topology at start, before the first cycle (a snapshot of one cycle, what
+        # ``inspect`` prints, has the links), with a quarter of the cycle budget; then every
+        # topo_interval seconds within the cycles. It is node-wide and rarely changes.
+        if topo > 0:
+            self._refresh_topo(time.monotonic() + 0.25 * self.budget)
 
-    @property
-    def calls(self) -> int:
-        return self._cli.calls
+    # ------------------------------------------------------------------ hooks
+    def parse_summary(self, text: str) -> CnmonTable:
+        return parse_table(text)
 
-    def _fetch_info(self, cards: Sequence[int], deadline: float) -> None:
-        now = self._clock()
-        for card, out in self._cli.map([(n, ["info", "-c", str(n)]) for n in cards], deadline):
-            st = self._info.setdefault(card, _Info())
-            st.due = now + (self._info_interval or math.inf)
-            res: Any = out
-            if not isinstance(out, Exception):
-                try:
-                    parsed = parse_info(out)
-                    mine = next((c for c in parsed.cards if c.card == card), parsed.cards[0])
-                    res = info_readings(mine)
-                except ParseError as e:
-                    res = e
-            st.late = isinstance(res, TimeoutError) and st.info is None
-            if isinstance(res, Exception):
-                st.failures += 1
+    def lost_fault(self, identity: DeviceIdentity) -> Fault:
+        return _fault(self.lost_code, f"card {identity.index}")
+
+    # ------------------------------------------------------------------ cnmon info / topo
+    def _info_result(self, card: int, out: Any) -> Any:
+        if isinstance(out, Exception):
+            return out
+        try:
+            parsed = parse_info(out)
+            mine = next((c for c in parsed.cards if c.card == card), parsed.cards[0])
+            return info_readings(mine)
+        except ParseError as e:
+            return e
+
+    def _fetch_info(self, cards: Sequence[int], deadline: float, identity: bool) -> None:
+        now = self.clock()
+        for card, out in self.cli.map([(n, ["info", "-c", str(n)]) for n in cards], deadline):
+            res = self._info_result(card, out)
+            job = (card, "info")
+            st = self.schedule.state(job)
+            if identity and isinstance(res, TimeoutError) and (st is None or st.value is None) \
+                    and self._late.get(card, 0) < 2:
+                self._late[card] = self._late.get(card, 0) + 1  # asked again next cycle
+                log.warning("cnmon info -c %d: %s (identity asked again next cycle)", card, res)
+                continue
+            self._late.pop(card, None)
+            ok = not isinstance(res, Exception)
+            if not ok:
                 log.warning("cnmon info -c %d failed: %s", card, res)
-                if st.failures >= 3:
-                    st.due = math.inf
-            else:
-                st.info, st.fetched_at, st.failures = res, now, 0
+            st = self.schedule.done(job, now, res if ok else None, ok=ok)
+            if st.disabled and st.failures == self.schedule.max_failures:
+                log.warning("cnmon info -c %d failed %d times; not asked again", card, st.failures)
 
-    @staticmethod
-    def _retry_identity(st: _Info) -> bool:
-        """cnmon info ran out of time before it answered once: ask again (three tries)."""
-        return st.info is None and st.late and st.failures < 3
+    def _refresh_topo(self, deadline: float) -> None:
+        job = (_NODE, "topo")
+        now = self.clock()
+        try:
+            value: Any = parse_topo(self.cli.call(["topo"], deadline))
+        except Exception as e:  # noqa: BLE001 - no links this time; the cycle goes on
+            log.warning("cnmon topo failed: %s", e)
+            value = None
+        self.topo_schedule.done(job, now, value, ok=value is not None)
 
-    def collect(self) -> list[DeviceSample]:
-        deadline = time.monotonic() + self._budget
-        now = self._clock()
-        table = parse_table(self._cli.call([], deadline))
+    def _links(self, by_card: Mapping[int, str]) -> dict[str, tuple[Link, ...]]:
+        """MLU-Link links of the last ``cnmon topo`` (MLUn is card n) between the cards'
+        physical functions (``by_card``: card -> uuid)."""
+        st = self.topo_schedule.latest((_NODE, "topo"))
+        if st is None:
+            return {}
+        out: dict[str, list[Link]] = {}
+        for a, b, word in st.value.links:
+            if a in by_card and b in by_card and a != b:
+                out.setdefault(by_card[a], []).append(Link(peer=by_card[b], type=TOPO_FABRIC[word], state="up"))
+        return {k: tuple(v) for k, v in out.items()}
+
+    def _identity_pending(self, card: int) -> bool:
+        """cnmon info ran out of time before it answered once: asked again (three tries)."""
+        return card in self._late
+
+    # ------------------------------------------------------------------ the cycle
+    def devices(self, table: CnmonTable, now: float, deadline: float) -> list[DeviceSample]:
         cards = sorted({c.card for c in table.cards})
-        new = [n for n in cards if n not in self._info or self._retry_identity(self._info[n])]
+        new = [n for n in cards if self.schedule.state((n, "info")) is None or self._identity_pending(n)]
         if new:  # identity: once per card, before its first sample
-            self._fetch_info(new, deadline)
-        elif self._info_interval and deadline - time.monotonic() > 0.25 * self._budget:
-            due = sorted((st.due, n) for n, st in self._info.items() if n in cards and st.due <= now)
-            self._fetch_info([n for _, n in due[:self._info_budget]], deadline)
-        out, seen = [], set()
+            self._fetch_info(new, deadline, identity=True)
+        elif deadline - time.monotonic() > 0.25 * self.budget:  # details never cost the summary
+            if self.topo_schedule.due([(_NODE, "topo")], now):
+                self._refresh_topo(deadline)
+            else:
+                due = self.schedule.due([(n, "info") for n in cards], now)
+                self._fetch_info([n for n, _ in due], deadline, identity=False)
+        out, physical = [], {}
         for c in table.cards:
-            st = self._info.get(c.card)
-            info = st.info if st else None
+            st = self.schedule.latest((c.card, "info"))
+            info = st.value if st is not None else None
             k = self._known.get((c.card, c.vf))
             if k is None:
-                uuid = card_uuid(c, info)
-                k = _Known(_identity(c, uuid, table.driver_version, info, self._numa(c.bus_id)), c)
-                if st is None or not self._retry_identity(st):  # pinned, unless asked again
+                k = _Known(_identity(c, card_uuid(c, info), table.driver_version, info, self.numa(c.bus_id),
+                                     self.runtime_version), c)
+                if not self._identity_pending(c.card):  # pinned, unless asked again
                     self._known[(c.card, c.vf)] = k
-            seen.add((c.card, c.vf))
+            if c.vf in ("/", "", "-"):
+                physical[c.card] = k.identity.uuid
             readings = table_readings(c)
-            if info is not None and st is not None:
-                age = max(0.0, now - st.fetched_at)
+            if st is not None:
+                age = st.age(now)
                 for name, rd in info_detail_readings(info, age).items():
                     if self._info_interval and age > 3 * self._info_interval:
                         rd = Reading(rd.value, rd.quality.with_status("stale", age))
                     readings.setdefault(name, rd)
-            reasons = self._episodes.update(k.identity.uuid, list(_inited_faults(c)), now)
-            reasons += self._ecc_fault(k, c, info, st, now)
+            reasons = self.episodes.update(k.identity.uuid, list(_inited_faults(c)), now)
+            reasons += self._ecc_fault(k, c, info, st.fetched_at if st is not None else None, now)
             out.append(DeviceSample(identity=k.identity, timestamp=now, readings=readings,
                                     health=Health(worst_state(reasons), reasons),
-                                    faults=self._episodes.faults(k.identity.uuid),
+                                    faults=self.episodes.faults(k.identity.uuid),
                                     processes=_processes(table, c, k.identity.uuid),
                                     processes_reported=table.process_section))
-        for key, k in self._known.items():
-            if key not in seen:
-                out.append(self._episodes.lost(k.identity, _fault("missing", f"card {key[0]}"), now))
-        return out
+        links = self._links(physical)
+        return [dataclasses.replace(d, links=links[d.identity.uuid]) if d.identity.uuid in links else d
+                for d in out]
 
-    def _ecc_fault(self, k: _Known, c: MluCard, info: Optional[InfoReadings], st: Optional[_Info],
+    def _ecc_fault(self, k: _Known, c: MluCard, info: Optional[InfoReadings], fetched_at: Optional[float],
                    now: float) -> tuple[Fault, ...]:
         """Uncorrected ECC errors since the previous cnmon info: one fault occurrence per new
         error, active until the next cnmon info; the count at the first look is history (it
         is in the counter, not an event)."""
-        ledger = self._episodes.ledger
-        if info is not None and info.ecc_uncorrected is not None and st is not None and st.fetched_at != k.ecc_info_at:
+        ledger = self.episodes.ledger
+        if info is not None and info.ecc_uncorrected is not None and fetched_at is not None \
+                and fetched_at != k.ecc_info_at:
             grown = 0 if k.ecc_base is None else int(info.ecc_uncorrected - k.ecc_base)
             if grown > 0:
                 ledger.record(k.identity.uuid, _fault("ecc-uncorrected", f"card {c.card}: {grown} new"), now, grown)
-            k.ecc_base, k.ecc_info_at, k.ecc_rising = info.ecc_uncorrected, st.fetched_at, grown > 0
+            k.ecc_base, k.ecc_info_at, k.ecc_rising = info.ecc_uncorrected, fetched_at, grown > 0
         f = ledger.get(k.identity.uuid, "ecc-uncorrected") if k.ecc_rising else None
         return (f,) if f is not None else ()
 
@@ -294,4 +347,9 @@ def create(options: CollectorOptions) -> CnmonCollector:
     """The cnmon collector: the real tool (``settings.path``, default ``cnmon`` on PATH or in
     /usr/local/neuware/bin), or, when simulating, a fake cnmon executable written into
     ``options.workdir``."""
-    return build(options, CnmonCollector, _install_fake, "cnmon", _TOOL_DIRS, "Cambricon driver tools not installed")
+    def factory(exe: str, **kw: Any) -> CnmonCollector:
+        if options.scenario is not None:
+            from hetero_exporter.collectors.cambricon.cnmon import fake as cnmon_fake  # simulation only
+            kw["settings"] = {"host_root": cnmon_fake.host_root(exe), **kw["settings"]}
+        return CnmonCollector(exe, **kw)
+    return build(options, factory, _install_fake, "cnmon", _TOOL_DIRS, "Cambricon driver tools not installed")

@@ -176,6 +176,20 @@ def _replace(c: MluCard, **kw: Any) -> MluCard:
     return dataclasses.replace(c, **kw)
 
 
+def render_topo(cards: Sequence[int], fabric: str = "mlulink") -> str:
+    """``cnmon topo`` in the matrix layout parse_topo reads (no real capture): ``MLULINK``
+    between every two cards (``fabric`` mlulink, an MLU370-X8 pair's MLU-Link bridge) or
+    ``PHB`` (pcie)."""
+    names = [f"MLU{n}" for n in cards]
+    word = "MLULINK" if fabric == "mlulink" else "PHB"
+    lines = [" " * 10 + "".join(n.ljust(10) for n in names) + "CPU Affinity"]
+    for a in names:
+        lines.append(a.ljust(10) + "".join(("X" if a == b else word).ljust(10) for b in names) + "0-23")
+    lines += ["", "Legend:", "  X       = Self", "  MLULINK = Connection traversing MLU-Link",
+              "  PHB     = Connection traversing PCIe and a PCIe host bridge"]
+    return "\n".join(lines) + "\n"
+
+
 USAGE = "Usage: cnmon [info|top|set|...] [-c card] ...\n"
 
 
@@ -186,6 +200,9 @@ def answer(scenario: Any, t: float, argv: Sequence[str]) -> tuple[int, str, str]
     if not args:
         stamp = time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(1764400000 + t))
         return 0, render_table(table, layout, stamp), ""
+    if args == ["topo"]:
+        fabric = str(scenario.vendor_settings("cambricon").get("topology", "mlulink"))
+        return 0, render_topo([c.card for c in table.cards], fabric), ""
     if args[0] == "info":
         opts = dict(zip(args[1::2], args[2::2]))
         if "-c" in opts:
@@ -204,9 +221,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      error_message="Failed to initialize CNDev: the Cambricon driver is not loaded")
 
 
+def host_root(exe: str) -> str:
+    """The fake host root beside the fake cnmon (its Neuware version file)."""
+    import os
+    return os.path.join(os.path.dirname(exe), "host-root-cambricon")
+
+
 def install(scenario: Any, clock: Any, workdir: Optional[str]):
-    """Write the fake cnmon for ``scenario``; returns (its path, the per-call environment)."""
-    return install_tool(scenario, clock, workdir, "cnmon", __name__)
+    """Write the fake cnmon for ``scenario`` and the Neuware version file of its host root
+    (``settings: {cambricon: {neuware_version: V}}``, default 1.15.0); returns (its path,
+    the per-call environment)."""
+    from hetero_exporter.collectors.cambricon import versions
+    exe, env = install_tool(scenario, clock, workdir, "cnmon", __name__)
+    versions.write_fake(host_root(exe), str(scenario.vendor_settings("cambricon").get("neuware_version", "1.15.0")))
+    return exe, env
 
 
 if __name__ == "__main__":

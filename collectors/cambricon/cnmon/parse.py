@@ -22,11 +22,22 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from hetero_exporter.sdk import blocks as kvblocks
+from hetero_exporter.sdk import pciaddr, tables, values
 from hetero_exporter.sdk.contract import ParseError
 
 TOOL = "cnmon"
 MIB = 1 << 20
-_NA = {"", "N/A", "NA", "-", "--"}
+
+
+class _NASet:
+    """The shared NA spellings (hetero_exporter.sdk.values) for ``x.upper() in _NA`` tests."""
+
+    def __contains__(self, text: object) -> bool:
+        return isinstance(text, str) and values.is_na(text)
+
+
+_NA = _NASet()
 
 # --------------------------------------------------------------------------- parsed structures
 
@@ -145,15 +156,15 @@ def _bus(text: str, line: Optional[int]) -> Optional[str]:
     t = text.strip()
     if t.upper() in _NA:
         return None
-    m = re.fullmatch(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])", t)
-    if not m:
+    bus = pciaddr.normalize(t, default_function=None)
+    if bus is None:
         raise ParseError(TOOL, f"Bus-Id: expected a PCI address like 0000:39:00.0, got {t[:40]!r}", line)
-    return f"{m.group(1)[-4:]}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
+    return bus
 
 
 # --------------------------------------------------------------------------- cnmon (default table)
 
-_BORDER = re.compile(r"^[+|][-=+|]*[+|]$")
+_BORDER = tables.BORDER
 _ANY = r"\S+"  # a label this parser does not know: one word
 # What each header label's value looks like (labels are case-insensitive).
 _VALUE_RX = {
@@ -171,11 +182,7 @@ _VALUE_RX = {
 }
 
 
-def _cells(line: str) -> Optional[list[str]]:
-    s = line.strip()
-    if len(s) < 2 or s[0] != "|" or s[-1] != "|" or _BORDER.match(s):
-        return None
-    return s[1:-1].split("|")
+_cells = tables.split_cells
 
 
 def _cell_pattern(header_cell: str) -> tuple[list[str], re.Pattern]:
@@ -335,50 +342,22 @@ def parse_table(text: str) -> CnmonTable:
 
 # --------------------------------------------------------------------------- cnmon info
 
-_INFO_KV = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][^:]{0,80}?)\s*:\s*(?P<value>.*?)\s*$")
 _CARD_HEAD = re.compile(r"^\s*Card\s*:?\s*(\d+)\s*:?\s*$", re.I)
 
 
 def parse_info(text: str) -> CnmonInfo:
     """Parse ``cnmon info [-c N]`` (structure from the vendor documentation; no real capture
-    at hand): "Card N" starts a card; "Key : value" lines; a "Key :" with no value (or a
-    bare "Section" line) opens a section for the lines indented under it."""
+    at hand) with the shared block reader (hetero_exporter.sdk.blocks): "Card N" starts a
+    card; "Key : value" lines; a "Key :" with no value (or a bare "Section" line) opens a
+    section for the lines indented under it; a line that is no new key continues the value
+    above it. ``cnmon info -c N`` of one card may print no "Card" line (card 0)."""
     tool = "cnmon info"
+    _check_lines(text, tool)
     cards: list[CardInfo] = []
-    current: Optional[dict[str, str]] = None
-    number = 0
-    stack: list[tuple[int, str]] = []  # (indent, section name)
-    seen_any = False
-    for i, raw in enumerate(_check_lines(text.expandtabs(8), tool), 1):
-        if not raw.strip():
-            continue
-        m = _CARD_HEAD.match(raw)
-        if m:
-            if current is not None:
-                cards.append(CardInfo(number, current))
-            number, current, stack = int(m.group(1)), {}, []
-            continue
-        indent = len(raw) - len(raw.lstrip())
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        kv = _INFO_KV.match(raw)
-        if kv:
-            key, value = re.sub(r"\s+", " ", kv.group("key")).lower(), kv.group("value")
-        elif re.fullmatch(r"\s*[A-Za-z][\w .()/-]{0,60}", raw):
-            key, value = re.sub(r"\s+", " ", raw.strip()).lower(), ""
-        else:
-            raise ParseError(tool, f"not a 'key : value' or section line: {raw.strip()[:60]!r}", i)
-        if current is None:
-            current = {}  # `cnmon info -c N` of one card may print no "Card" line
-        if value == "":
-            stack.append((indent, key))
-            continue
-        path = "/".join([s for _, s in stack] + [key])
-        current.setdefault(path, value)
-        seen_any = True
-    if current is not None:
-        cards.append(CardInfo(number, current))
-    if not seen_any:
+    for b in kvblocks.read_blocks(text, tool, blank_separates=False, block_start=_CARD_HEAD):
+        head = _CARD_HEAD.match(b.header) if b.header else None
+        cards.append(CardInfo(int(head.group(1)) if head else 0, b.paths()))
+    if not any(c.values for c in cards):
         raise ParseError(tool, "no 'key : value' line")
     return CnmonInfo(tuple(cards))
 
@@ -435,6 +414,35 @@ def info_readings(c: CardInfo) -> InfoReadings:
         memory_total=_info_number(c.find("total", within="physical memory"), "Physical Memory Total"))
 
 
+# --------------------------------------------------------------------------- cnmon topo
+
+# connection words of the matrix -> Link.type; the PCIe words (PIX, PXB, PHB, SYS, NODE) and
+# X (self) are no fabric link
+TOPO_FABRIC = {"MLULINK": "mlulink", "MLU-LINK": "mlulink", "MLK": "mlulink"}
+
+
+@dataclass(frozen=True)
+class CnmonTopo:
+    """``cnmon topo``: (card, peer card, word) for every MLU-Link cell of the matrix."""
+
+    cards: tuple[int, ...]
+    links: tuple[tuple[int, int, str], ...] = ()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def parse_topo(text: str) -> CnmonTopo:
+    """Parse ``cnmon topo``. NO REAL CAPTURE was at hand: the layout read is the
+    ``nvidia-smi topo -m`` style matrix (a header ``MLU0 MLU1 ...``, one row per card, ``X``
+    on the diagonal, ``MLULINK`` between cards joined by MLU-Link, PCIe words otherwise, then
+    a ``Legend:``), by structure (sdk.tables.parse_matrix)."""
+    m = tables.parse_matrix(text, "cnmon topo", r"MLU\d{1,4}")
+    num = {n: int(n[3:]) for n in m.names}
+    links = tuple((num[r], num[c], w.upper()) for r, c, w in tables.pairs(m, TOPO_FABRIC))
+    return CnmonTopo(cards=tuple(num[n] for n in m.names), links=links)
+
+
 # --------------------------------------------------------------------------- detector
 
 
@@ -445,6 +453,8 @@ def detect(text: str) -> str:
         raise ParseError(TOOL, "empty output")
     if any("CNMON" in s and s.startswith("|") for s in stripped):
         return "cnmon"
+    if re.match(r"MLU\d+(\s+MLU\d+)*(\s+CPU Affinity)?$", stripped[0]):
+        return "cnmon topo"
     if any(_CARD_HEAD.match(s) for s in stripped) or any(
             re.match(r"(Product Name|Physical Memory Usage|MLU Average)\s*:", s) for s in stripped):
         return "cnmon info"

@@ -1,0 +1,230 @@
+"""Box tables in the style most vendor SMI tools share, and device link matrices, read by structure.
+
+Most vendor tools print their summary as boxes (the vendor packages' parse.py say which): borders ``+----+----+`` / ``|====+====|`` and content rows ``| a | b |``.
+A record takes one or more rows between two borders; a header row names the fields of
+each cell, several labels side by side (``Power(W)    Temp(C)``). ``box_lines`` classifies
+the lines, ``records`` groups the content rows between borders, ``cell_labels`` finds the
+labels of a header cell and their columns, ``cell_values`` gives each group of text in a data
+cell to the label whose column is nearest (so a value that slid a column still lands right).
+
+``parse_matrix`` reads a ``topo -m`` style matrix (a header of device names, one row per
+device, a ``Legend:`` after it).
+
+Only contract.ParseError escapes, naming the tool and the 1-based line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+from hetero_exporter.sdk.contract import ParseError
+
+BORDER = re.compile(r"^(?:[+|][-=+|]*[+|]|[-=]{3,})$")  # "+--+--+", "|==+==|", a bare "-----" rule
+ELISION = re.compile(r"^\.{3,}$")
+GROUP = re.compile(r"\S+(?:\s*/\s*\S+)?")  # "2003 / 15039" is one value
+MAX_LINE = 4096  # longer lines are no tool's table (and would make the matching slow)
+
+
+@dataclass(frozen=True)
+class BoxLine:
+    """One non-blank line: ``kind`` border | row | elision | text (outside the box, or
+    between boxes when ``strict`` is off); ``cells`` for rows, without the outer bars."""
+
+    lineno: int
+    kind: str
+    text: str
+    cells: tuple[str, ...] = ()
+
+    @property
+    def joined(self) -> str:
+        return " ".join(c.strip() for c in self.cells).strip()
+
+
+def split_cells(line: str) -> Optional[list[str]]:
+    """The cells of a content line ``| a | b |``, or None when it is not one."""
+    s = line.strip()
+    if len(s) < 2 or s[0] != "|" or s[-1] != "|" or BORDER.match(s):
+        return None
+    return s[1:-1].split("|")
+
+
+def box_lines(text: str, tool: str, *, strict: bool = True) -> list[BoxLine]:
+    """Classify the lines of ``text``. Lines before the first border are ``text`` (a banner,
+    a timestamp); after it, a line that is neither border, row nor ``...`` raises ParseError
+    when ``strict`` (one box), else is kept as ``text`` (tools that print several boxes)."""
+    out: list[BoxLine] = []
+    started = False
+    for i, raw in enumerate(text.splitlines(), 1):
+        if len(raw) > MAX_LINE:
+            raise ParseError(tool, f"a line of {len(raw)} characters; {tool} prints short lines", i)
+        s = raw.strip()
+        if not s:
+            continue
+        if BORDER.match(s):
+            started = True
+            out.append(BoxLine(i, "border", s))
+            continue
+        cells = split_cells(s)
+        if cells is not None:
+            started = True
+            out.append(BoxLine(i, "row", s, tuple(cells)))
+        elif ELISION.match(s):
+            out.append(BoxLine(i, "elision", s))
+        elif started and strict:
+            raise ParseError(tool, f"not a table line: {s[:60]!r}", i)
+        else:
+            out.append(BoxLine(i, "text", s))
+    return out
+
+
+def records(lines: Sequence[BoxLine]) -> list[list[BoxLine]]:
+    """Content rows grouped between borders (or ``...`` lines, or outside text): each group
+    is one record of one or more rows (the title, a header, a device, a process)."""
+    groups: list[list[BoxLine]] = [[]]
+    for ln in lines:
+        if ln.kind == "row":
+            groups[-1].append(ln)
+        elif groups[-1]:
+            groups.append([])
+    return [g for g in groups if g]
+
+
+@dataclass(frozen=True)
+class Label:
+    key: str
+    start: int
+
+
+def cell_labels(cell: str, vocabulary: Sequence[tuple[str, str]]) -> list[Label]:
+    """Labels of one header cell with their start columns. ``vocabulary`` is (text, key)
+    pairs, longest first (a found label masks its text so ``NPU`` does not match inside
+    ``NPU Util(%)``); unknown words become labels of their own (``?word``) so their values
+    are not given to a neighbour."""
+    masked = cell
+    found: list[Label] = []
+    for text, key in vocabulary:
+        pos = masked.find(text)
+        while pos >= 0:
+            found.append(Label(key, pos))
+            masked = masked[:pos] + " " * len(text) + masked[pos + len(text):]
+            pos = masked.find(text)
+    for m in re.finditer(r"\S+(?: \S+)*", masked):
+        found.append(Label("?" + m.group(0), m.start()))
+    return sorted(found, key=lambda lab: lab.start)
+
+
+def cell_values(cell: str, labels: Sequence[Label]) -> dict[str, str]:
+    """Value groups of a data cell, each given to the nearest label (joined with a space
+    when several groups fall to one label, e.g. a name with a space)."""
+    out: dict[str, list[str]] = {}
+    if not labels:
+        return {}
+    for m in GROUP.finditer(cell):
+        best = min(labels, key=lambda lab: (abs(lab.start - m.start()), lab.start))
+        out.setdefault(best.key, []).append(m.group(0))
+    return {k: " ".join(v) for k, v in out.items()}
+
+
+def header_labels(rows: Sequence[BoxLine], vocabulary: Sequence[tuple[str, str]]) -> list[list[list[Label]]]:
+    """Labels per cell of each header row (a record of several rows has one header row each)."""
+    return [[cell_labels(c, vocabulary) for c in r.cells] for r in rows]
+
+
+def record_values(record: Sequence[BoxLine], header: Sequence[Sequence[Sequence[Label]]],
+                  tool: str) -> dict[str, tuple[str, int]]:
+    """The values of a multi-row record read under a multi-row header: key -> (text, line).
+    Row n of the record is read with header row n; the first occurrence of a key wins."""
+    if len(record) != len(header):
+        raise ParseError(tool, f"a record of {len(record)} row(s) under a header of {len(header)}",
+                         record[0].lineno)
+    values: dict[str, tuple[str, int]] = {}
+    for row, labels_per_cell in zip(record, header):
+        if len(row.cells) != len(labels_per_cell):
+            raise ParseError(tool, f"row has {len(row.cells)} cells, the header {len(labels_per_cell)}",
+                             row.lineno)
+        for cell, labels in zip(row.cells, labels_per_cell):
+            for key, val in cell_values(cell, labels).items():
+                values.setdefault(key, (val, row.lineno))
+    return values
+
+
+# --------------------------------------------------------------------------- link matrices
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A ``topo -m`` matrix: ``names`` the device columns in order (``NPU0``...), ``cells``
+    (row name, column name) -> the connection word (``X`` on the diagonal), ``extra`` per
+    row the columns after the devices (``CPU Affinity``...)."""
+
+    names: tuple[str, ...]
+    cells: dict[tuple[str, str], str]
+    extra: dict[str, dict[str, str]]
+    legend: dict[str, str]
+
+
+def parse_matrix(text: str, tool: str, device: str = r"[A-Za-z]+[-_]?\d+") -> Matrix:
+    """Read a device link matrix: the first line made of device names (``device`` matches
+    each) is the header; each following line starting with one of those names is its row,
+    its words in the header's column order; trailing header words (``CPU Affinity``) become
+    ``extra``; a ``Legend:`` section (``WORD = meaning``) ends it. Banner lines before the
+    header are skipped."""
+    rx = re.compile(device)
+    lines = text.splitlines()
+    head_at = None
+    names: list[str] = []
+    for i, raw in enumerate(lines):
+        if len(raw) > MAX_LINE:
+            raise ParseError(tool, f"a line of {len(raw)} characters", i + 1)
+        words = raw.split()
+        # the header: device names only at its start (a row starts with one name, then X or a link word)
+        if words and rx.fullmatch(words[0]) and (len(words) > 1 and rx.fullmatch(words[1]) or raw[:1].isspace()):
+            n = 0
+            while n < len(words) and rx.fullmatch(words[n]):
+                n += 1
+            head_at, names = i, words[:n]
+            extras = re.split(r"\s{2,}", raw.strip())[n:]
+            break
+    if head_at is None:
+        raise ParseError(tool, "no matrix header (an indented line of device names)")
+    cells: dict[tuple[str, str], str] = {}
+    extra: dict[str, dict[str, str]] = {}
+    legend: dict[str, str] = {}
+    in_legend = False
+    for j in range(head_at + 1, len(lines)):
+        raw = lines[j]
+        s = raw.strip()
+        if not s:
+            continue
+        if re.match(r"Legend\s*:?$", s, re.I):
+            in_legend = True
+            continue
+        if in_legend:
+            m = re.match(r"(\S+)\s*=\s*(.*)$", s)
+            if m:
+                legend[m.group(1)] = m.group(2).strip()
+            continue
+        words = s.split()
+        if words[0] not in names:
+            raise ParseError(tool, f"a matrix row must start with one of {', '.join(names)}: {s[:60]!r}", j + 1)
+        if words[0] in extra:
+            raise ParseError(tool, f"{words[0]} has two rows", j + 1)
+        if len(words) < len(names) + 1:
+            raise ParseError(tool, f"{words[0]}: {len(words) - 1} columns, the header names {len(names)}", j + 1)
+        for col, word in zip(names, words[1:]):
+            cells[(words[0], col)] = word
+        rest = words[1 + len(names):]
+        extra[words[0]] = dict(zip(extras, rest)) if len(rest) == len(extras) else (
+            {extras[0]: " ".join(rest)} if extras and rest else {})
+    if not extra:
+        raise ParseError(tool, "a matrix header without rows", head_at + 1)
+    return Matrix(tuple(names), cells, extra, legend)
+
+
+def pairs(m: Matrix, words: Iterable[str]) -> list[tuple[str, str, str]]:
+    """(row, column, word) for each off-diagonal cell whose word is one of ``words``
+    (case-insensitive), in row then column order."""
+    want = {w.upper() for w in words}
+    return [(r, c, w) for (r, c), w in m.cells.items() if r != c and w.upper() in want]
