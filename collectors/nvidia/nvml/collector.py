@@ -2,14 +2,20 @@
 
 Thin I/O over the binding: each reading is one NVML call (or one entry of a batched
 ``nvmlDeviceGetFieldValues`` call), converted to base units and tagged with the quality
-declared once in ``QUALITY``. Error mapping:
-- NVMLError_NotSupported -> the field is absent, status ``unsupported`` (and not asked
-  again for that GPU: support does not change while the driver is loaded);
-- NVMLError_GpuIsLost -> that GPU is reported ``failed`` with a ``gpu-lost`` fault, the
-  other GPUs are read normally;
+declared once in ``QUALITY``. Every call goes through nvml/funnel.py, the one place NVML
+errors become outcomes:
+- unsupported (NotSupported, FunctionNotFound) -> the field is absent, status
+  ``unsupported`` (and not asked again for that GPU: support does not change while the
+  driver is loaded);
+- lost (GPU_IS_LOST; UNKNOWN once lost) -> that GPU is reported ``failed`` with a
+  ``gpu-lost`` fault under the identity first read at its index (sdk IdentityMemory), the
+  other GPUs are read normally; so is a pinned GPU whose handle can no longer be had;
 - any other NVML error on one field -> that field is absent with status ``error``;
 - library missing / driver not loaded / nvmlInit failing -> ``Unavailable`` (``create``
-  then falls back to ``nvidia-smi -q -x`` when that works, see collectors/nvidia_smi.py).
+  then falls back to ``nvidia-smi -q -x`` when that works, see nvidia_smi/collector.py).
+
+``identity.runtime_version`` is the CUDA driver API version the driver supports
+(nvmlSystemGetCudaDriverVersion_v2, ``12080`` -> ``12.8``).
 
 Beyond the core readings: volatile ECC, retired pages, remapped rows, PCIe link generation
 and width (current vs max) and replay counter, clock-event reasons, the GPU recovery
@@ -32,9 +38,12 @@ from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.collectors.nvidia import common as C
 from hetero_exporter.collectors.nvidia.nvml.events import Event, EventWatcher
+from hetero_exporter.collectors.nvidia.nvml.funnel import (UNSUPPORTED, Failed, Funnel, Got, Lost,
+                                                           cuda_driver_version)
 from hetero_exporter.collectors.nvidia.nvml.mig import MigReader
 from hetero_exporter.collectors.nvidia.nvml.processes import ProcessReader, samples as process_samples
 from hetero_exporter.collectors.nvidia.nvml.topology import Topology, normalize_bus_id
+from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Quality,
                                    Reading)
@@ -45,10 +54,12 @@ __all__ = ["NvmlCollector", "QUALITY", "create", "normalize_bus_id"]
 
 _FV = "nvmlDeviceGetFieldValues"
 
-# Static quality of each field: source (the NVML call), method, window, resolution and
+# Static quality of each field: source (the NVML call), method, window, resolution (the step
+# NVML reports in: 1 % -> 0.01, bytes -> 1, 1 C, mW -> 0.001 W, mJ -> 0.001 J, MHz -> 1e6) and
 # relative error bound where NVIDIA documents one.
 QUALITY: dict[str, Quality] = {
-    # "percent of time over the past sample period (1/6 s .. 1 s, product dependent)"
+    # NVML API reference, nvmlUtilization_t: percent of time over the past sample period,
+    # "between 1 second and 1/6 second, depending on the product" -> the longer bound, 1 s
     F.UTILIZATION: Quality("nvmlDeviceGetUtilizationRates.gpu", "sampled", 1.0, 0.01),
     F.MEMORY_UTILIZATION: Quality("nvmlDeviceGetUtilizationRates.memory", "sampled", 1.0, 0.01),
     # _v2 reports driver-reserved memory apart, so "used" matches nvidia-smi's fb used
@@ -56,8 +67,9 @@ QUALITY: dict[str, Quality] = {
     F.MEMORY_TOTAL: Quality("nvmlDeviceGetMemoryInfo_v2.total", "measured", None, 1.0),
     F.TEMP_CORE: Quality("nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)", "measured", None, 1.0),
     F.TEMP_MEMORY: Quality(f"{_FV}(NVML_FI_DEV_MEMORY_TEMP)", "measured", None, 1.0),
-    # NVML: power "accurate to within +/- 5% of current power draw"; averaged over 1 s on
-    # Ampere and later
+    # NVML API reference, nvmlDeviceGetPowerUsage: accurate to within +/- 5 % of the current
+    # draw (stated for Fermi and Kepler); averaged over a 1 s interval on Ampere (except
+    # GA100) and later, instantaneous before: window 1 s, the longer of the two
     F.POWER: Quality("nvmlDeviceGetPowerUsage", "sampled", 1.0, 0.001, 0.05),
     F.POWER_LIMIT: Quality("nvmlDeviceGetEnforcedPowerLimit", "measured", None, 0.001),
     F.ENERGY: Quality("nvmlDeviceGetTotalEnergyConsumption", "measured", None, 0.001),
@@ -122,10 +134,6 @@ def _text(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
-class _Lost(Exception):
-    """Raised inside one GPU's read when NVML says the GPU is lost."""
-
-
 class NvmlCollector:
     name = "nvml"
     vendor = "nvidia"
@@ -134,14 +142,15 @@ class NvmlCollector:
                  wake: Callable[[], None] = lambda: None, events: bool = True,
                  event_wait_ms: int = 1000, event_hold_seconds: float = 10.0):
         self._nv = nvml
+        self._f = Funnel(nvml)
         self._clock = clock
         self._sysfs = sysfs_root
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as e:
-            raise Unavailable(f"nvmlInit failed: {type(e).__name__}: {e}") from None
-        self._driver = self._call_optional(nvml.nvmlSystemGetDriverVersion)
-        self._identities: dict[int, DeviceIdentity] = {}  # index -> identity (static)
+        got = self._f.attempt(nvml.nvmlInit)
+        if not got.ok:
+            raise Unavailable(f"nvmlInit failed: {type(got.error).__name__}: {got.error}")
+        self._driver = self._optional_text("nvmlSystemGetDriverVersion")
+        self._runtime = cuda_driver_version(self._f)
+        self._ids = IdentityMemory()  # identities pinned at first read, kept while lost
         self._unsupported: dict[str, set[str]] = {}  # uuid -> fields NVML does not support
         self._ledger = FaultLedger()
         self._conditions = C.ConditionTracker(self._ledger, "nvml")
@@ -150,19 +159,14 @@ class NvmlCollector:
         self._clock_dead: set[str] = set()  # clock-reason calls this driver lacks
         self._clock_supported: dict[str, int] = {}
         self._memory_v2: Any = getattr(nvml, "nvmlMemory_v2", None)
-        self._missing_version = tuple(c for c in (
-            getattr(nvml, "NVMLError_FunctionNotFound", None),
-            getattr(nvml, "NVMLError_ArgumentVersionMismatch", None)) if c is not None) + (AttributeError, TypeError)
-        self._procs = ProcessReader(nvml)
+        self._procs = ProcessReader(nvml, self._f)
         self._names: dict[int, Optional[str]] = {}
-        self._mig = MigReader(nvml)
-        self._topology = Topology(nvml)
+        self._mig = MigReader(nvml, self._f)
+        self._topology = Topology(nvml, self._f)
         self._nvlink_states: dict[str, Optional[list[bool]]] = {}
         self._specs: dict[str, list[tuple[str, Any]]] = {}  # uuid -> batched field-value ids
         # constants looked up once (hot loop of the batched call)
         self._SUCCESS = nvml.NVML_SUCCESS
-        self._GPU_IS_LOST = nvml.NVML_ERROR_GPU_IS_LOST
-        self._UNSUPPORTED_RETURNS = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT)
         self._decode = {nvml.NVML_VALUE_TYPE_DOUBLE: "dVal", nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
                         nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
                         nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal"}
@@ -174,14 +178,10 @@ class NvmlCollector:
         self._watcher_lock = threading.Lock()
 
     # ------------------------------------------------------------------ plumbing
-    def _is(self, e: BaseException, name: str) -> bool:
-        return isinstance(e, getattr(self._nv, f"NVMLError_{name}"))
-
-    def _call_optional(self, fn: Callable, *args: Any) -> Optional[str]:
-        try:
-            return _text(fn(*args))
-        except self._nv.NVMLError:
-            return None
+    def _optional_text(self, name: str, *args: Any) -> Optional[str]:
+        """A string NVML may not give (unsupported, error, lost, or a binding without it)."""
+        v = self._f.optional(name, *args)
+        return None if v is None else _text(v)
 
     def close(self) -> None:
         w = self._watcher
@@ -228,28 +228,26 @@ class NvmlCollector:
 
     # ------------------------------------------------------------------ identity
     def _identity(self, index: int, handle: Any) -> DeviceIdentity:
-        known = self._identities.get(index)
+        """The GPU's identity, read once and pinned (by index and PCI address); Failed when
+        the GPU cannot even be identified."""
+        known = self._ids.recall(index=index)
         if known is not None:
             return known
-        nv = self._nv
-        uuid = _text(nv.nvmlDeviceGetUUID(handle))
-        name = _text(nv.nvmlDeviceGetName(handle))
-        pci = normalize_bus_id(nv.nvmlDeviceGetPciInfo(handle).busId)
-        numa: Optional[int]
-        try:
-            numa = int(nv.nvmlDeviceGetNumaNodeId(handle))
-        except (nv.NVMLError, AttributeError):
-            numa = self._sysfs_numa(pci)
+        f = self._f
+        uuid = _text(f.need(self._nv.nvmlDeviceGetUUID, handle))
+        name = _text(f.need(self._nv.nvmlDeviceGetName, handle))
+        pci = normalize_bus_id(f.need(self._nv.nvmlDeviceGetPciInfo, handle).busId)
+        numa = f.optional("nvmlDeviceGetNumaNodeId", handle)
+        numa = self._sysfs_numa(pci) if numa is None else int(numa)
         if numa is not None and numa < 0:
             numa = None
         ident = DeviceIdentity(
             vendor="nvidia", kind="gpu", index=index, uuid=uuid,
             model=profiles.normalize_model("nvidia", name), pci_address=pci, numa_node=numa,
-            driver_version=self._driver,
-            firmware_version=self._call_optional(nv.nvmlDeviceGetInforomImageVersion, handle),
-            name=name, serial=self._call_optional(nv.nvmlDeviceGetSerial, handle))
-        self._identities[index] = ident
-        return ident
+            driver_version=self._driver, runtime_version=self._runtime,
+            firmware_version=self._optional_text("nvmlDeviceGetInforomImageVersion", handle),
+            name=name, serial=self._optional_text("nvmlDeviceGetSerial", handle))
+        return self._ids.remember(ident)
 
     def _sysfs_numa(self, pci: str) -> Optional[int]:
         try:
@@ -259,14 +257,11 @@ class NvmlCollector:
             return None
 
     # ------------------------------------------------------------------ readings
-    def _fail(self, e: BaseException, uuid: str, field: str) -> str:
-        """Status for an NVML error on one field (GpuIsLost ends this GPU's read)."""
-        if self._is(e, "GpuIsLost"):
-            raise _Lost() from None
-        if self._is(e, "NotSupported"):
+    def _status(self, got: Got, uuid: str, field: str) -> str:
+        """Status of a failed call on one field; unsupported is remembered for the GPU."""
+        if got.status == UNSUPPORTED:
             self._unsupported.setdefault(uuid, set()).add(field)
-            return "unsupported"
-        return "error"
+        return got.status
 
     def _read(self, uuid: str, readings: dict, field: str, fn: Callable, *args: Any,
               scale: float = 1.0, pick: Optional[Callable[[Any], Any]] = None) -> Any:
@@ -275,39 +270,39 @@ class NvmlCollector:
         if field in self._unsupported.get(uuid, ()):
             readings[field] = Reading(None, quality.with_status("unsupported"))
             return None
-        try:
-            raw = fn(*args)
-            value = pick(raw) if pick else raw  # pick may raise too (field-value errors)
-        except self._nv.NVMLError as e:
-            readings[field] = Reading(None, quality.with_status(self._fail(e, uuid, field)))
+        got = self._f.call(fn, *args)
+        if not got.ok:
+            readings[field] = Reading(None, quality.with_status(self._status(got, uuid, field)))
             return None
-        readings[field] = Reading(float(value) * scale, quality)
+        raw = got.value
+        readings[field] = Reading(float(pick(raw) if pick else raw) * scale, quality)
         return raw
 
     def _memory(self, uuid: str, r: dict, h: Any) -> None:
         """Used and total from one call: ``_v2`` (reserved memory apart, as nvidia-smi
         shows it) when the driver has it, else v1 (whose "used" includes reserved)."""
-        nv = self._nv
+        nv, f = self._nv, self._f
         if F.MEMORY_USED in self._unsupported.get(uuid, ()):
-            for f in (F.MEMORY_USED, F.MEMORY_TOTAL):
-                r[f] = Reading(None, QUALITY[f].with_status("unsupported"))
+            for name in (F.MEMORY_USED, F.MEMORY_TOTAL):
+                r[name] = Reading(None, QUALITY[name].with_status("unsupported"))
             return
-        quality = QUALITY
-        try:
-            mem = None
-            if self._memory_v2 is not None:
-                try:
-                    mem = nv.nvmlDeviceGetMemoryInfo(h, self._memory_v2)
-                except self._missing_version:
-                    self._memory_v2 = None  # driver older than _v2
-            if mem is None:
-                mem = nv.nvmlDeviceGetMemoryInfo(h)
-                quality = _MEMORY_V1
-        except nv.NVMLError as e:
-            status = self._fail(e, uuid, F.MEMORY_USED)
-            for f in (F.MEMORY_USED, F.MEMORY_TOTAL):
-                r[f] = Reading(None, QUALITY[f].with_status(status))
+        quality, got = QUALITY, None
+        if self._memory_v2 is not None:
+            try:
+                got = f.call(nv.nvmlDeviceGetMemoryInfo, h, self._memory_v2)
+            except TypeError:  # a binding whose nvmlDeviceGetMemoryInfo takes no version
+                got = Got(None, UNSUPPORTED, missing=True)
+            if got.missing:
+                self._memory_v2, got = None, None  # driver older than _v2
+        if got is None:
+            got = f.call(nv.nvmlDeviceGetMemoryInfo, h)
+            quality = _MEMORY_V1
+        if not got.ok:
+            status = self._status(got, uuid, F.MEMORY_USED)
+            for name in (F.MEMORY_USED, F.MEMORY_TOTAL):
+                r[name] = Reading(None, QUALITY[name].with_status(status))
             return
+        mem = got.value
         r[F.MEMORY_USED] = Reading(float(mem.used), quality[F.MEMORY_USED])
         r[F.MEMORY_TOTAL] = Reading(float(mem.total), quality[F.MEMORY_TOTAL])
 
@@ -354,27 +349,23 @@ class NvmlCollector:
     def _clock_reasons(self, uuid: str, r: dict, h: Any) -> None:
         """Clock-event reasons: nvmlDeviceGetCurrentClocksEventReasons (R535+), else the
         older ...ClocksThrottleReasons names; a reason the GPU does not support is absent."""
-        nv = self._nv
+        f = self._f
         fields = [(bit, C.clock_reason_field(name)) for bit, name, _ in C.CLOCK_REASONS]
-        status, supported, active, source = None, 0, 0, ""
-        if "clock_reasons" in self._unsupported.get(uuid, ()):
-            status = "unsupported"
-        else:
-            status = "unsupported"
+        status, supported, active, source = "unsupported", 0, 0, ""
+        if "clock_reasons" not in self._unsupported.get(uuid, ()):
             for current_fn, supported_fn, name in self._clock_apis():
-                try:
-                    supported = self._clock_supported.get(uuid)
-                    if supported is None:
-                        supported = int(supported_fn(h))
-                        self._clock_supported[uuid] = supported
-                    active = int(current_fn(h))
-                except self._missing_version:
+                supported = self._clock_supported.get(uuid)
+                got = f.call(supported_fn, h) if supported is None else Got(supported)
+                if got.ok:
+                    supported = self._clock_supported[uuid] = int(got.value)
+                    got = f.call(current_fn, h)
+                if got.missing:
                     self._clock_dead.add(name)  # an older driver: try the older names
                     continue
-                except nv.NVMLError as e:
-                    status = self._fail(e, uuid, "clock_reasons")
+                if not got.ok:
+                    status = self._status(got, uuid, "clock_reasons")
                     break
-                status, source = None, name
+                status, source, active = None, name, int(got.value)
                 break
         for bit, field in fields:
             q = QUALITY[field]
@@ -427,14 +418,14 @@ class NvmlCollector:
                 r[field] = Reading(None, QUALITY[field].with_status("unsupported"))
         if not spec:
             return None
-        try:
-            values = nv.nvmlDeviceGetFieldValues(h, [fid for _, fid in spec])
-        except nv.NVMLError as e:
+        got = self._f.call(nv.nvmlDeviceGetFieldValues, h, [fid for _, fid in spec])
+        if not got.ok:
             for field, _ in spec:
                 if field != _LINK_STATE:
-                    r[field] = Reading(None, QUALITY[field].with_status(self._fail(e, uuid, field)))
+                    r[field] = Reading(None, QUALITY[field].with_status(self._status(got, uuid, field)))
             return None
-        ok, lost, decode = self._SUCCESS, self._GPU_IS_LOST, self._decode
+        values = got.value
+        ok, outcome, decode = self._SUCCESS, self._f.outcome, self._decode
         sums: dict[str, float] = {}
         bad: dict[str, str] = {}
         states: list[bool] = []
@@ -446,9 +437,10 @@ class NvmlCollector:
                 else:
                     sums[field] = sums.get(field, 0.0) + float(getattr(v.value, decode.get(v.valueType, "uiVal")))
                 continue
-            if ret == lost:
-                raise _Lost()
-            bad[field] = "unsupported" if ret in self._UNSUPPORTED_RETURNS else "error"
+            status = outcome(ret, invalid_is_unsupported=True)
+            if status == "lost":
+                raise Lost(None)
+            bad[field] = status
         for field, status in bad.items():
             if status == "unsupported":
                 self._unsupported.setdefault(uuid, set()).add(field)
@@ -466,10 +458,7 @@ class NvmlCollector:
     # ------------------------------------------------------------------ processes, NVLink
     def _process_name(self, pid: int) -> Optional[str]:
         if pid not in self._names:
-            try:
-                self._names[pid] = _text(self._nv.nvmlSystemGetProcessName(pid))
-            except (self._nv.NVMLError, AttributeError):
-                self._names[pid] = None
+            self._names[pid] = self._optional_text("nvmlSystemGetProcessName", pid)
         return self._names[pid]
 
     def _nvlink(self, uuid: str, r: dict, h: Any, states: Optional[list[bool]]) -> Optional[list[bool]]:
@@ -487,19 +476,21 @@ class NvmlCollector:
 
     # ------------------------------------------------------------------ collect
     def collect(self) -> list[DeviceSample]:
-        nv = self._nv
+        f = self._f
         now = self._clock()
-        try:
-            count = nv.nvmlDeviceGetCount()
-        except nv.NVMLError as e:
-            raise Unavailable(f"nvmlDeviceGetCount failed: {type(e).__name__}: {e}") from None
+        got = f.attempt(self._nv.nvmlDeviceGetCount)
+        if not got.ok:
+            raise Unavailable(f"nvmlDeviceGetCount failed: {type(got.error).__name__}: {got.error}")
+        count = int(got.value)
         results: list[Any] = []  # per index: a finished DeviceSample, or the parts of a live GPU
         live: list[tuple[DeviceIdentity, Any]] = []
         states: dict[str, list[bool]] = {}
         seen_pids: set[int] = set()
         for index in range(count):
+            pinned = self._ids.recall(index=index)
+            f.after_loss = pinned is not None and pinned.uuid in self._lost
             try:
-                handle = nv.nvmlDeviceGetHandleByIndex(index)
+                handle = self._handle(index, pinned)
                 ident = self._identity(index, handle)
                 readings = self._readings(ident, handle)
                 st = self._nvlink_states.get(ident.uuid)
@@ -507,16 +498,15 @@ class NvmlCollector:
                 util, util_q = self._procs.utilization(ident.uuid, handle)
                 migs = self._mig.instances(ident, handle)
                 mig_samples = [(m, self._mig.readings(m, self._memory_v2)) for m in migs]
-            except _Lost:
-                results.append(self._lost_device(index, now))
+            except Lost as e:
+                results.append(self._lost_device(index, now, e.args[0] if e.args else None))
                 continue
-            except nv.NVMLError as e:
-                if self._is(e, "GpuIsLost"):
-                    results.append(self._lost_device(index, now))
-                    continue
+            except Failed as e:
                 # cannot even identify this GPU: report it unknown, keep the others
-                results.append(self._unreadable(index, now, e))
+                results.append(self._unreadable(index, now, e.got.error or e))
                 continue
+            finally:
+                f.after_loss = False
             self._lost.discard(ident.uuid)
             if st is not None:
                 states[ident.uuid] = st
@@ -532,7 +522,20 @@ class NvmlCollector:
                 out.append(item)
                 continue
             out.extend(self._build(item, now, links.get(item[0].uuid, ())))
+        # a pinned GPU NVML no longer enumerates (the count shrank): lost under its uuid
+        for ident in self._ids.missing(d.identity.uuid for d in out):
+            out.append(self._lost_device(ident.index, now, None, ident))
         return out
+
+    def _handle(self, index: int, pinned: Optional[DeviceIdentity]) -> Any:
+        """The NVML handle of GPU ``index``. A GPU identified before whose handle can no
+        longer be had has fallen off the bus: Lost (its pinned uuid is reported failed)."""
+        got = self._f.call(self._nv.nvmlDeviceGetHandleByIndex, index)
+        if got.ok:
+            return got.value
+        if pinned is not None:
+            raise Lost(got.error)
+        raise Failed(got)
 
     def _build(self, parts: tuple, now: float, links: tuple) -> list[DeviceSample]:
         ident, readings, running, util, util_q, mig_samples = parts
@@ -559,13 +562,16 @@ class NvmlCollector:
         return out
 
     def _placeholder(self, index: int) -> DeviceIdentity:
-        return self._identities.get(index) or DeviceIdentity(
+        return self._ids.recall(index=index) or DeviceIdentity(
             vendor="nvidia", kind="gpu", index=index, uuid=f"nvidia-unidentified-{index}",
-            driver_version=self._driver)
+            driver_version=self._driver, runtime_version=self._runtime)
 
-    def _lost_device(self, index: int, now: float) -> DeviceSample:
-        ident = self._placeholder(index)
-        fault = C.make_fault("gpu-lost", f"GPU {index} ({ident.uuid}) is lost: NVML_ERROR_GPU_IS_LOST", "nvml")
+    def _lost_device(self, index: int, now: float, why: Optional[BaseException] = None,
+                     ident: Optional[DeviceIdentity] = None) -> DeviceSample:
+        ident = ident or self._placeholder(index)
+        what = "NVML_ERROR_GPU_IS_LOST" if why is None or isinstance(why, self._nv.NVMLError_GpuIsLost) \
+            else f"{type(why).__name__}: {why}"
+        fault = C.make_fault("gpu-lost", f"GPU {index} ({ident.uuid}) is lost: {what}", "nvml")
         if ident.uuid not in self._lost:  # one event per loss episode, not per poll
             self._lost.add(ident.uuid)
             fault = self._ledger.record(ident.uuid, fault, now)

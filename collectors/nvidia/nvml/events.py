@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from hetero_exporter.collectors.nvidia.common import RECOVERY_CODES
+from hetero_exporter.collectors.nvidia.nvml.funnel import LOST, UNSUPPORTED, Funnel
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,10 @@ EVENT_CODES: dict[str, Optional[str]] = {
 # and their counters are polled anyway.
 
 _NOT_MIG = 0xFFFFFFFF
+
+
+class EventsUnsupported(Exception):
+    """This driver / GPU set has no NVML events (NotSupported, or no event symbols)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class EventWatcher:
                  on_event: Callable[[Event], None], on_lost: Callable[[], None],
                  on_mig_change: Callable[[], None] = lambda: None, wait_ms: int = 1000):
         self._nv = nv
+        self._f = Funnel(nv)  # its own: the collector's is used from the sampler's thread
         self._devices = list(devices)  # (uuid, handle)
         self._on_event = on_event
         self._on_lost = on_lost
@@ -86,24 +92,29 @@ class EventWatcher:
 
     # ------------------------------------------------------------------ set management
     def open(self) -> None:
-        """Create the event set and register every GPU that answers. GpuIsLost on one
-        GPU leaves it out; NotSupported for the set itself raises (no events here)."""
-        nv = self._nv
-        self._set = nv.nvmlEventSetCreate()
+        """Create the event set and register every GPU that answers. A lost GPU is left
+        out; no event support for the set itself raises EventsUnsupported (no events here),
+        another failure funnel.Failed."""
+        nv, f = self._nv, self._f
+        got = f.attempt(nv.nvmlEventSetCreate)
+        if got.status == UNSUPPORTED:
+            raise EventsUnsupported(str(got.error))
+        self._set = f.unwrap(got)
         self._by_handle = {}
         self.registered = {}
         for uuid, h in self._devices:
-            try:
-                mask = int(nv.nvmlDeviceGetSupportedEventTypes(h)) & self._wanted
-                if not mask:
+            got = f.attempt(nv.nvmlDeviceGetSupportedEventTypes, h)
+            mask = int(got.value) & self._wanted if got.ok else 0
+            if got.ok and not mask:
+                self.unsupported.add(uuid)
+                continue
+            if got.ok:
+                got = f.attempt(nv.nvmlDeviceRegisterEvents, h, mask, self._set)
+            if not got.ok:
+                if got.status == UNSUPPORTED:
                     self.unsupported.add(uuid)
-                    continue
-                nv.nvmlDeviceRegisterEvents(h, mask, self._set)
-            except nv.NVMLError as e:
-                if not isinstance(e, (nv.NVMLError_GpuIsLost, nv.NVMLError_NotSupported)):
-                    log.warning("NVML event registration failed for %s: %s", uuid, e)
-                if isinstance(e, nv.NVMLError_NotSupported):
-                    self.unsupported.add(uuid)
+                elif got.status != LOST:
+                    log.warning("NVML event registration failed for %s: %s", uuid, got.error)
                 continue
             self._by_handle[handle_key(h)] = uuid
             self.registered[uuid] = mask
@@ -119,32 +130,31 @@ class EventWatcher:
     def close_set(self) -> None:
         if self._set is None:
             return
-        try:
-            self._nv.nvmlEventSetFree(self._set)
-        except self._nv.NVMLError:
-            pass
+        self._f.attempt(self._nv.nvmlEventSetFree, self._set)  # best effort
         self._set = None
 
     # ------------------------------------------------------------------ one wait
     def step(self) -> Optional[Event]:
         """Wait once; handle what came. Returns the fault event delivered, if any."""
-        nv = self._nv
+        nv, f = self._nv, self._f
         if self._rebuild:
             self._rebuild = False
             self.close_set()
         if self._set is None:
             self.open()
-        try:
-            data = nv.nvmlEventSetWait_v2(self._set, self._wait_ms) if hasattr(nv, "nvmlEventSetWait_v2") \
-                else nv.nvmlEventSetWait(self._set, self._wait_ms)
-        except nv.NVMLError_Timeout:
+        wait = nv.nvmlEventSetWait_v2 if hasattr(nv, "nvmlEventSetWait_v2") else nv.nvmlEventSetWait
+        got = f.attempt(wait, self._set, self._wait_ms)
+        if got.code == f.TIMEOUT:
             return None
-        except nv.NVMLError_GpuIsLost:
+        if got.status == UNSUPPORTED:
+            raise EventsUnsupported(str(got.error))
+        if got.status == LOST:
             self._on_lost()
             self.close_set()
             self.open()  # without the lost GPU (its registration fails)
             self._stop.wait(self._wait_ms / 1000.0)  # do not spin if it keeps failing
             return None
+        data = f.unwrap(got)
         self.events_seen += 1
         return self._dispatch(data)
 
@@ -152,11 +162,10 @@ class EventWatcher:
         uuid = self._by_handle.get(handle_key(h))
         if uuid is not None:
             return uuid
-        try:
-            raw = self._nv.nvmlDeviceGetUUID(h)
-            return raw.decode() if isinstance(raw, bytes) else str(raw)
-        except self._nv.NVMLError:
+        raw = self._f.optional("nvmlDeviceGetUUID", h)
+        if raw is None:
             return None
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
 
     def _dispatch(self, data: Any) -> Optional[Event]:
         etype = int(data.eventType)
@@ -200,17 +209,16 @@ class EventWatcher:
         return self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
-        nv = self._nv
-        try:
-            nv.nvmlInit()  # NVML counts inits: the set stays valid while the collector closes
-        except nv.NVMLError as e:
-            log.warning("NVML events disabled: nvmlInit failed: %s", e)
+        nv, f = self._nv, self._f
+        got = f.attempt(nv.nvmlInit)  # NVML counts inits: the set stays valid while the collector closes
+        if not got.ok:
+            log.warning("NVML events disabled: nvmlInit failed: %s", got.error)
             return
         try:
             while not self._stop.is_set():
                 try:
                     self.step()
-                except nv.NVMLError_NotSupported:
+                except EventsUnsupported:
                     log.info("NVML events are not supported here; XIDs are seen at poll time only")
                     return
                 except Exception:  # noqa: BLE001 - the thread must outlive a bad event
@@ -219,10 +227,7 @@ class EventWatcher:
                     self._stop.wait(self._wait_ms / 1000.0)
         finally:
             self.close_set()
-            try:
-                nv.nvmlShutdown()
-            except nv.NVMLError:
-                pass
+            f.attempt(nv.nvmlShutdown)
 
     def stop(self, join_seconds: float = 0.0) -> None:
         """Ask the thread to end (it finishes its current wait, at most ``wait_ms``)."""

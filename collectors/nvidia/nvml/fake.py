@@ -1,4 +1,4 @@
-"""A fake of the pynvml surface that collectors/nvml.py calls, driven by a scenario.
+"""A fake of the pynvml surface that nvml/collector.py calls, driven by a scenario.
 
 It raises pynvml's real exception classes (``pynvml.NVMLError(code)`` builds the matching
 subclass), returns objects with the attribute names of pynvml's ctypes structures, and
@@ -8,7 +8,7 @@ failure, not a silent skip. It is kept cheap (dictionary lookups, no per-call al
 beyond the result) so benchmarks measure the collector, not the fake.
 
 Scenario hooks (vendor ``nvidia``):
-- device ``values``: the model fields of collectors/nvml.py and nvidia_common.py in base
+- device ``values``: the model fields of nvml/collector.py and nvidia/common.py in base
   units, plus ``memory_reserved_bytes``, ``clock_event_reasons`` (NVML bit mask) and
   ``nvlink_rx_bytes_per_second`` / ``nvlink_tx_bytes_per_second`` (mean rates: the KiB
   counters grow at rate(0) x t, split evenly over the links). A value not given is
@@ -22,13 +22,17 @@ Scenario hooks (vendor ``nvidia``):
   default 2), ``graphics_pids`` (pids listed as graphics processes), ``mig``: list of
   ``{profile: 3g.40gb, memory: 40GiB, used: 1GiB, gi: 2, ci: 0, pids: [..]}`` (MIG on).
 - fault kinds: ``lost`` (and ``xid`` code 79, "fallen off the bus"): every call on that GPU
-  raises NVMLError_GpuIsLost until a later ``reset`` on the same index; ``xid`` (code = the
+  raises NVMLError_GpuIsLost until a later ``reset`` on the same index (param
+  ``handle_error: Unknown|GpuIsLost|...``: nvmlDeviceGetHandleByIndex fails too, with that
+  error, as drivers do once the GPU is off the bus); ``xid`` (code = the
   XID) and ``ecc-dbe``, ``sbe-storm``, ``dram-retirement``, ``dram-retirement-failure``,
   ``poison``, ``poison-fatal``, ``gpu-unavailable``, ``mig-change``, ``recovery`` (code =
   NVML recovery action number or name such as ``node-reboot``; the recovery field holds it
   from ``at`` to ``until``) are delivered once to each event set created before ``at``, by
   nvmlEventSetWait, when the scenario clock passes ``at``; ``nvlink-down`` (param ``link``) takes a link down from ``at`` to ``until``.
 - settings ``nvidia``: ``init_error: DriverNotLoaded|LibraryNotFound|...`` (nvmlInit fails),
+  ``cuda_driver_version: 12080`` (nvmlSystemGetCudaDriverVersion[_v2]; default 12080, i.e.
+  CUDA 12.8; ``none``: the call is NotSupported),
   ``hang_seconds: N`` (enumeration sleeps), ``process_api: v3|v2|v1`` (newest running-process
   call the "driver" has), ``process_utilization_api: info|samples|none``,
   ``clock_reasons_api: event|throttle``, ``memory_api: v2|v1``, ``nvlink_state_field: false``
@@ -169,11 +173,15 @@ class FakeNvml:
         self.calls = 0  # NVML calls made by the collector (the event thread's waits are not counted)
         # lost intervals per index, computed once: [(from, to or None)]
         self._lost_spans: dict[int, list[tuple[float, Optional[float]]]] = {}
+        self._handle_errors: dict[int, str] = {}  # index -> error of the handle lookup while lost
         for d in self._devices:
             spans: list[tuple[float, Optional[float]]] = []
             start: Optional[float] = None
             for f in sorted(scenario.faults_of("nvidia", d.index), key=lambda f: f.at):
                 if f.kind == "lost" or (f.kind == "xid" and f.code == "79"):
+                    if f.params.get("handle_error"):
+                        _err(str(f.params["handle_error"]))  # a bad name fails at load
+                        self._handle_errors[d.index] = str(f.params["handle_error"])
                     if start is None:
                         start = f.at
                     if f.until is not None:
@@ -207,7 +215,7 @@ class FakeNvml:
             else:
                 setattr(self, name, value)  # found once: later lookups are plain attributes
                 return value
-        raise AttributeError(f"FakeNvml does not implement {name}; add it to collectors/nvml_fake.py")
+        raise AttributeError(f"FakeNvml does not implement {name}; add it to collectors/nvidia/nvml/fake.py")
 
     # ------------------------------------------------------------------ helpers
     def _t(self) -> float:
@@ -264,6 +272,16 @@ class FakeNvml:
         self._check()
         return self._devices[0].driver_version if self._devices else "550.54.15"
 
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        self._check()
+        v = self._settings.get("cuda_driver_version", 12080)
+        if v is None or str(v).lower() == "none":
+            raise _err("NotSupported")
+        return int(v)
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.nvmlSystemGetCudaDriverVersion_v2()
+
     def nvmlSystemGetProcessName(self, pid: int) -> str:
         self._check()
         for d in self._devices:
@@ -283,6 +301,8 @@ class FakeNvml:
         self._check()
         if not 0 <= index < len(self._handles):
             raise _err("InvalidArgument")
+        if index in self._handle_errors and self._lost(index, self._t()):
+            raise _err(self._handle_errors[index])
         return self._handles[index]
 
     # ------------------------------------------------------------------ identity
@@ -736,7 +756,8 @@ def render_smi_xml(fake: FakeNvml) -> str:
 
     lines = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">',
              "<nvidia_smi_log>", f"\t<timestamp>{time.strftime('%a %b %d %H:%M:%S %Y', time.gmtime(fake._clock()))}</timestamp>",
-             f"\t<driver_version>{_x(fake.nvmlSystemGetDriverVersion())}</driver_version>"]
+             f"\t<driver_version>{_x(fake.nvmlSystemGetDriverVersion())}</driver_version>",
+             f"\t<cuda_version>{opt(lambda: _cuda_text(fake.nvmlSystemGetCudaDriverVersion_v2()))}</cuda_version>"]
     gpus = [h for h in fake._handles if not fake._lost(h.spec.index, t)]
     lines.append(f"\t<attached_gpus>{len(gpus)}</attached_gpus>")
     for h in gpus:
@@ -850,6 +871,10 @@ def render_smi_xml(fake: FakeNvml) -> str:
         lines.append("\t</gpu>")
     lines.append("</nvidia_smi_log>")
     return "\n".join(lines) + "\n"
+
+
+def _cuda_text(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
 
 
 _RECOVERY_TEXT = {0: "None", 1: "Reset", 2: "Reboot", 3: "Drain P2P", 4: "Drain and Reset"}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from hetero_exporter import fields as F
+from hetero_exporter.collectors.nvidia.nvml.funnel import UNSUPPORTED, Funnel
 from hetero_exporter.model import DeviceIdentity, Quality, Reading
 
 _PROFILE = re.compile(r"\bMIG\s+(\S+)")
@@ -49,8 +50,9 @@ def mig_model(parent_model: str, name: str, gpu_instance: Optional[int]) -> str:
 
 
 class MigReader:
-    def __init__(self, nv: Any):
+    def __init__(self, nv: Any, funnel: Optional[Funnel] = None):
         self._nv = nv
+        self._f = funnel or Funnel(nv)
         self._layout: dict[str, tuple[int, tuple[MigInstance, ...]]] = {}  # parent uuid -> (mode, instances)
         self._no_mig: set[str] = set()  # GPUs without MIG support
         self._unsupported: dict[str, set[str]] = {}
@@ -63,78 +65,63 @@ class MigReader:
 
     def instances(self, parent: DeviceIdentity, h: Any) -> tuple[MigInstance, ...]:
         """The MIG instances of a GPU (empty when MIG is off or unsupported)."""
-        nv = self._nv
+        nv, f = self._nv, self._f
         if parent.uuid in self._no_mig:
             return ()
-        try:
-            current = int(nv.nvmlDeviceGetMigMode(h)[0])
-        except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound, AttributeError):
+        mode = getattr(nv, "nvmlDeviceGetMigMode", None)
+        got = f.call(mode, h) if mode is not None else None
+        if got is None or got.status == UNSUPPORTED:
             self._no_mig.add(parent.uuid)
             return ()
+        current = int(f.unwrap(got)[0])
         with self._lock:
             cached = self._layout.get(parent.uuid)
         if cached is not None and cached[0] == current:
             return cached[1]
         found: list[MigInstance] = []
         if current == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
-            for i in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(h))):
-                try:
-                    mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
-                except nv.NVMLError_NotFound:
+            for i in range(int(f.need(nv.nvmlDeviceGetMaxMigDeviceCount, h))):
+                slot = f.call(nv.nvmlDeviceGetMigDeviceHandleByIndex, h, i)
+                if slot.code == f.NOT_FOUND:
                     continue  # empty slot
-                found.append(self._describe(parent, i, mh))
+                found.append(self._describe(parent, i, f.unwrap(slot)))
         with self._lock:
             self._layout[parent.uuid] = (current, tuple(found))
         return tuple(found)
 
     def _describe(self, parent: DeviceIdentity, index: int, mh: Any) -> MigInstance:
-        nv = self._nv
-        uuid = _text(nv.nvmlDeviceGetUUID(mh))
-        try:
-            name = _text(nv.nvmlDeviceGetName(mh))
-        except nv.NVMLError:
-            name = ""
-        gi = ci = None
-        try:
-            gi = int(nv.nvmlDeviceGetGpuInstanceId(mh))
-            ci = int(nv.nvmlDeviceGetComputeInstanceId(mh))
-        except nv.NVMLError:
-            pass
+        nv, f = self._nv, self._f
+        uuid = _text(f.need(nv.nvmlDeviceGetUUID, mh))
+        name = f.optional("nvmlDeviceGetName", mh)
+        name = "" if name is None else _text(name)
+        gi = f.optional("nvmlDeviceGetGpuInstanceId", mh)
+        ci = f.optional("nvmlDeviceGetComputeInstanceId", mh) if gi is not None else None
+        gi, ci = (None if gi is None else int(gi)), (None if ci is None else int(ci))
         ident = DeviceIdentity(
             vendor="nvidia", kind="gpu", index=index, uuid=uuid,
             model=mig_model(parent.model, name, gi), pci_address=parent.pci_address,
             numa_node=parent.numa_node, driver_version=parent.driver_version,
-            firmware_version=parent.firmware_version, parent=parent.uuid, name=name or None,
+            runtime_version=parent.runtime_version, firmware_version=parent.firmware_version, parent=parent.uuid, name=name or None,
             serial=parent.serial)
         return MigInstance(ident, mh, gi, ci)
 
     def readings(self, inst: MigInstance, memory_v2: Any) -> dict[str, Reading]:
         """Memory (and utilization where NVML offers it) of one MIG instance."""
-        nv, uuid, r = self._nv, inst.identity.uuid, {}
+        nv, f, uuid, r = self._nv, self._f, inst.identity.uuid, {}
         unsupported = self._unsupported.setdefault(uuid, set())
-        try:
-            mem = nv.nvmlDeviceGetMemoryInfo(inst.handle, memory_v2) if memory_v2 else \
-                nv.nvmlDeviceGetMemoryInfo(inst.handle)
-            r[F.MEMORY_USED] = Reading(float(mem.used), QUALITY[F.MEMORY_USED])
-            r[F.MEMORY_TOTAL] = Reading(float(mem.total), QUALITY[F.MEMORY_TOTAL])
-        except nv.NVMLError as e:
-            if isinstance(e, nv.NVMLError_GpuIsLost):
-                raise
-            status = "unsupported" if isinstance(e, nv.NVMLError_NotSupported) else "error"
-            for f in (F.MEMORY_USED, F.MEMORY_TOTAL):
-                r[f] = Reading(None, QUALITY[f].with_status(status))
+        got = f.call(nv.nvmlDeviceGetMemoryInfo, inst.handle, memory_v2) if memory_v2 else \
+            f.call(nv.nvmlDeviceGetMemoryInfo, inst.handle)
+        for field in (F.MEMORY_USED, F.MEMORY_TOTAL):
+            r[field] = Reading(float(getattr(got.value, "used" if field == F.MEMORY_USED else "total")),
+                               QUALITY[field]) if got.ok else Reading(None, QUALITY[field].with_status(got.status))
         if F.UTILIZATION in unsupported:
             r[F.UTILIZATION] = Reading(None, QUALITY[F.UTILIZATION].with_status("unsupported"))
+            return r
+        got = f.call(nv.nvmlDeviceGetUtilizationRates, inst.handle)
+        if got.ok:
+            r[F.UTILIZATION] = Reading(got.value.gpu * 0.01, QUALITY[F.UTILIZATION])
         else:
-            try:
-                util = nv.nvmlDeviceGetUtilizationRates(inst.handle)
-                r[F.UTILIZATION] = Reading(util.gpu * 0.01, QUALITY[F.UTILIZATION])
-            except nv.NVMLError as e:
-                if isinstance(e, nv.NVMLError_GpuIsLost):
-                    raise
-                status = "error"
-                if isinstance(e, nv.NVMLError_NotSupported):
-                    unsupported.add(F.UTILIZATION)
-                    status = "unsupported"
-                r[F.UTILIZATION] = Reading(None, QUALITY[F.UTILIZATION].with_status(status))
+            if got.status == UNSUPPORTED:
+                unsupported.add(F.UTILIZATION)
+            r[F.UTILIZATION] = Reading(None, QUALITY[F.UTILIZATION].with_status(got.status))
         return r

@@ -3,8 +3,9 @@ device memory, and per-process SM utilization from NVML's process utilization sa
 
 Every struct version the binding offers is tried newest first (``_v3``, ``_v2``, then the
 unversioned call), and the first that the driver has is kept: an older driver lacks the
-newer symbols (NVMLError_FunctionNotFound, or pynvml's NVMLLibraryMismatchError for the
-unversioned wrapper). NotSupported for one list is remembered per GPU.
+newer symbols (the funnel's ``missing``: FunctionNotFound, or pynvml's NVMLLibraryMismatchError
+for the unversioned wrapper). NotSupported for one list is remembered per GPU; any other
+error ends the GPU's read (funnel.Failed), lost raises funnel.Lost.
 
 Utilization comes from ``nvmlDeviceGetProcessesUtilizationInfo`` (R550+) or
 ``nvmlDeviceGetProcessUtilization``: NVML returns the samples newer than the timestamp we
@@ -18,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from hetero_exporter.collectors.nvidia.nvml.funnel import UNSUPPORTED, Failed, Funnel
 from hetero_exporter.model import ProcessSample, Quality
 
 _KINDS = ("Compute", "Graphics", "MPSCompute")
@@ -42,15 +44,14 @@ def _instance(v: Any) -> Optional[int]:
 
 
 class ProcessReader:
-    def __init__(self, nv: Any):
+    def __init__(self, nv: Any, funnel: Optional[Funnel] = None):
         self._nv = nv
+        self._f = funnel or Funnel(nv)
         self._variant: dict[str, Optional[Callable]] = {}  # kind -> chosen function (None: none works)
         self._unsupported: dict[str, set[str]] = {}  # uuid -> kinds / "utilization" NVML does not support
         self._util_api: Optional[str] = None
         self._util_none = False  # neither utilization call exists in this driver
         self._last_seen: dict[str, int] = {}  # uuid -> newest sample timestamp (us) seen
-        self._missing = (nv.NVMLError_FunctionNotFound, AttributeError) + tuple(
-            c for c in (getattr(nv, "NVMLLibraryMismatchError", None),) if c is not None)
 
     def _candidates(self, kind: str) -> list[Callable]:
         names = [f"nvmlDeviceGet{kind}RunningProcesses_v3", f"nvmlDeviceGet{kind}RunningProcesses_v2",
@@ -71,16 +72,17 @@ class ProcessReader:
             return None
         fns = [chosen] if chosen is not ... else self._candidates(kind)
         for fn in fns:
-            try:
-                procs = fn(h)
-            except self._missing:
+            got = self._f.call(fn, h)
+            if got.missing:
                 continue
-            except self._nv.NVMLError_NotSupported:
+            if got.status == UNSUPPORTED:
                 self._unsupported.setdefault(uuid, set()).add(kind)
                 self._variant.setdefault(kind, fn)
                 return None
+            if not got.ok:
+                raise Failed(got)
             self._variant[kind] = fn
-            return list(procs or ())
+            return list(got.value or ())
         self._variant[kind] = None
         return None
 
@@ -114,7 +116,7 @@ class ProcessReader:
         quality (source, window); ({}, None) when NVML cannot report it for this GPU."""
         if self._util_none or "utilization" in self._unsupported.get(uuid, ()):
             return {}, None
-        nv = self._nv
+        nv, f = self._nv, self._f
         since = self._last_seen.get(uuid, 0)
         apis = [self._util_api] if self._util_api else list(_UTIL_APIS)
         samples = None
@@ -122,18 +124,18 @@ class ProcessReader:
             fn = getattr(nv, name, None)
             if fn is None:
                 continue
-            try:
-                samples = fn(h, since)
-            except self._missing:
+            got = f.call(fn, h, since)
+            if got.missing:
                 continue
-            except nv.NVMLError_NotSupported:
-                self._util_api = name
+            self._util_api = name
+            if got.status == UNSUPPORTED:
                 self._unsupported.setdefault(uuid, set()).add("utilization")
                 return {}, None
-            except nv.NVMLError_NotFound:  # no sample newer than `since`: nothing ran
-                self._util_api = name
+            if got.code == f.NOT_FOUND:  # no sample newer than `since`: nothing ran
                 return {}, self._quality(name, None)
-            self._util_api = name
+            if not got.ok:
+                raise Failed(got)
+            samples = got.value
             break
         else:
             self._util_none = True

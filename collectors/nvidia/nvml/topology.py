@@ -22,7 +22,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from hetero_exporter.collectors.nvidia.nvml.funnel import LOST, UNSUPPORTED, Failed, Funnel
 from hetero_exporter.model import DeviceIdentity, Link
+from hetero_exporter.sdk import pciaddr
 
 
 def _text(v: Any) -> str:
@@ -30,12 +32,10 @@ def _text(v: Any) -> str:
 
 
 def normalize_bus_id(bus_id: Any) -> str:
-    """NVML's '00000000:18:00.0' -> '0000:18:00.0' (lower case, 4-digit domain)."""
-    s = _text(bus_id).strip().lower()
-    domain, _, rest = s.partition(":")
-    if rest and len(domain) > 4:
-        domain = domain[-4:]
-    return f"{domain}:{rest}" if rest else s
+    """NVML's '00000000:18:00.0' -> '0000:18:00.0' (sdk.pciaddr; text it cannot read is kept,
+    lower case, so two spellings of one odd id still compare)."""
+    s = _text(bus_id)
+    return pciaddr.normalize(s) or s.strip().lower()
 
 
 @dataclass
@@ -60,54 +60,44 @@ def ancestor_type(nv: Any, level: int) -> Optional[str]:
 
 
 class Topology:
-    def __init__(self, nv: Any):
+    def __init__(self, nv: Any, funnel: Optional[Funnel] = None):
         self._nv = nv
+        self._f = funnel or Funnel(nv)
         self._nvlinks: dict[str, _NvLinks] = {}
         self._ancestors: dict[frozenset, Optional[str]] = {}
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ NVLink
     def _field(self, h: Any, fid: Optional[int]) -> Optional[float]:
-        nv = self._nv
         if fid is None:
             return None
-        try:
-            v = nv.nvmlDeviceGetFieldValues(h, [fid])[0]
-        except nv.NVMLError as e:
-            if isinstance(e, nv.NVMLError_GpuIsLost):
-                raise
+        got = self._f.call(self._nv.nvmlDeviceGetFieldValues, h, [fid])
+        if not got.ok:
             return None
-        if v.nvmlReturn != nv.NVML_SUCCESS:
-            return None
-        return float(v.value.uiVal)
+        v = got.value[0]
+        return float(v.value.uiVal) if v.nvmlReturn == self._f.SUCCESS else None
 
     def _discover(self, uuid: str, h: Any) -> _NvLinks:
-        nv = self._nv
+        nv, f = self._nv, self._f
         info = _NvLinks()
         count = self._field(h, getattr(nv, "NVML_FI_DEV_NVLINK_LINK_COUNT", None))
         limit = int(count) if count is not None else int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
         switch_type = getattr(nv, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2)
         for link in range(limit):
-            try:
-                nv.nvmlDeviceGetNvLinkState(h, link)
-            except (nv.NVMLError_NotSupported, nv.NVMLError_InvalidArgument):
+            got = f.call(nv.nvmlDeviceGetNvLinkState, h, link)
+            if got.status == UNSUPPORTED or got.code == f.INVALID_ARGUMENT:
                 if count is None:
                     break  # probing: first link NVML does not know ends the list
                 info.remote_pci.append(None)
                 info.remote_switch.append(False)
                 continue
-            pci = None
-            try:
-                pci = normalize_bus_id(nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)
-            except nv.NVMLError as e:
-                if isinstance(e, nv.NVMLError_GpuIsLost):
-                    raise
-            is_switch = False
-            try:
-                is_switch = int(nv.nvmlDeviceGetNvLinkRemoteDeviceType(h, link)) == switch_type
-            except (nv.NVMLError, AttributeError) as e:
-                if isinstance(e, nv.NVMLError_GpuIsLost):
-                    raise
+            if not got.ok:
+                raise Failed(got)
+            remote = f.value(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
+            pci = normalize_bus_id(remote.busId) if remote is not None else None
+            remote_type = getattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", None)  # R460+ bindings
+            kind = f.value(remote_type, h, link) if remote_type is not None else None
+            is_switch = kind is not None and int(kind) == switch_type
             info.remote_pci.append(pci)
             info.remote_switch.append(is_switch)
         info.count = len(info.remote_pci)
@@ -132,16 +122,8 @@ class Topology:
         count = self.discover(uuid, h)
         if not count:
             return None
-        nv = self._nv
-        states = []
-        for link in range(count):
-            try:
-                states.append(bool(nv.nvmlDeviceGetNvLinkState(h, link)))
-            except nv.NVMLError as e:
-                if isinstance(e, nv.NVMLError_GpuIsLost):
-                    raise
-                states.append(False)
-        return states
+        nv, f = self._nv, self._f
+        return [bool(f.value(nv.nvmlDeviceGetNvLinkState, h, link, default=False)) for link in range(count)]
 
     def nvlink_count(self, uuid: str) -> int:
         info = self._nvlinks.get(uuid)
@@ -154,12 +136,10 @@ class Topology:
             if key in self._ancestors:
                 return self._ancestors[key]
         nv = self._nv
-        try:
-            kind = ancestor_type(nv, int(nv.nvmlDeviceGetTopologyCommonAncestor(a[1], b[1])))
-        except nv.NVMLError as e:
-            if isinstance(e, nv.NVMLError_GpuIsLost):
-                return None  # not cached: ask again once the GPU is back
-            kind = None
+        got = self._f.attempt(nv.nvmlDeviceGetTopologyCommonAncestor, a[1], b[1])
+        if got.status == LOST:
+            return None  # not cached: ask again once the GPU is back
+        kind = ancestor_type(nv, int(got.value)) if got.ok else None
         with self._lock:
             self._ancestors[key] = kind
         return kind
