@@ -24,5 +24,6 @@ SPEC = VendorSpec(
         CollectorEntry("rocm_smi", "amd", "hetero_exporter.collectors.amd.rocm_smi.collector", default=False,
                        description="AMD GPUs through `rocm-smi --json` (CLI-only nodes, ROCm < 6)"),
     ),
+    versions="hetero_exporter.collectors.amd.versions:discover",  # the .info/version file of the runtime install
     parsers={"rocm-smi": "hetero_exporter.collectors.amd.rocm_smi.collector:parse_rocm_smi"},
 )

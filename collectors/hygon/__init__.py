@@ -16,9 +16,11 @@ SPEC = VendorSpec(
     device_resource=lambda model: "hygon.com/dcu",
     id_prefixes=("DCU-",),
     plugin_device_id=lambda d: str(d.index),
+    fabric_links=("xgmi",),  # hy-smi --showtopo: DCUs of one hive, rocm-smi style
     tools=(ToolSpec("hy-smi", dirs=("/opt/hyhal/bin", "/usr/local/bin", "/usr/bin"),
                     library_dirs=("/opt/hyhal/lib",), why_missing="Hygon DTK (hyhal) not installed"),),
     collectors=(CollectorEntry("hy_smi", "hygon", "hetero_exporter.collectors.hygon.hy_smi.collector",
                                description="Hygon DCUs through `hy-smi --json` (DTK)"),),
+    versions="hetero_exporter.collectors.hygon.versions:discover",  # DTK: /opt/dtk/.info/version
     parsers={"hy-smi": "hetero_exporter.collectors.hygon.hy_smi.collector:parse_hy_smi"},
 )

@@ -23,6 +23,12 @@ Faults (codes in collectors/amd/faults.yaml): uncorrectable ECC per RAS block ab
 ``ecc_uncorrected_threshold`` setting (default 0) -> health ``failed``; deferred errors ->
 ``degraded``; CPER records (fatal -> ``failed``, for ``fault_hold_seconds``, default 600);
 GPU reset events -> ``degraded`` for the hold time; PCIe replay increases are recorded.
+
+Identity: the uuid is collectors/amd/identity.py's over ``asic_info.asic_serial`` (the ASIC
+unique id rocm-smi prints as "Unique ID"), so both collectors name a GPU alike; identities are
+pinned (sdk IdentityMemory): a GPU that amdsmi stops listing is reported ``failed`` (fault
+``missing``) under its uuid. ``runtime_version``: ``amdsmi_get_rocm_version()`` where the
+binding has it, else ``opt/rocm/.info/version`` below the ``host_root`` setting (default /).
 """
 
 from __future__ import annotations
@@ -36,7 +42,11 @@ from typing import Any, Callable, Mapping, Optional
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
+from hetero_exporter.collectors.amd import versions
+from hetero_exporter.collectors.amd.identity import device_uuid
+from hetero_exporter.sdk import pciaddr, values
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, ProcessSample,
@@ -61,11 +71,13 @@ XGMI_TX = F.interconnect_field("xgmi", "tx")
 
 # Static quality of each field: the amdsmi call, method, window, resolution, error bound.
 # AMD documents no accuracy figures for these sensors: error_bound stays None where unknown.
+# SMU firmware activity averages: AMD does not document their window; 1 s nominal, the period
+# of the SMU metrics table they are read from (as for the average socket power).
+_SMU_AVERAGE_S = 1.0
 QUALITY: dict[str, Quality] = {
-    # SMU firmware activity averages; the averaging window is not documented
-    F.UTILIZATION: Quality("amdsmi_get_gpu_activity.gfx_activity", "sampled", None, 0.01),
-    F.MEMORY_UTILIZATION: Quality("amdsmi_get_gpu_activity.umc_activity", "sampled", None, 0.01),
-    MEDIA_UTILIZATION: Quality("amdsmi_get_gpu_activity.mm_activity", "sampled", None, 0.01),
+    F.UTILIZATION: Quality("amdsmi_get_gpu_activity.gfx_activity", "sampled", _SMU_AVERAGE_S, 0.01),
+    F.MEMORY_UTILIZATION: Quality("amdsmi_get_gpu_activity.umc_activity", "sampled", _SMU_AVERAGE_S, 0.01),
+    MEDIA_UTILIZATION: Quality("amdsmi_get_gpu_activity.mm_activity", "sampled", _SMU_AVERAGE_S, 0.01),
     F.MEMORY_USED: Quality("amdsmi_get_gpu_memory_usage(VRAM)", "measured", None, 1.0),
     F.MEMORY_TOTAL: Quality("amdsmi_get_gpu_memory_total(VRAM)", "measured", None, 1.0),
     F.TEMP_CORE: Quality("amdsmi_get_temp_metric(HOTSPOT)", "measured", None, 1.0),
@@ -83,13 +95,15 @@ QUALITY: dict[str, Quality] = {
     ECC_DEFERRED: Quality("amdsmi_get_gpu_total_ecc_count.deferred_count", "measured", None, 1.0),
     PCIE_WIDTH: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_width", "measured", None, 1.0),
     PCIE_SPEED: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_speed", "measured", None, 1e6),
-    PCIE_BANDWIDTH: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_bandwidth", "sampled", None, 125000.0),
+    # amdsmi.h: "current instantaneous PCIe bandwidth in Mb/s" (1 Mb/s = 125000 B/s steps)
+    PCIE_BANDWIDTH: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_bandwidth", "measured", None, 125000.0),
     PCIE_REPLAY: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_replay_count", "measured", None, 1.0),
     PCIE_REPLAY_ROLLOVER: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_replay_roll_over_count", "measured", None, 1.0),
     PCIE_RECOVERY: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_l0_to_recovery_count", "measured", None, 1.0),
     PCIE_NAK_SENT: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_nak_sent_count", "measured", None, 1.0),
     PCIE_NAK_RECEIVED: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_nak_received_count", "measured", None, 1.0),
-    # "KB" in amdsmi.h; counted here as KiB, so up to 2.4 % off if the driver means 1000
+    # amdsmi.h documents the xGMI read/write counters in "KB" without saying 1000 or 1024:
+    # counted here as KiB, so the bound is that ambiguity (2.4 %), cited from amdsmi.h
     XGMI_RX: Quality("amdsmi_get_link_metrics.links[xgmi].read", "measured", None, 1024.0, 0.024),
     XGMI_TX: Quality("amdsmi_get_link_metrics.links[xgmi].write", "measured", None, 1024.0, 0.024),
 }
@@ -135,19 +149,17 @@ def _num(v: Any) -> Optional[float]:
 
 
 def _text(v: Any) -> Optional[str]:
+    """A reported string, None for the shared NA spellings (amdsmi's "N/A")."""
     if v is None:
         return None
     s = (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)).strip()
-    return None if not s or s.upper() == "N/A" else s
+    return None if values.is_na(s) else s
 
 
 def normalize_bdf(bdf: Any) -> str:
-    """amdsmi's '0000:05:00.0' (any case, any domain width) -> '0000:05:00.0'."""
-    s = str(bdf).strip().lower()
-    domain, _, rest = s.partition(":")
-    if rest.count(":") == 1 and domain:
-        return f"{int(domain, 16):04x}:{rest}" if all(c in "0123456789abcdef" for c in domain) else s
-    return s
+    """amdsmi's '0000:05:00.0' (any case, any domain width) -> '0000:05:00.0' (the SDK's
+    normalizer; text it cannot read is kept lower-cased, so a GPU keeps a key)."""
+    return pciaddr.normalize(str(bdf)) or str(bdf).strip().lower()
 
 
 def import_binding() -> Any:
@@ -201,6 +213,10 @@ class AmdSmiCollector:
                                if hasattr(codes, f"AMDSMI_STATUS_{n}")}
         self._no_data = {getattr(codes, f"AMDSMI_STATUS_{n}") for n in ("NO_DATA", "NOT_FOUND")
                          if hasattr(codes, f"AMDSMI_STATUS_{n}")}
+        self._host_root = str(settings.get("host_root", "/"))
+        self._runtime = self._rocm_version()
+        self._memory = IdentityMemory()  # physical GPUs seen since start, by uuid, index and bdf
+        self._lost: set[str] = set()  # uuids reported missing in the previous cycle
         self._identities: dict[str, tuple] = {}  # bdf -> cached static identity parts
         self._bdf_by_index: dict[int, str] = {}
         self._handle_count: Optional[int] = None
@@ -275,7 +291,6 @@ class AmdSmiCollector:
             bdf = self._bdf_by_index.get(index, f"index-{index}")
         cached = self._identities.get(bdf)
         if cached is None:
-            uuid_raw, _ = self._fetch(bdf, "amdsmi_get_gpu_device_uuid", h)
             asic, _ = self._fetch(bdf, "amdsmi_get_gpu_asic_info", h)
             board, _ = self._fetch(bdf, "amdsmi_get_gpu_board_info", h)
             driver, _ = self._fetch(bdf, "amdsmi_get_gpu_driver_info", h)
@@ -288,11 +303,15 @@ class AmdSmiCollector:
             market = _text(asic.get("market_name")) or _text(board.get("product_name")) or ""
             numa = _num(numa_raw) if st == "ok" else None
             numa = int(numa) if numa is not None and 0 <= numa < 1024 else self._sysfs_numa(bdf)
-            uuid = _text(uuid_raw) or (f"amd-{bdf}" if not bdf.startswith("index-") else f"amd-unidentified-{index}")
+            known = self._memory.recall(index=index) if bdf.startswith("index-") else None
+            uuid = known.uuid if known is not None else device_uuid(
+                "amd", index, _text(asic.get("asic_serial")), _text(board.get("product_serial")),
+                None if bdf.startswith("index-") else bdf)
             ident = DeviceIdentity(
                 vendor="amd", kind="gpu", index=index, uuid=uuid,
                 model=profiles.normalize_model("amd", market), pci_address=None if bdf.startswith("index-") else bdf,
                 numa_node=numa, driver_version=_text((driver or {}).get("driver_version")),
+                runtime_version=self._runtime,
                 firmware_version=_text((vbios or {}).get("version")) or _text((vbios or {}).get("part_number")),
                 name=market or None,
                 serial=_text(board.get("product_serial")) or _text(asic.get("asic_serial")))
@@ -301,6 +320,21 @@ class AmdSmiCollector:
             self._identities[bdf] = cached
         uuid, pid, compute, memory, ident = cached
         return _Logical(index, h, bdf, uuid, pid, compute, memory, dataclasses.replace(ident, index=index))
+
+    def _rocm_version(self) -> Optional[str]:
+        """amdsmi_get_rocm_version() -> (ok, "6.2.0") where the binding has it (amdsmi 6.2+), else
+        the ROCm install's version file below the host root."""
+        fn = getattr(self._amd, "amdsmi_get_rocm_version", None)
+        if fn is not None:
+            try:
+                res = fn()
+                ok, text = (res if isinstance(res, tuple) and len(res) == 2 else (True, res))
+                v = versions.version_text(_text(text)) if ok else None
+                if v:
+                    return v
+            except Exception as e:  # noqa: BLE001 - librocm-core missing: the version file is next
+                log.debug("amdsmi_get_rocm_version failed: %s", e)
+        return versions.rocm_version(self._host_root)
 
     def _sysfs_numa(self, bdf: str) -> Optional[int]:
         try:
@@ -663,6 +697,22 @@ class AmdSmiCollector:
                                     faults=self._ledger.faults(uuid), processes=procs,
                                     links=links.get(uuid, ())))
             out.extend(children)
+        present = []
+        for d in out:
+            if d.identity.parent is None:
+                self._memory.remember(d.identity)
+                present.append(d.identity.uuid)
+        lost = set()
+        for ident in self._memory.missing(present):  # no longer listed: failed under its uuid
+            lost.add(ident.uuid)
+            fault = self._ledger.get(ident.uuid, "missing") if ident.uuid in self._lost else None
+            if fault is None:  # a new episode
+                fault = self._ledger.record(ident.uuid, self._fault(
+                    "missing", f"GPU {ident.index} ({ident.uuid}) at {ident.pci_address or '?'} is no longer "
+                               "listed by amdsmi"), now)
+            out.append(DeviceSample(identity=ident, timestamp=now, health=Health("failed", (fault,)),
+                                    faults=self._ledger.faults(ident.uuid)))
+        self._lost = lost
         return out
 
     @staticmethod

@@ -23,8 +23,11 @@ Scenario hooks (vendor ``amd``):
 - faults: ``ecc`` (``block``: umc|gfx|..., ``uncorrectable``, ``correctable``, ``deferred``
   added from ``at`` on), ``cper`` (``severity``: fatal|non_fatal_uncorrected|non_fatal_corrected),
   ``reset`` (GPU_PRE_RESET and GPU_POST_RESET events at ``at``), ``unresponsive`` (every call on
-  that GPU fails with AMDSMI_STATUS_DRM_ERROR from ``at`` until ``until``);
-- settings ``amd: {init_error: STATUS_NAME, hang_seconds: N}``.
+  that GPU fails with AMDSMI_STATUS_DRM_ERROR from ``at`` until ``until``), ``lost`` (the GPU is
+  not among the processor handles from ``at`` until ``until``: fell off the bus);
+- ``asic_serial``: the device's simulated unique id (collectors/amd/identity.py), the value the
+  rocm-smi fake prints as "Unique ID", so both collectors give the GPU one uuid;
+- settings ``amd: {init_error: STATUS_NAME, hang_seconds: N, runtime_version: "6.2.0"}``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
+from hetero_exporter.collectors.amd.identity import simulated_unique_id
 from hetero_exporter.simulate.scenario import DeviceSpec, Scenario
 
 # Enums the collector reads, by amdsmi class name (rebuilt from the installed package).
@@ -370,7 +374,13 @@ class FakeAmdSmi:
         hang = float(self._settings.get("hang_seconds", 0) or 0)
         if hang:
             time.sleep(hang)
-        return list(self._handles)
+        t = self._t()
+        gone = {f.index for f in self._scenario.faults_of("amd") if f.kind == "lost" and f.active(t)}
+        return [h for h in self._handles if h.spec.index not in gone]  # fallen off the bus: not listed
+
+    def amdsmi_get_rocm_version(self) -> tuple:
+        """(True, "6.2.0") as amdsmi 6.2+ returns it (librocm-core's getROCmVersion)."""
+        return True, str(self._settings.get("runtime_version", "6.2.0"))
 
     # ------------------------------------------------------------------ identity
     def amdsmi_get_gpu_device_uuid(self, h: _Handle) -> str:
@@ -389,7 +399,7 @@ class FakeAmdSmi:
         market = spec.product.removeprefix("AMD ").removeprefix("Instinct ").strip()
         return {"market_name": market or "N/A", "vendor_id": "0x1002", "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
                 "subvendor_id": "0x1002", "device_id": str(spec.extra.get("device_id", "0x74a1")),
-                "rev_id": "0x00", "asic_serial": f"0x{int(spec.serial):016X}",
+                "rev_id": "0x00", "asic_serial": f"0x{simulated_unique_id(spec):016X}",  # rocm-smi's Unique ID
                 "oam_id": spec.index, "num_compute_units": int(spec.extra.get("compute_units", 304)) // h.count,
                 "target_graphics_version": "gfx942", "subsystem_id": "0x74a1"}
 

@@ -1,60 +1,56 @@
 """Fake ``rocm-smi`` / ``hy-smi`` executables that print a scenario in the tools' real formats.
 
-``FakeSmiCli`` writes a small ``/bin/sh`` program named after the tool into a work folder;
-before each cycle ``prepare()`` renders the scenario at the current time into files beside it,
-and the program prints them, so the real collector runs the real runner (subprocess, deadline,
-process-group kill) and the real parser. Renderings follow the captures in
-../shared/fixtures: ``--json`` as rocm-smi's formatJson builds it (every value a string; AMD
-keys of ROCm 6, Hygon keys of DTK 24.04 such as "DCU use (%)" and "vram Total Memory (MiB)";
-options no Hygon capture shows, e.g. --showbus, are spelled as rocm-smi spells them), the
-Concise Info table, and the ``--showpidgpus`` text.
+Built on the SDK's fake-tool harness (hetero_exporter.sdk.fake_tool): ``install`` writes a
+launcher named like the tool that runs this module (one module fakes both tools: it answers as
+the tool whose launcher is in its workdir), so the real collector runs the real runner and
+parser against it, with the failure modes of every fake tool (settings ``{amd|hygon: {mode: hang|slow|truncated|garbage|exit}}`` or a fault
+of that kind). Renderings follow the captures in ../shared/fixtures: ``--json`` as rocm-smi's
+formatJson builds it (every value a string; AMD keys of ROCm 6, Hygon keys of DTK 24.04 such as
+"DCU use (%)" and "vram Total Memory (MiB)"; options no Hygon capture shows, e.g. --showbus, are
+spelled as rocm-smi spells them), the ``--showtopo`` pairs (asked for with --showtopo), the
+Concise Info table and the ``--showpidgpus`` text.
 
-Scenario hooks (vendor ``amd`` for rocm-smi, ``hygon`` for hy-smi), settings ``{cli_mode: M}``:
-``ok`` (default), ``hang`` (sleeps, never answers), ``garbage`` (prints binary noise),
-``crash`` (exits 1 with a message on stderr), ``legacy`` (rejects options outside
-rocm_smi.MINIMAL_ARGS with argparse's exit status 2, as an old tool would). Device values:
-``temperature_edge_celsius`` (else 3 C under the core), ``pcie_replay_total``; ``extra``:
-``device_id``, ``xgmi`` (the group is an xGMI hive).
+The older setting ``cli_mode`` still works: ``ok``, ``hang``, ``garbage``, ``crash`` (exit 1 with
+the driver's message, i.e. ``mode: exit``) and ``legacy`` (rejects options outside
+rocm_smi.MINIMAL_ARGS with argparse's exit status 2, as an old tool would).
+
+Scenario hooks: values ``temperature_edge_celsius`` (else 3 C under the core),
+``pcie_replay_total``; ``extra``: ``device_id``, ``xgmi`` (the device is in the xGMI hive:
+default false for AMD, true for Hygon DCUs), ``unique_id``; settings ``runtime_version``
+(written to the fake install's ``opt/rocm/.info/version`` or ``opt/dtk/.info/version``,
+default 6.2.0 / 24.04.3); faults ``lost`` (the device is not listed from ``at`` until
+``until``), ``no-unique-id`` (its Unique ID prints N/A meanwhile, as on a GPU going bad).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import shlex
-import stat
+import sys
 import tempfile
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-from hetero_exporter.collectors.amd.rocm_smi.collector import MINIMAL_ARGS
+import yaml
+
+from hetero_exporter.collectors.amd.identity import simulated_unique_id
+from hetero_exporter.sdk import versions as sdk_versions
+from hetero_exporter.sdk import fake_tool
 from hetero_exporter.simulate.scenario import DeviceSpec, Scenario
 
 MIB = 1 << 20
-MODES = ("ok", "hang", "garbage", "crash", "legacy")
+MODES = ("ok", "hang", "garbage", "crash", "legacy", *fake_tool.FAILURE_KINDS)
 TOOL_VENDOR = {"rocm-smi": "amd", "hy-smi": "hygon"}
+DEFAULT_RUNTIME = {"amd": "6.2.0", "hygon": "24.04.3"}
+CRASH = "ERROR: GPU[0]: Driver not initialized (amdgpu not found in modules)"
+# the options of collectors/amd/rocm_smi/collector.py MINIMAL_ARGS (not imported: the fake runs
+# without the collector)
+MINIMAL_ARGS = ("-i", "--showmeminfo", "vram", "--showpower", "--showserial", "--showuse", "--showtemp",
+                "--showproductname", "--showuniqueid", "--json")
 
-_SCRIPT = """#!/bin/sh
-# Fake {tool} written by hetero-exporter's simulation (collectors/rocm_smi_fake.py).
-dir={dir}
-mode=$(cat "$dir/mode" 2>/dev/null)
-case "$mode" in
-  hang) sleep 3600; exit 0 ;;
-  garbage) head -c 6000 /dev/urandom; exit 0 ;;
-  crash) echo "ERROR: GPU[0]: Driver not initialized (amdgpu not found in modules)" >&2; exit 1 ;;
-esac
-json=""
-for a in "$@"; do
-  if [ "$mode" = legacy ]; then
-    case " {allowed} " in *" $a "*) ;; *) echo "usage: {tool} [-h] ..." >&2
-      echo "{tool}: error: unrecognized arguments: $a" >&2; exit 2 ;; esac
-  fi
-  case "$a" in
-    --showpidgpus) cat "$dir/pidgpus.txt"; exit 0 ;;
-    --json) json=1 ;;
-  esac
-done
-if [ -n "$json" ]; then cat "$dir/out.json"; else cat "$dir/concise.txt"; fi
-"""
+
+def in_hive(spec: DeviceSpec) -> bool:
+    return bool(spec.extra.get("xgmi", spec.vendor == "hygon"))
 
 
 def _bus(pci: str) -> str:
@@ -86,7 +82,7 @@ def render_card(spec: DeviceSpec, t: float, vendor: str) -> dict[str, str]:
     sclk = spec.value("clock_compute_hertz", t)
     mclk = spec.value("clock_memory_hertz", t)
     replay = spec.value("pcie_replay_total", t)
-    unique = f"0x{int(spec.uuid.replace('-', '')[:16], 16):x}"
+    unique = f"0x{simulated_unique_id(spec):016x}"  # the value the amdsmi fake prints as asic_serial
     if vendor == "hygon":
         card = {
             "Device ID": str(spec.extra.get("device_id", "0x55b7")),
@@ -134,19 +130,21 @@ def render_card(spec: DeviceSpec, t: float, vendor: str) -> dict[str, str]:
     return card
 
 
-def render_json(devices: list[DeviceSpec], t: float, vendor: str) -> str:
+def render_json(devices: list[DeviceSpec], t: float, vendor: str, topology: bool = True) -> str:
+    """``--json`` of the scenario devices at t; ``topology``: with the ``--showtopo`` pairs."""
     doc: dict[str, Any] = {f"card{i}": render_card(d, t, vendor) for i, d in enumerate(devices)}
     system: dict[str, str] = {"Driver version": devices[0].driver_version if devices else "N/A"}
     for i, d in enumerate(devices):
         for p in d.processes:
             # rocm-smi --showpids: "name, GPU count, VRAM bytes, SDMA, CU occupancy"
             system[f"PID{p.pid}"] = f"{p.name}, 1, {int(p.memory.at(t))}, 0, 0"
-    hive = [i for i, d in enumerate(devices) if d.extra.get("xgmi")]
-    for a in range(len(devices)):
+    hive = [i for i, d in enumerate(devices) if in_hive(d)]
+    for a in range(len(devices) if topology else 0):
         for b in range(a + 1, len(devices)):
             linked = a in hive and b in hive
             system[f"(Topology) Link type between DRM devices {a} and {b}"] = "XGMI" if linked else "PCIE"
             system[f"(Topology) Hops between DRM devices {a} and {b}"] = "1" if linked else "2"
+            system[f"(Topology) Weight between DRM devices {a} and {b}"] = "15" if linked else "40"
     doc["system"] = system
     return json.dumps(doc, indent=4) + "\n"
 
@@ -184,42 +182,163 @@ def render_concise(devices: list[DeviceSpec], t: float, vendor: str) -> str:
     return "\n".join(out) + "\n"
 
 
+
+# --------------------------------------------------------------------------- the executable
+
+
+def _mode(scenario: Scenario, vendor: str) -> str:
+    cfg = scenario.vendor_settings(vendor)
+    return str(cfg.get("cli_mode") or cfg.get("mode") or "ok")
+
+
+def answer(scenario: Scenario, t: float, argv: Sequence[str], tool: str) -> tuple[int, str, str]:
+    """(status, stdout, stderr) of ``tool argv`` for the scenario at t."""
+    vendor = TOOL_VENDOR[tool]
+    if _mode(scenario, vendor) == "legacy":
+        for a in argv:
+            if a not in MINIMAL_ARGS:
+                return 2, "", f"usage: {tool} [-h] ...\n{tool}: error: unrecognized arguments: {a}\n"
+    gone = {f.index for f in scenario.faults_of(vendor) if f.kind == "lost" and f.active(t)}
+    devices = [d for d in scenario.devices_of(vendor) if d.index not in gone]  # fallen off the bus
+    if "--showpidgpus" in argv:
+        return 0, render_pid_gpus(devices), ""
+    if "--json" in argv:
+        text = render_json(devices, t, vendor, topology=any(a.startswith("--showtopo") and a != "--showtoponuma"
+                                                            for a in argv))
+        missing = {f.index for f in scenario.faults_of(vendor) if f.kind == "no-unique-id" and f.active(t)}
+        if missing:  # a device answering N/A for its unique id (going bad)
+            doc = json.loads(text)
+            for i in missing:
+                doc.get(f"card{i}", {})["Unique ID"] = "N/A"
+            text = json.dumps(doc, indent=4) + "\n"
+        return 0, text, ""
+    return 0, render_concise(devices, t, vendor), ""
+
+
+def _is_detail(argv: Sequence[str]) -> bool:
+    return "--showpidgpus" in argv or list(argv) == ["--showtopo", "--json"]
+
+
+def _launched_as() -> str:
+    """The tool this run fakes: each tool's launcher lives in a workdir of its own."""
+    wd = os.environ.get(fake_tool.ENV_WORKDIR) or ""
+    return next((tool for tool in TOOL_VENDOR if os.path.isfile(os.path.join(wd, tool))), "rocm-smi")
+
+
+def main(argv: Optional[Sequence[str]] = None, tool: Optional[str] = None) -> int:
+    tool = tool or _launched_as()
+    return fake_tool.fake_main(TOOL_VENDOR[tool], tool, lambda s, t, a: answer(s, t, a, tool), argv,
+                               detail=_is_detail, error_message=CRASH)
+
+
+# --------------------------------------------------------------------------- installing
+
+
+def _signal(sig: Any) -> Any:
+    clamps = {k: sig.params[k] for k in ("min", "max") if k in sig.params}
+    if sig.kind == "const":
+        return sig.params["value"] if not clamps else {"steps": [[0.0, sig.params["value"]]], **clamps}
+    if sig.kind == "steps":
+        return {"steps": [list(p) for p in sig.params["points"]], **clamps}
+    return {sig.kind: {k: v for k, v in sig.params.items() if k not in ("min", "max")}, **clamps}
+
+
+def scenario_doc(scenario: Scenario) -> dict:
+    """A scenario built in memory (no file) as the YAML document that loads back to it (one
+    group per device, the generated uuids, serials, addresses and signal phases spelled out)."""
+    groups = []
+    for d in scenario.devices:
+        groups.append({
+            "vendor": d.vendor, "count": 1, "product": d.product, "uuid": d.uuid,
+            "serial_base": int(d.serial) - d.index if d.serial.isdigit() else 1650000000000,
+            "pci_address": d.pci_address, "numa_nodes": [d.numa_node], "memory_total": d.memory_total_bytes,
+            "driver_version": d.driver_version, "firmware_version": d.firmware_version,
+            "values": {k: _signal(v) for k, v in d.values.items()}, "unsupported": sorted(d.unsupported),
+            "processes": [{"pid": p.pid, "name": p.name, "memory": _signal(p.memory),
+                           **({"utilization": _signal(p.utilization)} if p.utilization is not None else {}),
+                           **{k: getattr(p, k) for k in ("pod", "container", "cgroup") if getattr(p, k)}}
+                          for p in d.processes],
+            "extra": dict(d.extra)})
+    faults = [{"at": f.at, "vendor": f.vendor, "index": f.index, "kind": f.kind, "message": f.message,
+               **({"code": f.code} if f.code is not None else {}),
+               **({"until": f.until} if f.until is not None else {}), **dict(f.params)} for f in scenario.faults]
+    pods = [{"namespace": p.namespace, "name": p.name, "uid": p.uid, "qos": p.qos, "runtime": p.runtime,
+             "containers": dict(p.containers)} for p in scenario.pods]
+    return {"name": scenario.name, "node": scenario.node, "devices": groups, "faults": faults, "pods": pods,
+            "links": [dict(x) for x in scenario.links], "settings": json.loads(json.dumps(scenario.settings))}
+
+
+def _harness_settings(cfg: Mapping[str, Any]) -> Optional[dict]:
+    """The vendor settings with ``cli_mode`` spelled in the harness's vocabulary; None when
+    nothing needs translating."""
+    mode = cfg.get("cli_mode")
+    if mode is None or mode in ("ok", "legacy") or "mode" in cfg:
+        return None
+    if mode not in MODES:
+        raise ValueError(f"cli_mode {mode!r} is not one of {MODES}")
+    out = dict(cfg)
+    if mode == "crash":
+        out.update(mode="exit", status=1, message=CRASH)
+    else:
+        out["mode"] = mode
+    return out
+
+
+def _write(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def install(scenario: Scenario, clock: Any, workdir: Optional[str], tool: str,
+            mode: Optional[str] = None) -> tuple[str, Callable[[], dict[str, str]], str]:
+    """Write the fake ``tool`` and its runtime install for ``scenario``; returns (its path, the
+    per-call environment, the fake host root holding ``opt/rocm`` or ``opt/dtk``)."""
+    vendor = TOOL_VENDOR[tool]
+    wd = os.path.join(workdir or tempfile.mkdtemp(prefix=f"hetero-{tool}-"), f"fake-{tool}")
+    cfg = dict(scenario.vendor_settings(vendor))
+    if mode is not None:
+        cfg.pop("mode", None)
+        cfg["cli_mode"] = mode
+    translated = _harness_settings(cfg)
+    if translated is not None or mode is not None or not (scenario.source and os.path.isfile(scenario.source)):
+        if scenario.source and os.path.isfile(scenario.source):
+            with open(scenario.source, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+            doc["name"] = scenario.name  # uuids derive from it
+        else:
+            doc = scenario_doc(scenario)
+        doc.setdefault("settings", {})
+        doc["settings"] = dict(doc["settings"] or {})
+        doc["settings"][vendor] = translated if translated is not None else cfg
+        path = os.path.join(wd, "scenario.yaml")
+        _write(path, yaml.safe_dump(doc, sort_keys=False))
+        scenario = dataclasses.replace(scenario, source=path)
+    root = os.path.join(wd, "root")
+    version = str(cfg.get("runtime_version") or DEFAULT_RUNTIME[vendor])
+    sdk_versions.write_fake(vendor, root, version)
+    exe, env = fake_tool.install_tool(scenario, clock, wd, tool, __name__)
+    return exe, env, root
+
+
 class FakeSmiCli:
-    """The fake executable for one tool; ``path`` is what the collector runs."""
+    """The fake executable for one tool (``path``), for tests that drive it directly;
+    ``set_mode`` reinstalls it in another ``cli_mode``."""
 
     def __init__(self, scenario: Scenario, clock: Any, workdir: Optional[str], tool: str):
         if tool not in TOOL_VENDOR:
             raise ValueError(f"no fake for {tool!r}")
-        self._scenario = scenario
-        self._clock = clock
-        self._tool = tool
-        self._vendor = TOOL_VENDOR[tool]
-        base = workdir or tempfile.mkdtemp(prefix="hetero-exporter-smi-")
-        self.dir = os.path.join(base, f"fake-{tool}")
-        os.makedirs(self.dir, exist_ok=True)
-        self.path = os.path.join(self.dir, tool)
-        script = _SCRIPT.format(tool=tool, dir=shlex.quote(self.dir), allowed=" ".join(MINIMAL_ARGS))
-        with open(self.path, "w", encoding="utf-8") as f:
-            f.write(script)
-        os.chmod(self.path, os.stat(self.path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        self.set_mode(str(scenario.vendor_settings(self._vendor).get("cli_mode", "ok")))
-        self.prepare()
+        self._scenario, self._clock, self._tool = scenario, clock, tool
+        self._workdir = workdir or tempfile.mkdtemp(prefix="hetero-exporter-smi-")
+        self.path, self.env, self.root = install(scenario, clock, self._workdir, tool)
 
     def set_mode(self, mode: str) -> None:
         if mode not in MODES:
             raise ValueError(f"cli_mode {mode!r} is not one of {MODES}")
-        self._write("mode", mode + "\n")
+        self.path, self.env, self.root = install(self._scenario, self._clock, self._workdir, self._tool, mode)
 
-    def _write(self, name: str, text: str) -> None:
-        tmp = os.path.join(self.dir, f".{name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, os.path.join(self.dir, name))  # a running fake never reads half a file
 
-    def prepare(self) -> None:
-        """Render the scenario at the current time for the next run of the executable."""
-        t = self._clock.t()
-        devices = self._scenario.devices_of(self._vendor)
-        self._write("out.json", render_json(devices, t, self._vendor))
-        self._write("pidgpus.txt", render_pid_gpus(devices))
-        self._write("concise.txt", render_concise(devices, t, self._vendor))
+if __name__ == "__main__":
+    sys.exit(main())
