@@ -76,7 +76,7 @@ def node_object(name: str, text: str) -> dict:
                        "nodeInfo": {"kubeletVersion": "v1.30.0", "containerRuntimeVersion": "containerd://1.7.0"}}}
 
 
-TOPOLOGIES = ("same-node", "same-switch", "same-nvlink-domain")
+TOPOLOGIES = ("same-node", "same-switch", "same-fabric")
 
 
 def pod(gpus: int, memory_mib: int | None = None) -> dict:

@@ -61,10 +61,18 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
+def _vendor_list() -> str:
+    """The known vendors' display names, for --help (specs load cheaply: no binding)."""
+    from hetero_exporter import vendors
+    names = [s.display_name or s.name for s in vendors.specs().values()]
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names) or "accelerators"
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="hetero-exporter",
-        description="Accelerator telemetry and health agent for NVIDIA, AMD, Ascend, Cambricon and Hygon.")
+        description="Accelerator telemetry and health agent for "
+                    f"{_vendor_list()}.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -439,7 +447,7 @@ def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
         else:
             source = f"no cluster access ({cluster.reason}): compared against an empty node"
         snap = sampler.collect()
-        for _ in range(2):  # a collector that saw an event (an XID) asked for another cycle
+        for _ in range(2):  # a collector that saw an event (a driver event) asked for another cycle
             if not w.wake.is_set():
                 break
             w.wake.clear()

@@ -9,8 +9,8 @@ Example (every key optional)::
     sysfs_root: /sys        # PCI enumeration (a host mount in a container)
     proc_root: /proc        # process attribution (hostPID)
     collectors:
-      nvml: {enabled: true, timeout: 5}
-      npu_smi: {enabled: false}
+      <collector>: {enabled: true, timeout: 5}   # a collector's name (``list-collectors``)
+      <other>: {enabled: false}
     health: {mode: observe}  # observe | dry-run | enforce; see the health section of README
 """
 

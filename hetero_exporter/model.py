@@ -26,15 +26,16 @@ from typing import Any, Callable, Mapping, Optional
 
 SCHEMA_VERSION = 1
 
-VENDORS = ("nvidia", "amd", "ascend", "cambricon", "hygon")
-KINDS = ("gpu", "npu", "mlu", "dcu")
+# identity.vendor names come from the vendor specs (hetero_exporter.vendors), not from here
+KINDS = ("gpu", "npu", "mlu", "dcu", "gcu", "xpu")
 METHODS = ("measured", "sampled", "derived", "estimated")
 STATUSES = ("ok", "unsupported", "error", "stale")
 HEALTH_STATES = ("ok", "degraded", "failed", "unknown")
-LINK_TYPES = (
-    "nvlink", "nvswitch", "xgmi", "hccs", "mlulink",
-    "pcie-switch", "pcie-hostbridge", "numa", "cross-numa",
-)
+# Link.type: the device-to-device fabrics known today, then the host-side PCIe / NUMA
+# relations. A new fabric adds its own name in its vendor's spec (``fabric_links``), not here:
+# decoding accepts any type, and the scorer treats every type that is not host-side as a fabric.
+HOST_LINK_TYPES = ("pcie-switch", "pcie-hostbridge", "numa", "cross-numa")
+LINK_TYPES = ("nvlink", "nvswitch", "xgmi", "hccs", "mlulink", *HOST_LINK_TYPES)
 ATTRIBUTION_METHODS = ("none", "cgroup", "podresources", "scenario")
 # Recommended actions of a fault (vendor catalogues mapped onto one vocabulary).
 ACTIONS = ("none", "restart-app", "reset-device", "reboot-node", "contact-support", "isolate-device")
@@ -98,7 +99,7 @@ class DeviceIdentity:
     parent: Optional[str] = None
     name: Optional[str] = None  # the vendor's own product string, before normalization
     serial: Optional[str] = None
-    # compute runtime the driver serves (CUDA driver API version, ROCm, CANN ...), when the
+    # compute runtime the driver serves (the vendor's runtime / toolkit API version), when the
     # vendor reports it; the scorer checks a pod's minimum runtime version against it
     runtime_version: Optional[str] = None
 
@@ -152,9 +153,10 @@ class ProcessSample:
 class Allocation:
     """A device allocated to a container by the kubelet (PodResources ``List``).
 
-    ``resource`` is the extended resource name (``nvidia.com/gpu``, ``huawei.com/Ascend910``);
+    ``resource`` is the extended resource name (``<vendor domain>/<resource>``);
     ``device_id`` the id the vendor's device plugin gave the kubelet (a uuid, PCI address,
-    index or ``Ascend910-3``); ``method`` says how the allocation was learned."""
+    index or a name ending in the index, per the vendor spec's ``plugin_device_id``);
+    ``method`` says how the allocation was learned."""
 
     namespace: str
     pod: str

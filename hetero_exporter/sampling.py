@@ -204,8 +204,8 @@ class Sampler:
         self._expected = expected
         self._boot_id = boot_id
         self._profiles = _ProfileCache()
-        # Set by a collector (CollectorOptions.wake) when something urgent happened, e.g. an
-        # NVML XID event: the next cycle starts at once instead of at the next tick.
+        # Set by a collector (CollectorOptions.wake) when something urgent happened, e.g. a
+        # driver event about a device: the next cycle starts at once instead of at the next tick.
         self._wake = wake or threading.Event()
         self._min_gap = min_cycle_gap
 

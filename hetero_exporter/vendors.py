@@ -20,8 +20,8 @@ from typing import Any, Optional
 
 from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
-__all__ = ["CollectorEntry", "ResourceName", "ToolSpec", "VendorSpec", "specs", "spec",
-           "pci_vendors", "ENTRY_POINT_GROUP", "register", "load"]
+__all__ = ["CollectorEntry", "ResourceName", "ToolSpec", "VendorSpec", "specs", "spec", "names",
+           "pci_vendors", "resource_domains", "id_prefixes", "ENTRY_POINT_GROUP", "register", "load"]
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +81,25 @@ def spec(vendor: str) -> Optional[VendorSpec]:
     return specs().get(vendor)
 
 
+_generation = [0]  # bumped when the set of specs changes: readers that cache spec data compare it
+
+
+def generation() -> int:
+    """Changes whenever a spec is registered or unregistered (see ``register``)."""
+    return _generation[0]
+
+
 def register(s: VendorSpec) -> None:
-    """Add a spec at run time (a test's throwaway vendor, a program embedding the agent)."""
+    """Add a spec at run time (a test's throwaway vendor, a program embedding the agent);
+    readers that cache what the specs say (profiles, the indexes here) see it."""
     _extra[s.name] = s
+    _generation[0] += 1
     _index.cache_clear()
 
 
 def unregister(name: str) -> None:
     _extra.pop(name, None)
+    _generation[0] += 1
     _index.cache_clear()
 
 
@@ -101,12 +112,34 @@ def plugin_collectors() -> dict[str, CollectorEntry]:
 @functools.lru_cache(maxsize=1)
 def _index() -> dict[str, Any]:
     pci: dict[int, str] = {}
+    domains: dict[str, str] = {}
+    prefixes: list[str] = []
     for s in specs().values():
         for vid in s.pci_vendor_ids:
             pci.setdefault(vid, s.name)
-    return {"pci": pci}
+        for d in s.resource_domains:
+            domains.setdefault(d.lower(), s.name)
+        for p in s.id_prefixes:
+            if p.lower() not in prefixes:
+                prefixes.append(p.lower())
+    return {"pci": pci, "domains": domains, "prefixes": tuple(prefixes)}
 
 
 def pci_vendors() -> dict[int, str]:
     """PCI vendor id (sysfs ``vendor``) -> vendor name."""
     return dict(_index()["pci"])
+
+
+def resource_domains() -> dict[str, str]:
+    """Extended-resource domain (``spec.resource_domains``, lower case) -> vendor name."""
+    return dict(_index()["domains"])
+
+
+def id_prefixes() -> tuple[str, ...]:
+    """Every uuid prefix a device plugin may drop or add (``spec.id_prefixes``, lower case)."""
+    return _index()["prefixes"]
+
+
+def names() -> tuple[str, ...]:
+    """The vendor names (identity.vendor) of every known spec."""
+    return tuple(specs())

@@ -13,7 +13,7 @@ import yaml
 
 from conftest import ROOT, require_tool
 from hetero_exporter import cli
-from hetero_exporter.model import VENDORS
+from hetero_exporter.vendors import names as vendor_names
 from hetero_exporter.scoring.resources import device_resource, parse_resource
 
 pytestmark = pytest.mark.integration
@@ -82,6 +82,6 @@ def test_scheduler_configuration_registers_the_extender_as_it_speaks(objs):
         spec = parse_resource(name)
         assert spec is not None and spec.unit == "devices", name
     # every vendor's whole-device resource is managed (Ascend: each family the device plugin exposes)
-    assert {device_resource(v, "") for v in VENDORS if v != "ascend"} <= set(names)
+    assert {device_resource(v, "") for v in vendor_names() if v != "ascend"} <= set(names)
     assert {"huawei.com/Ascend910", "huawei.com/Ascend310P", "huawei.com/Ascend310"} <= set(names)
     assert all(m["ignoredByScheduler"] is False for m in ext["managedResources"])  # kube-scheduler still counts them

@@ -44,9 +44,11 @@ def test_wheel_contains_collectors_and_data(wheel):
                  "hetero_exporter/simulate/scenarios/default.yaml",
                  "hetero_exporter/health/faults.py"):
         assert name in wheel, name
-    tables = [n for n in wheel if n.startswith("hetero_exporter/collectors/") and n.endswith("/faults.yaml")]
-    shipped = list((ROOT / "collectors").glob("*/faults.yaml"))
-    assert shipped and len(tables) == len(shipped)
+    for data in ("faults.yaml", "profiles.yaml"):  # the vendors' fault tables and device profiles
+        tables = [n for n in wheel if n.startswith("hetero_exporter/collectors/") and n.endswith("/" + data)]
+        shipped = list((ROOT / "collectors").glob("*/" + data))
+        assert shipped and len(tables) == len(shipped), data
+    assert "hetero_exporter/scoring/shapes.yaml" in wheel
     # data folders and tests are not packages
     assert not any(n.startswith(("collectors/", "tests/", "dashboards/", "deploy/")) for n in wheel)
 

@@ -73,3 +73,17 @@ def test_product_names_in_real_nvidia_smi_captures_normalize_to_known_profiles()
     for n in datacenter:
         model = profiles.normalize_model("nvidia", n)
         assert profiles.table().lookup(model) is not None, (n, model)
+
+
+def test_each_vendor_brings_its_profiles_in_its_package():
+    """The core file holds only the reference; a vendor's devices come from its spec's file."""
+    import yaml
+
+    from hetero_exporter import vendors
+    core = yaml.safe_load((profiles._DATA).read_text())
+    assert core["reference"]["model"] and not core.get("profiles")
+    for spec in vendors.specs().values():
+        doc = yaml.safe_load(spec.data_path(spec.profiles).read_text())
+        models = [p["model"] for p in doc["profiles"]]
+        assert models, spec.name
+        assert all(profiles.table().lookup(m).vendor == spec.name for m in models), spec.name

@@ -214,6 +214,54 @@ def test_topology_policies(shape, count, topology, feasible, devices, largest):
         assert f"(largest such set: {largest})" in d.reason
 
 
+@pytest.mark.parametrize("shape, resource", [
+    ("atlas800-910b", "huawei.com/Ascend910"),  # HCCS full mesh
+    ("mlu370-x8", "cambricon.com/mlu"),  # MLU-Link
+    ("mi300x", "amd.com/gpu"),  # xGMI
+    ("hgx-h100", "nvidia.com/gpu"),  # NVSwitch
+])
+@pytest.mark.parametrize("topology", ["same-fabric", "same-nvlink-domain"])
+def test_same_fabric_holds_on_every_vendors_fabric(shape, resource, topology):
+    """``same-fabric`` (and its older name) is one fabric-connected set, whichever vendor's
+    fabric joins it: Ascend and Cambricon nodes pass it as NVIDIA and AMD ones do."""
+    d = Scorer().decide(request_from_pod(pod({resource: 8}, {"topology": topology})), state("n", shape))
+    assert d.feasible, d.reason
+    assert indices(d) == list(range(8))
+
+
+def test_same_fabric_refuses_devices_without_fabric_links_and_names_what_is_there():
+    d = Scorer().decide(request_from_pod(pod({"nvidia.com/gpu": 2}, {"topology": "same-fabric"})),
+                        state("n", "pcie-a100"))
+    assert not d.feasible and "fabric" in d.reason and "(largest such set: 1)" in d.reason
+    assert "no fabric links reported here" in d.reason
+    d = Scorer().decide(gpus(3, topology="same-fabric"), state("n", "pcie-h100-nvl"))
+    assert not d.feasible and "(nvlink links here)" in d.reason and "(largest such set: 2)" in d.reason
+
+
+def test_a_new_fabric_link_type_is_a_fabric_without_an_edit():
+    """A link type the scorer has never heard of (a new vendor's fabric) joins devices into one
+    fabric set; host-side types never do."""
+    snap = synthetic.node("n", "atlas800-910b", time=T0)
+    renamed = tuple(dataclasses.replace(d, links=tuple(dataclasses.replace(l, type="newfabriclink")
+                                                      if l.type == "hccs" else l for l in d.links))
+                    for d in snap.devices)
+    st_ = from_annotation("n", compact_json(dataclasses.replace(snap, devices=renamed)))
+    g = st_.groups["huawei.com/Ascend910"]
+    assert set(g.domain) == {0} and g.pair[0][7] == 1.0
+    d = Scorer().decide(request_from_pod(pod({"huawei.com/Ascend910": 8}, {"topology": "same-fabric"})), st_)
+    assert d.feasible, d.reason
+
+
+def test_alias_and_name_share_one_decision():
+    a = request_from_pod(pod({"nvidia.com/gpu": 4}, {"topology": "same-nvlink-domain"}))
+    b = request_from_pod(pod({"nvidia.com/gpu": 4}, {"topology": "same-fabric"}))
+    assert a.topology_policy == b.topology_policy == "same-fabric" and a.key == b.key
+    s = Scorer()
+    node = state("n", "dgx1-v100", loads=BUSY)
+    da, db = s.decide(a, node), s.decide(b, node)
+    assert (da.feasible, indices(da), da.score) == (db.feasible, indices(db), db.score)
+
+
 def test_nvlink_pairs_are_preferred_without_a_topology_policy():
     d = Scorer().decide(gpus(2), state("n", "pcie-h100-nvl", loads={0: 0.9}))
     assert indices(d) == [2, 3] and d.parts["topology"] == 1.0  # bridged, not 1 + 2

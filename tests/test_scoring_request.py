@@ -90,6 +90,13 @@ def test_annotation_adds_constraints_to_extended_resources():
     assert r.count == 8 and r.group == "huawei.com/Ascend910" and r.topology == "same-nvlink-domain"
 
 
+def test_same_fabric_is_the_topology_name_and_same_nvlink_domain_its_alias():
+    new = request_from_pod(pod({"cambricon.com/mlu": 4}, annotation={"topology": "same-fabric"}))
+    old = request_from_pod(pod({"cambricon.com/mlu": 4}, annotation={"topology": "same-nvlink-domain"}))
+    assert new.topology == "same-fabric" and old.topology == "same-nvlink-domain"
+    assert new.topology_policy == old.topology_policy == "same-fabric"
+
+
 @pytest.mark.parametrize("p, message", [
     (pod({"nvidia.com/gpu": 1, "amd.com/gpu": 1}), "come from one device group"),
     (pod({"nvidia.com/gpu": "1.5"}), "accelerators come whole"),

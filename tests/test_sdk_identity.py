@@ -36,3 +36,11 @@ def test_children_are_not_indexed_over_their_parent():
     mem.remember(_ident(0, "child", "0000:18:00.0", parent="U0"))
     assert mem.recall(index=0).uuid == "U0"
     assert mem.recall(pci_address="0000:18:00.0").uuid == "U0"
+
+
+def test_a_new_uuid_at_a_pinned_pci_address_replaces_the_old_one():
+    mem = IdentityMemory()
+    mem.remember(_ident(0, "placeholder-pci-0000:18:00.0", "0000:18:00.0"))
+    mem.remember(_ident(0, "U0", "0000:18:00.0"))
+    assert mem.recall(pci_address="0000:18:00.0").uuid == "U0"
+    assert mem.missing(["U0"]) == []  # the placeholder is not reported lost

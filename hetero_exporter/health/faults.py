@@ -1,18 +1,19 @@
 """Vendor fault tables (data in each vendor package, ``collectors/<vendor>/faults.yaml``) and their lookup.
 
-A table maps a vendor's fault code (an NVIDIA XID, an Ascend error code, an AMD RAS event...)
+A table maps a vendor's fault code (a driver event number, an error code, a RAS event...)
 to what it means for the device: a fault class, a severity and the recommended action. Collectors
 use it to fill ``Fault.fault_class/action/severity``; health rules use the same table, with
 overrides from the agent's configuration.
 
 Table format::
 
-    vendor: nvidia
+    vendor: <vendor>
     source: "where the catalogue comes from (URL, document, version)"
+    code_prefix: Xid          # optional: what numeric codes are called (condition reason NvidiaXid79)
     default: {class: unknown, action: none, severity: warning}
     faults:
-      "79": {class: device-lost, action: reboot-node, severity: critical,
-             description: "GPU has fallen off the bus"}
+      "<code>": {class: device-lost, action: reboot-node, severity: critical,
+                 description: "the device has fallen off the bus"}
 
 Actions (model.ACTIONS): none, restart-app, reset-device, reboot-node, contact-support,
 isolate-device. Severities: info, warning, critical.
@@ -64,6 +65,7 @@ class FaultTable:
     source: str
     default: FaultInfo
     entries: Mapping[str, FaultInfo]
+    code_prefix: str = ""  # what the vendor calls its numeric codes (condition reasons: <Vendor><Prefix><Code>)
 
     def lookup(self, code: str) -> FaultInfo:
         found = self.entries.get(str(code))
@@ -81,7 +83,7 @@ class FaultTable:
             fields = {} if base is None else {"class": base.fault_class, "action": base.action,
                                               "severity": base.severity, "description": base.description}
             merged[str(code)] = _entry(str(code), {**fields, **raw}, f"override {self.vendor}:{code}")
-        return FaultTable(self.vendor, self.source, self.default, merged)
+        return FaultTable(self.vendor, self.source, self.default, merged, self.code_prefix)
 
 
 def parse_table(doc: Mapping[str, Any], where: str) -> FaultTable:
@@ -90,7 +92,8 @@ def parse_table(doc: Mapping[str, Any], where: str) -> FaultTable:
     default = _entry("*", doc.get("default") or {}, f"{where}: default", known=False)
     entries = {str(code): _entry(str(code), raw or {}, f"{where}: {code}")
                for code, raw in (doc.get("faults") or {}).items()}
-    return FaultTable(str(doc["vendor"]), str(doc.get("source", "")), default, entries)
+    return FaultTable(str(doc["vendor"]), str(doc.get("source", "")), default, entries,
+                      str(doc.get("code_prefix") or ""))
 
 
 @functools.lru_cache(maxsize=None)

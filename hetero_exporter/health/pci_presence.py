@@ -22,14 +22,24 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from hetero_exporter import pci
+from hetero_exporter import pci, vendors
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot
 
 log = logging.getLogger(__name__)
 
-KIND = {"nvidia": "gpu", "amd": "gpu", "ascend": "npu", "cambricon": "mlu", "hygon": "dcu"}
 # PCI class used for simulated devices: 3D controller for GPUs, processing accelerator otherwise
-_SIM_CLASS = {"gpu": 0x030200, "dcu": 0x120000, "npu": 0x120000, "mlu": 0x120000}
+_SIM_CLASS = {"gpu": 0x030200}
+_ACCELERATOR_CLASS = 0x120000
+
+
+def kind(vendor: str) -> str:
+    """identity.kind of a vendor's devices (its spec's ``kind``; ``gpu`` for an unknown vendor)."""
+    s = vendors.spec(vendor)
+    return s.kind if s is not None and s.kind else "gpu"
+
+
+def _sim_class(vendor: str) -> int:
+    return _SIM_CLASS.get(kind(vendor), _ACCELERATOR_CLASS)
 
 
 @dataclass(frozen=True)
@@ -100,7 +110,7 @@ def apply(snapshot: NodeSnapshot, missing: Iterable[Missing]) -> NodeSnapshot:
             devices[i] = dataclasses.replace(d, health=Health("failed", d.health.reasons + (f,)))
             continue
         if ident is None:
-            ident = DeviceIdentity(vendor=m.vendor, kind=KIND.get(m.vendor, "gpu"), index=-1,
+            ident = DeviceIdentity(vendor=m.vendor, kind=kind(m.vendor), index=-1,
                                    uuid=f"pci-{m.address}", pci_address=None if m.address.endswith("-count") else m.address)
         devices.append(DeviceSample(identity=ident, timestamp=snapshot.time, health=Health("failed", (f,)),
                                     faults=(f,)))
@@ -160,13 +170,13 @@ def simulated_scan(scenario: Any, clock: Any, vendors: Mapping[int, str]) -> Cal
             if (d.vendor, d.index) in gone or d.vendor not in ids:
                 continue
             out.append(pci.PciDevice(address=d.pci_address, vendor_id=ids[d.vendor], device_id=0,
-                                     class_code=_SIM_CLASS.get(KIND.get(d.vendor, "gpu"), 0x030200),
+                                     class_code=_sim_class(d.vendor),
                                      numa_node=d.numa_node, driver=f"{d.vendor}-sim"))
         for n, (vendor, count) in enumerate(sorted((scenario.settings.get("pci_extra") or {}).items())):
             for i in range(int(count)):
                 if vendor in ids:
                     out.append(pci.PciDevice(address=f"0000:{0xe0 + 16 * n + i:02x}:00.0", vendor_id=ids[vendor],
-                                             device_id=0, class_code=_SIM_CLASS.get(KIND.get(vendor, "gpu"), 0x030200),
+                                             device_id=0, class_code=_sim_class(vendor),
                                              numa_node=None, driver=None))
         return out
 

@@ -186,12 +186,12 @@ def device_name(d: DeviceSample) -> str:
 
 
 def fault_text(vendor: str, f: Fault, policy: Policy, uuid: str = "") -> str:
-    """``XID 79: GPU has fallen off the bus [device-lost, action reboot-node]``. The collector's
+    """``<code>: <catalogue description> [device-lost, action reboot-node]``. The collector's
     message is added when it says more than the catalogue, not when it only names the device
     again (``uuid``), which the text around it does already."""
     table = policy.tables.get(vendor) or fault_tables.table(vendor)
     info = table.lookup(f.code)
-    prefix = policy.reason_prefix.get(vendor, "")
+    prefix = policy.code_prefix(vendor)
     name = f"{prefix.upper()} {f.code}" if prefix and str(f.code).isdigit() else str(f.code)
     what = info.description if info.known and info.description else (f.message or "")
     repeats = bool(uuid) and uuid in (f.message or "")
@@ -362,7 +362,8 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
         announced = book.devices.get(uuid)
         if v.state in ("failed", "degraded"):
             # A new fault is a new class of problem on the device: a cause and its symptom
-            # (XID 79 and gpu-lost, both device-lost) are announced once, whichever comes first.
+            # (a fell-off-the-bus code and gpu-lost, both device-lost) are announced once,
+            # whichever comes first.
             current = [f for f in v.reasons if f.code != "unreadable"]
             known = set(announced.get("classes") or []) if announced else set()
             fresh = [f for f in current if f.fault_class not in known]

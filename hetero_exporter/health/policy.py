@@ -96,11 +96,19 @@ class Policy:
     def node_level(self, fault: Fault) -> bool:
         return self.class_policy(fault).node_level
 
+    def code_prefix(self, vendor: str) -> str:
+        """What a numeric code of the vendor is called (``Xid``): the policy's ``reason_prefix``,
+        else the vendor fault table's ``code_prefix``."""
+        if vendor in self.reason_prefix:
+            return self.reason_prefix[vendor]
+        return (self.tables.get(vendor) or fault_tables.table(vendor)).code_prefix
+
     def condition_reason(self, vendor: str, code: str) -> str:
-        """``NvidiaXid79``-style condition reason (a valid Kubernetes CamelCase reason)."""
+        """``<Vendor><Prefix><Code>`` condition reason in CamelCase (a valid Kubernetes reason;
+        ``code_prefix`` goes before a code that starts with a digit)."""
         words = [w for w in re.split(r"[^A-Za-z0-9]+", str(code)) if w]
         body = "".join(w[:1].upper() + w[1:] for w in words) or "Unknown"
-        prefix = self.reason_prefix.get(vendor, "") if body[:1].isdigit() else ""
+        prefix = self.code_prefix(vendor) if body[:1].isdigit() else ""
         head = "".join(w[:1].upper() + w[1:] for w in re.split(r"[^A-Za-z0-9]+", vendor) if w) or "Accelerator"
         return f"{head}{prefix}{body}"[:128]
 

@@ -138,7 +138,7 @@ def _check_rule(rule: ReadingRule, d: DeviceSample, active: bool,
 
 def _order(faults: Iterable[Fault], vendor: str, policy: Policy) -> tuple[Fault, ...]:
     """Most important first: severity, node-level, a vendor catalogue code (the cause, e.g.
-    XID 79) before a synthetic one (the symptom, e.g. gpu-lost), then oldest."""
+    a fell-off-the-bus event) before a synthetic one (the symptom, e.g. gpu-lost), then oldest."""
     table = policy.tables.get(vendor) or fault_tables.table(vendor)
 
     def key(f: Fault) -> tuple:

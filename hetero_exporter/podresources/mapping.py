@@ -1,27 +1,20 @@
 """Pure mapping of kubelet PodResources answers onto our devices.
 
 The kubelet reports, per container, ``resource_name`` + ``device_ids`` exactly as the vendor's
-device plugin advertised them. Each vendor names both differently:
+device plugin advertised them. Each vendor names both differently; its spec says how
+(hetero_exporter.vendors):
 
-==================  ====================================  =====================================
-vendor              resource names                        device ids
-==================  ====================================  =====================================
-nvidia              nvidia.com/gpu, nvidia.com/mig-1g.10gb  GPU uuid (``GPU-…``; ``GPU-…::N`` for
-                    nvidia.com/gpu.shared                  time-slicing replicas), MIG uuid, or
-                                                           the index with DEVICE_ID_STRATEGY=index
-amd                 amd.com/gpu, amd.com/<partition>       PCI address (``0000:c1:00.0``)
-ascend              huawei.com/Ascend910, …/Ascend310P,    ``Ascend910-3`` (physical id last);
-                    huawei.com/Ascend910-4c (vNPU)         vNPU ``Ascend910-4c-100-3``
-cambricon           cambricon.com/mlu, …/mlu370.smlu…      MLU uuid (``MLU-…``)
-hygon               hygon.com/dcu                          index or PCI address
-DRA (any vendor)    the claim's driver (gpu.nvidia.com)    the driver's device name (``gpu-0``)
-==================  ====================================  =====================================
+- ``spec.resource_domains``: the domains of its extended resources (``<domain>/<name>``) and
+  of its DRA drivers (``<class>.<domain>``), which tell the resource's vendor;
+- ``spec.id_prefixes``: uuid prefixes a plugin may drop or add;
+- ``spec.plugin_device_id``: the id its plugin gives a device (a uuid, a PCI address, the
+  index, or a name ending in the index); DRA drivers name devices ``<class>-<index>``.
 
-so a device id is tried, within the resource's vendor only, as: uuid (with or without a
-``GPU-``/``MIG-``/``MLU-``/``DCU-``/``NPU-`` prefix, and without a ``::N``/``--N`` replica
-suffix), PCI address (any domain width, or bus:device.function alone), serial, the index
-itself, and finally a trailing ``-N`` of a name-like id (``Ascend910-3``, ``gpu-0``) as the index.
-An id that matches nothing is reported as unmatched, never guessed.
+So a device id is tried, within the resource's vendor only, as: uuid (with or without one of
+the specs' prefixes, and without a ``::N``/``--N`` replica suffix), PCI address (any domain
+width, or bus:device.function alone), serial, the index itself, and finally a trailing ``-N``
+of a name-like id (``<family>-3``, ``gpu-0``) as the index. An id that matches nothing is
+reported as unmatched, never guessed.
 """
 
 from __future__ import annotations
@@ -30,18 +23,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
+from hetero_exporter import vendors as vendor_specs
 from hetero_exporter.model import Allocation, DeviceIdentity
 
-# extended-resource domain (or DRA driver domain suffix) -> our vendor name
-RESOURCE_VENDORS: dict[str, str] = {
-    "nvidia.com": "nvidia",
-    "amd.com": "amd",
-    "huawei.com": "ascend",
-    "cambricon.com": "cambricon",
-    "hygon.com": "hygon",
-}
-
-_PREFIXES = ("gpu-", "mig-", "mlu-", "dcu-", "npu-")
 _REPLICA = re.compile(r"(?:::|--)\d+$")
 _PCI = re.compile(r"^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
 _TRAILING_INDEX = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9.]+)*?-(\d{1,3})$")
@@ -59,7 +43,7 @@ class ContainerDevices:
 
 
 def vendor_of(resource: str, extra: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """Our vendor for a resource name (``nvidia.com/gpu``) or DRA driver (``gpu.nvidia.com``);
+    """Our vendor for a resource name (``<domain>/<name>``) or DRA driver (``<class>.<domain>``);
     None for resources that are not accelerators (cpu, memory, hugepages, other vendors).
     ``extra`` maps a full resource name or a domain to a vendor (config overrides)."""
     extra = extra or {}
@@ -68,7 +52,7 @@ def vendor_of(resource: str, extra: Optional[Mapping[str, str]] = None) -> Optio
     domain = resource.partition("/")[0].lower() if "/" in resource else resource.lower()
     if "." not in domain:
         return None  # cpu, memory, hugepages-2Mi ...
-    for table in (extra, RESOURCE_VENDORS):
+    for table in (extra, vendor_specs.resource_domains()):
         for key, vendor in table.items():
             if domain == key or domain.endswith("." + key):
                 return vendor
@@ -87,7 +71,7 @@ def _id_forms(s: str) -> list[str]:
     """The forms a device id or uuid may be compared in (lower case)."""
     s = s.strip().lower()
     forms = [s]
-    for p in _PREFIXES:
+    for p in vendor_specs.id_prefixes():
         if s.startswith(p) and len(s) > len(p):
             forms.append(s[len(p):])
             break

@@ -1,9 +1,11 @@
 """Device Profiles: model name -> compute units, memory, features, cost weight.
 
-The data lives in ``profiles.yaml`` beside this file (with the public spec figures it is
-built from). ``normalize_model`` turns a vendor product string into the normalized model
-name of DESIGN.md; ``profile_for`` never fails: an unknown model gets a profile marked
-``estimated`` built from what the device itself reports.
+``profiles.yaml`` beside this file names the reference device (compute_units = 1.0) and the
+format; each vendor package brings its devices in its own file (``spec.profiles``, with the
+public spec figures they are built from). ``normalize_model`` turns a vendor product string
+into the normalized model name of DESIGN.md (the spec's ``model_strip`` and
+``model_digit_prefix`` clean unknown strings); ``profile_for`` never fails: an unknown model
+gets a profile marked ``estimated`` built from what the device itself reports.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import yaml
 # libyaml's loader when PyYAML has it: same safe subset, ~10x faster on our data files
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+from hetero_exporter import vendors
 from hetero_exporter.model import Profile
 
 _DATA = Path(__file__).with_name("profiles.yaml")
@@ -38,8 +41,9 @@ class ProfileTable:
     entries: tuple[_Entry, ...]
 
     def normalize(self, vendor: str, raw_name: str) -> str:
-        """Normalized model name for a vendor product string (e.g. 'NVIDIA H100 80GB HBM3'
-        -> 'H100-SXM5-80GB'); unknown strings are cleaned, not invented."""
+        """Normalized model name for a vendor product string (a profile's model or one of its
+        aliases, e.g. a product string with its marketing prefix); unknown strings are
+        cleaned (the spec's prefixes stripped, blanks to dashes), not invented."""
         raw = (raw_name or "").strip()
         for e in self.entries:
             if e.profile.vendor != vendor:
@@ -74,14 +78,13 @@ class ProfileTable:
         units = round(max(0.05, min(ratio, 4.0)), 3)
         return Profile(model=model or "unknown", vendor=vendor, kind=kind, compute_units=units,
                        memory_bytes=mem, features=(), cost_weight=units, estimated=True,
-                       source="estimated: model not in profiles.yaml; scaled from memory size")
+                       source="estimated: model not in the device profiles; scaled from memory size")
 
 
 def _clean(vendor: str, raw: str) -> str:
-    prefixes = {"nvidia": r"^(NVIDIA|Tesla|Quadro|GeForce)\s+", "amd": r"^(AMD|Instinct)\s+",
-                "ascend": r"^(Ascend|Huawei)\s*", "cambricon": r"^(Cambricon)\s*", "hygon": r"^(Hygon|DCU)\s*"}
+    spec = vendors.spec(vendor)
     s = raw
-    pat = prefixes.get(vendor)
+    pat = spec.model_strip if spec is not None else ""
     if pat:
         while True:
             t = re.sub(pat, "", s, flags=re.I)
@@ -89,19 +92,23 @@ def _clean(vendor: str, raw: str) -> str:
                 break
             s = t
     s = re.sub(r"\s+", "-", s.strip())
-    if vendor == "ascend" and s[:1].isdigit():
-        s = "Ascend" + s  # the normalized Ascend names read "Ascend910B3", "Ascend310P3"
+    prefix = spec.model_digit_prefix if spec is not None else ""
+    if prefix and s[:1].isdigit():
+        s = prefix + s  # the vendor's normalized names start with it ("910B3" -> "<prefix>910B3")
     return s or "unknown"
 
 
-def _build(doc: dict) -> ProfileTable:
-    ref = doc["reference"]
-    ref_tflops = float(ref["tflops"])
+def _entries(doc: dict, ref_tflops: float, where: str, vendor: str = "", kind: str = "") -> list[_Entry]:
+    """The entries of one profiles document; ``vendor``/``kind`` (a vendor package's file) are
+    the defaults of its entries, and an entry of another vendor is an error."""
     entries = []
-    for i, p in enumerate(doc["profiles"]):
+    for i, p in enumerate((doc or {}).get("profiles") or ()):
         try:
+            if vendor and p.get("vendor", vendor) != vendor:
+                raise ValueError(f"vendor {p.get('vendor')!r} in the file of vendor {vendor!r}")
             profile = Profile(
-                model=p["model"], vendor=p["vendor"], kind=p["kind"],
+                model=p["model"], vendor=p.get("vendor", vendor) or p["vendor"],
+                kind=p.get("kind", kind) or p["kind"],
                 compute_units=round(float(p["tflops"]) / ref_tflops, 3),
                 memory_bytes=int(float(p["memory_gib"]) * GIB),
                 interconnect=p.get("interconnect"),
@@ -109,18 +116,54 @@ def _build(doc: dict) -> ProfileTable:
                 cost_weight=float(p["cost_weight"]),
                 approximate=bool(p.get("approximate", False)),
                 source=p["source"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"profiles.yaml: entry {i} ({p.get('model')!r}) is malformed: {e}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            model = p.get("model") if isinstance(p, dict) else None
+            raise ValueError(f"{where}: entry {i} ({model!r}) is malformed: {e}") from None
         aliases = tuple(re.compile(a, re.I) for a in p.get("aliases") or ())
         entries.append(_Entry(profile, aliases))
+    return entries
+
+
+def _build(doc: dict, extra: tuple[tuple[dict, str, str, str], ...] = ()) -> ProfileTable:
+    """The table of the core document (reference device + its entries) and ``extra``
+    documents: (doc, where, vendor, kind) of the vendor packages."""
+    ref = doc["reference"]
+    ref_tflops = float(ref["tflops"])
+    entries = _entries(doc, ref_tflops, "profiles.yaml")
+    for vdoc, where, vendor, kind in extra:
+        entries.extend(_entries(vdoc, ref_tflops, where, vendor, kind))
     return ProfileTable(ref["model"], ref_tflops, tuple(entries))
 
 
-@functools.lru_cache(maxsize=None)
+def _load(path: Path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return yaml.load(f, Loader=_LOADER) or {}
+
+
+def _vendor_documents() -> tuple[tuple[dict, str, str, str], ...]:
+    out = []
+    for spec in vendors.specs().values():
+        if not spec.profiles:
+            continue
+        try:
+            path = spec.data_path(spec.profiles)
+        except FileNotFoundError:
+            continue
+        if path.is_file():
+            out.append((_load(path), str(path), spec.name, spec.kind))
+    return tuple(out)
+
+
+_TABLE: list = [None, None]  # [vendors.generation() it was built at, ProfileTable]
+
+
 def table() -> ProfileTable:
-    """The built-in profile table (loaded once)."""
-    with open(_DATA, encoding="utf-8") as f:
-        return _build(yaml.load(f, Loader=_LOADER))
+    """The profile table: the reference plus every vendor's profiles (loaded once, and again
+    after a vendor spec is registered or unregistered)."""
+    gen = vendors.generation()
+    if _TABLE[1] is None or _TABLE[0] != gen:
+        _TABLE[:] = [gen, _build(_load(_DATA), _vendor_documents())]
+    return _TABLE[1]
 
 
 def normalize_model(vendor: str, raw_name: str) -> str:

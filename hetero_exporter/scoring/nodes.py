@@ -13,18 +13,35 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from hetero_exporter import profiles
-from hetero_exporter.model import DeviceSample, NodeSnapshot, SchemaError, snapshot_from_doc, snapshot_from_json
+from hetero_exporter.model import (HOST_LINK_TYPES, DeviceSample, NodeSnapshot, SchemaError, snapshot_from_doc,
+                                   snapshot_from_json)
 from hetero_exporter.scoring.resources import device_resource
 from hetero_exporter.scoring.versions import VersionKey, version_key
 
-# How close two devices are, by the best link between them (0..1). Fabric links (NVLink and
-# its peers of the other vendors) are one class: the "NVLink domain" of a request.
-LINK_SCORE = {"nvlink": 1.0, "nvswitch": 1.0, "xgmi": 1.0, "hccs": 1.0, "mlulink": 1.0,
-              "pcie-switch": 0.6, "pcie-hostbridge": 0.4, "numa": 0.3, "cross-numa": 0.1}
-FABRIC = frozenset(("nvlink", "nvswitch", "xgmi", "hccs", "mlulink"))
-SWITCH_SCORE = LINK_SCORE["pcie-switch"]
+# How close two devices are, by the best link between them (0..1). The host-side link types
+# are named here; every other link type is a vendor's device-to-device fabric (each vendor
+# names its own: spec.fabric_links), all of one class: the ``same-fabric`` set of a request.
+# A new fabric needs no edit here.
+HOST_LINK_SCORE = {"pcie-switch": 0.6, "pcie-hostbridge": 0.4, "numa": 0.3, "cross-numa": 0.1}
+if set(HOST_LINK_SCORE) != set(HOST_LINK_TYPES):  # one vocabulary with the model
+    raise ImportError("scoring.nodes: HOST_LINK_SCORE does not match model.HOST_LINK_TYPES")
+FABRIC_SCORE = 1.0
+NOT_LINKS = frozenset(("", "unknown"))  # pair kinds that are no reported link
+SWITCH_SCORE = HOST_LINK_SCORE["pcie-switch"]
 UNKNOWN_LINK = 0.25  # no link reported and NUMA unknown: between same- and cross-NUMA
 DOWN_LINK_STATES = frozenset(("down", "inactive", "disabled", "error", "failed"))
+
+
+def is_fabric(link_type: str) -> bool:
+    """Whether a link type is a device-to-device fabric (not host-side PCIe or NUMA)."""
+    return link_type not in HOST_LINK_SCORE and link_type not in NOT_LINKS
+
+
+def link_score(link_type: str) -> Optional[float]:
+    """Closeness (0..1) a link of this type gives; None for no link type."""
+    if link_type in NOT_LINKS:
+        return None
+    return HOST_LINK_SCORE.get(link_type, FABRIC_SCORE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,7 +150,7 @@ def _links(devs: list[Dev], samples: list[DeviceSample]) -> tuple[list[list[floa
     for i, s in enumerate(samples):
         for link in s.links:
             j = pos.get(link.peer)
-            score = LINK_SCORE.get(link.type)
+            score = link_score(link.type or "")
             if j is None or j == i or score is None or (link.state or "").lower() in DOWN_LINK_STATES:
                 continue
             has_links = True
@@ -147,8 +164,8 @@ def _links(devs: list[Dev], samples: list[DeviceSample]) -> tuple[list[list[floa
                 if a is None or b is None:
                     pair[i][j], kind[i][j] = UNKNOWN_LINK, "unknown"
                 else:
-                    pair[i][j], kind[i][j] = (LINK_SCORE["numa"], "numa") if a == b else \
-                        (LINK_SCORE["cross-numa"], "cross-numa")
+                    pair[i][j], kind[i][j] = (HOST_LINK_SCORE["numa"], "numa") if a == b else \
+                        (HOST_LINK_SCORE["cross-numa"], "cross-numa")
     return pair, kind, has_links
 
 
@@ -161,7 +178,7 @@ def _domains(kind: list[list[str]]) -> tuple[int, ...]:
         while stack:
             a = stack.pop()
             for b in range(n):
-                if kind[a][b] in FABRIC and comp[b] > comp[i]:
+                if is_fabric(kind[a][b]) and comp[b] > comp[i]:
                     comp[b] = comp[i]
                     stack.append(b)
     return tuple(comp)
@@ -219,7 +236,7 @@ def node_state(name: str, snapshot: NodeSnapshot) -> NodeState:
     """Precompute the scorer's view of a node from its snapshot."""
     samples: dict[str, list[DeviceSample]] = {}
     for d in snapshot.devices:
-        if d.identity.parent is not None:  # MIG/vNPU partitions are not whole devices
+        if d.identity.parent is not None:  # partitions (identity.parent) are not whole devices
             continue
         samples.setdefault(device_resource(d.identity.vendor, d.identity.model), []).append(d)
     groups = {}

@@ -4,15 +4,20 @@ annotation ``<domain>/request`` (default domain ``hetero-exporter.io``).
 The annotation is a JSON object; every key is optional::
 
     {"count": 4,                          # devices
-     "vendors": ["nvidia", "ascend"],      # acceptable vendors, most preferred first
-     "compute_units": 0.9,                 # per device, relative to an A100-SXM4-80GB (profiles)
+     "vendors": ["<vendor>", "<vendor>"],  # acceptable vendors (identity.vendor), most preferred first
+     "compute_units": 0.9,                 # per device, relative to the profiles' reference device
      "memory_per_device": "64Gi",          # bytes, or a Kubernetes quantity
      "features": ["rdma"],                 # profile features every device must have
-     "topology": "same-nvlink-domain",     # same-node | same-switch | same-nvlink-domain
-     "min_driver_version": "550.54",       # or {"nvidia": "550.54", "ascend": "24.1"}
-     "min_runtime_version": {"nvidia": "12.4"},
+     "topology": "same-fabric",            # same-node | same-switch | same-fabric
+     "min_driver_version": "550.54",       # or {"<vendor>": "550.54", "<vendor>": "24.1"}
+     "min_runtime_version": {"<vendor>": "12.4"},
      "policy": "spread",                   # binpack | spread (default: the service's)
      "shared": false}                      # true: devices may already be in use (slices)
+
+``same-fabric``: the devices form one set connected by the vendor's device-to-device fabric
+(any link type that is not host-side PCIe/NUMA; see scoring.nodes). ``same-nvlink-domain`` is
+its older name and stays accepted (``Request.topology`` keeps the spelling the pod used;
+``Request.topology_policy`` is the canonical name).
 
 When the pod also requests an accelerator extended resource, that resource decides the vendor,
 the device group and the count (the device plugin allocates from it); the annotation then adds
@@ -29,16 +34,25 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from hetero_exporter import vendors as vendor_specs
 from hetero_exporter.scoring.resources import parse_resource
 from hetero_exporter.scoring.versions import VersionKey, version_key
 
 DEFAULT_DOMAIN = "hetero-exporter.io"
-TOPOLOGIES = ("same-node", "same-switch", "same-nvlink-domain")
+TOPOLOGIES = ("same-node", "same-switch", "same-fabric")  # the topology policies, loosest first
+TOPOLOGY_ALIASES = {"same-nvlink-domain": "same-fabric"}  # older names, still accepted
+# every accepted spelling, in the order error messages list them
+ACCEPTED_TOPOLOGIES = ("same-node", "same-switch", *TOPOLOGY_ALIASES, "same-fabric")
 POLICIES = ("binpack", "spread")
 MAX_COUNT = 64  # more devices than any node has: a typo, not a request
 
 _ANNOTATION_KEYS = ("count", "vendors", "compute_units", "memory_per_device", "features", "topology",
                     "min_driver_version", "min_runtime_version", "policy", "shared")
+
+
+def canonical_topology(name: str) -> str:
+    """The topology policy a spelling names (an alias gives its policy's name)."""
+    return TOPOLOGY_ALIASES.get(name, name)
 
 
 class RequestError(ValueError):
@@ -70,8 +84,13 @@ class Request:
     def key(self) -> str:
         """Identity of what is asked (not of the pod): decisions are memoized on it."""
         return repr((self.count, self.vendors, self.group, self.shared, self.compute_units,
-                     self.memory_bytes, self.features, self.topology, self.min_driver,
+                     self.memory_bytes, self.features, self.topology_policy, self.min_driver,
                      self.min_runtime, self.policy))
+
+    @functools.cached_property
+    def topology_policy(self) -> str:
+        """The canonical topology policy (``same-fabric`` for its alias)."""
+        return canonical_topology(self.topology)
 
     @functools.cached_property
     def per_device(self) -> bool:
@@ -229,7 +248,8 @@ def _resources(spec: Mapping[str, Any]) -> _Accelerators:
 
 def _vendors(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise RequestError(f"{where}: expected a list of vendor names, e.g. [\"nvidia\", \"ascend\"]")
+        known = list(vendor_specs.specs())[:2] or ["<vendor>"]
+        raise RequestError(f"{where}: expected a list of vendor names, e.g. {json.dumps(known)}")
     names = tuple(v.strip().lower() for v in value)
     if len(set(names)) != len(names):
         raise RequestError(f"{where}: a vendor is listed twice")
@@ -283,8 +303,10 @@ def _annotation(text: Any, where: str) -> dict[str, Any]:
             raise RequestError(f"{w('features')}: expected a list of feature names, e.g. [\"rdma\"]")
         out["features"] = tuple(sorted(set(f)))
     if "topology" in doc:
-        if doc["topology"] not in TOPOLOGIES:
-            raise RequestError(f"{w('topology')}: expected one of {', '.join(TOPOLOGIES)}, got {doc['topology']!r:.40}")
+        if doc["topology"] not in ACCEPTED_TOPOLOGIES:
+            alias = ", ".join(f"{a} = {c}" for a, c in TOPOLOGY_ALIASES.items())
+            raise RequestError(f"{w('topology')}: expected one of {', '.join(ACCEPTED_TOPOLOGIES)} ({alias}), "
+                               f"got {doc['topology']!r:.40}")
         out["topology"] = doc["topology"]
     for key, field in (("min_driver_version", "min_driver"), ("min_runtime_version", "min_runtime")):
         if key in doc:

@@ -2,14 +2,14 @@
 
 For each acceptable vendor, most preferred first, the node's device groups of that vendor are
 tried; the first vendor with a feasible group wins and its preference rank sets the score band
-(with vendors ``[nvidia, ascend]`` an NVIDIA placement scores in [0.5, 1], an Ascend one in
+(with vendors ``[a, b]`` a placement on vendor a's devices scores in [0.5, 1], one on b's in
 [0, 0.5]). Within a group the devices that may be chosen are those with health ok or degraded
 that meet the per-device constraints (compute units, memory, features, minimum driver and
 runtime versions); among them the set of ``count`` devices that maximizes the node's score is
 chosen (exhaustively when there are few sets, greedily otherwise). The score of a set is a
 weighted sum of, each 0..1:
 
-- topology: mean closeness of the chosen pairs by their best link (``nodes.LINK_SCORE``);
+- topology: mean closeness of the chosen pairs by their best link (``nodes.link_score``);
 - fill: the group's load after placing the pod; binpack maximizes it, spread its complement;
 - idle: how idle the chosen devices are (shared requests: binpack prefers loaded ones);
 - health: ok devices 1, degraded 0.3;
@@ -27,8 +27,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from hetero_exporter.scoring.nodes import SWITCH_SCORE, Dev, Group, NodeState
-from hetero_exporter.scoring.request import POLICIES, TOPOLOGIES, Request
+from hetero_exporter.scoring.nodes import SWITCH_SCORE, Dev, Group, NodeState, is_fabric
+from hetero_exporter.scoring.request import POLICIES, TOPOLOGIES, TOPOLOGY_ALIASES, Request, canonical_topology
 from hetero_exporter.scoring.versions import at_least
 
 WEIGHTS: Mapping[str, float] = {"topology": 0.30, "fill": 0.25, "idle": 0.15, "health": 0.10,
@@ -37,7 +37,7 @@ DEGRADED_HEALTH = 0.3
 EXHAUSTIVE_POOL = 10  # up to 2^10 subsets evaluated one by one; larger groups: greedy from each seed
 MEMO_LIMIT = 512  # decisions kept per node (distinct request shapes)
 TOPOLOGY_WORDS = {"same-switch": "under one PCIe switch or fabric",
-                  "same-nvlink-domain": "in one NVLink-class fabric domain"}
+                  "same-fabric": "in one fabric-connected set (joined by device-to-device fabric links)"}
 
 
 MAX_PRIORITY = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
@@ -310,10 +310,11 @@ class Scorer:
             resolvable = req.shared and any(w.startswith("free ") for w in problems)
             total = len(g.devices) + len(g.excluded)
             return (f"needs {req.count} x {g.resource}, {len(elig)} usable of {total}{detail}", resolvable)
-        choice = self.best_choice(g, elig, req.count, policy, req.topology, req.shared)
+        topology = req.topology_policy
+        choice = self.best_choice(g, elig, req.count, policy, topology, req.shared)
         if choice is None:
-            return (f"no {req.count} usable {g.resource} devices {TOPOLOGY_WORDS[req.topology]} "
-                    f"(largest such set: {_largest(g, elig, req.topology)})", False)
+            return (f"no {req.count} usable {g.resource} devices {TOPOLOGY_WORDS[topology]}{_fabrics(g, topology)} "
+                    f"(largest such set: {_largest(g, elig, topology)})", False)
         return choice
 
     # ------------------------------------------------------------------ device sets
@@ -324,6 +325,7 @@ class Scorer:
         evaluated: an exhaustive one, every set size under both policies and all three topology
         policies at once (the score of a set does not depend on the topology policy, which only
         admits or refuses it), so the first pod of a new kind costs a lookup, not a search."""
+        topology = canonical_topology(topology)
         key = (elig, k, policy, topology, shared)
         got = g.choices.get(key, _NOT_YET)
         if got is _NOT_YET:
@@ -336,6 +338,8 @@ class Scorer:
             else:
                 found = {(policy, topology): self._greedy_best(g, elig, k, policy, topology, shared)}
             for (p, t), by_size in found.items():
+                if t in TOPOLOGY_ALIASES:
+                    continue  # the same table as its policy's
                 for size in (range(1, len(elig) + 1) if len(found) > 1 and k > 1 else by_size):
                     g.choices.setdefault((elig, size, p, t, shared), by_size.get(size))
             got = g.choices.setdefault(key, None)
@@ -363,7 +367,7 @@ class Scorer:
             (p, t): {} for p in POLICIES for t in TOPOLOGIES}
         # the tables a subset competes in, with whether each is binpack's, by (same-switch ok, one domain)
         variants = {(sw, dm): [(best[(p, t)], p == "binpack") for p in POLICIES for t in TOPOLOGIES
-                               if t == "same-node" or (t == "same-switch" and sw) or (t == "same-nvlink-domain" and dm)]
+                               if t == "same-node" or (t == "same-switch" and sw) or (t == "same-fabric" and dm)]
                     for sw in (False, True) for dm in (False, True)}
         m = len(elig)
         chosen: list[int] = []
@@ -394,7 +398,7 @@ class Scorer:
                 walk(at + 1, ps, b, sp, ls, sw, d)
                 chosen.pop()
         walk(0, 0.0, 0.0, 0.0, 0.0, True, -1)
-        return best
+        return _with_aliases(best)
 
     def _singles(self, g: Group, elig: tuple[int, ...], shared: bool) -> dict[tuple[str, str], dict]:
         """The best single device under each policy (every topology policy admits one device)."""
@@ -410,7 +414,7 @@ class Scorer:
                     best = (score, (i,))
             for t in TOPOLOGIES:
                 out[(p, t)] = {1: best} if best is not None else {}
-        return out
+        return _with_aliases(out)
 
     def _greedy_best(self, g: Group, elig: tuple[int, ...], k: int, policy: str, topology: str,
                      shared: bool) -> dict[int, tuple[float, tuple[int, ...]]]:
@@ -474,9 +478,27 @@ def _device_parts(g: Group, i: int, policy: str, shared: bool) -> dict[str, floa
             "cost": 1.0 / (1.0 + d.cost_weight), "affinity": near_busy if binpack else 1.0 - near_busy}
 
 
+def _with_aliases(found: dict[tuple[str, str], dict]) -> dict[tuple[str, str], dict]:
+    """``found`` with each alias of a topology policy keyed too (the same table)."""
+    for alias, name in TOPOLOGY_ALIASES.items():
+        for p in POLICIES:
+            if (p, name) in found:
+                found[(p, alias)] = found[(p, name)]
+    return found
+
+
+def _fabrics(g: Group, topology: str) -> str:
+    """The fabric link types a group has, for an explanation (`` (hccs links here)``)."""
+    if topology != "same-fabric":
+        return ""
+    kinds = sorted({t for row in g.pair_kind for t in row if is_fabric(t)})
+    return f" ({', '.join(kinds)} links here)" if kinds else " (no fabric links reported here)"
+
+
 def _pools(g: Group, elig: tuple[int, ...], topology: str) -> list[tuple[int, ...]]:
-    """Where a set may come from: one fabric domain each for same-nvlink-domain."""
-    if topology != "same-nvlink-domain":
+    """Where a set may come from: one fabric domain each for same-fabric."""
+    topology = canonical_topology(topology)
+    if topology != "same-fabric":
         return [elig]
     by_domain: dict[int, list[int]] = {}
     for i in elig:
@@ -486,7 +508,7 @@ def _pools(g: Group, elig: tuple[int, ...], topology: str) -> list[tuple[int, ..
 
 
 def _largest(g: Group, elig: tuple[int, ...], topology: str) -> int:
-    if topology == "same-nvlink-domain":
+    if canonical_topology(topology) == "same-fabric":
         return max(Counter(g.domain[i] for i in elig).values(), default=0)
     # same-switch: greedy clique size, enough for an explanation
     best = 0

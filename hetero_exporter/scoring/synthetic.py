@@ -1,71 +1,79 @@
-"""Synthetic node snapshots of common accelerator servers, with the link topology their
-vendors document, for the ``score`` examples (fixtures/scoring/), tests and the benchmark.
+"""Synthetic node snapshots of common accelerator servers, for the ``score`` examples
+(fixtures/scoring/), tests and the benchmark.
 
-Shapes (8 devices unless named otherwise):
-
-- ``hgx-h100``: 8 x H100-SXM5-80GB, every pair over NVSwitch; PCIe switches pair 0-1, 2-3,
-  4-5, 6-7; NUMA node 0 for 0-3, 1 for 4-7 (HGX H100 baseboard).
-- ``dgx1-v100``: 8 x V100-SXM2-32GB in the DGX-1 hybrid cube-mesh: NVLink within the quads
-  0-3 and 4-7 and between i and i+4; PCIe switches and NUMA as above.
-- ``pcie-a100``: 8 x A100-PCIE-80GB without bridges: PCIe switch pairs, two NUMA nodes.
-- ``pcie-h100-nvl``: 8 x H100-NVL-94GB, NVLink bridges joining the cards of each PCIe switch pair
-  (H100 NVL ships as bridged pairs).
-- ``atlas800-910b``: 8 x Ascend910B3, HCCS full mesh (Atlas 800T A2).
-- ``mi300x``: 8 x MI300X, XGMI full mesh (AMD Instinct MI300X platform).
+The shapes are data (``shapes.yaml`` beside this module: vendor, kind, model, driver, fabric
+link type and layout, with the server each one stands for); the uuids take the vendor spec's
+``uuid_prefix`` and the profiles come from the profile table, so this module names no vendor.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
-from typing import Iterable, Mapping, Optional
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
 
-from hetero_exporter import profiles
+import yaml
+
+from hetero_exporter import profiles, vendors
 from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, Health, Link,
                                    NodeSnapshot, Quality, Reading)
 
-_SHAPES: Mapping[str, tuple[str, str, str, str, str]] = {
-    # shape: (vendor, kind, model, driver, fabric link type or "")
-    "hgx-h100": ("nvidia", "gpu", "H100-SXM5-80GB", "550.54.15", "nvswitch"),
-    "dgx1-v100": ("nvidia", "gpu", "V100-SXM2-32GB", "535.104.05", "nvlink"),
-    "pcie-a100": ("nvidia", "gpu", "A100-PCIE-80GB", "550.54.15", ""),
-    "pcie-h100-nvl": ("nvidia", "gpu", "H100-NVL-94GB", "550.54.15", "nvlink"),
-    "atlas800-910b": ("ascend", "npu", "Ascend910B3", "24.1.rc2", "hccs"),
-    "mi300x": ("amd", "gpu", "MI300X", "6.7.0", "xgmi"),
-}
-SHAPES = tuple(_SHAPES)
+_DATA = Path(__file__).with_name("shapes.yaml")
 _Q = Quality(source="synthetic")
+LAYOUTS = ("full-mesh", "cube-mesh", "bridged-pairs")
 
 
-def _fabric_pairs(shape: str, n: int) -> Iterable[tuple[int, int]]:
-    if shape == "dgx1-v100":
-        for a in range(n):
-            for b in range(a + 1, n):
-                if a // 4 == b // 4 or b == a + 4:
-                    yield a, b
-    elif shape == "pcie-h100-nvl":
+@functools.lru_cache(maxsize=1)
+def _doc() -> dict[str, Any]:
+    with open(_DATA, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    for name, s in doc["shapes"].items():
+        if s.get("fabric") and s.get("layout") not in LAYOUTS:
+            raise ValueError(f"shapes.yaml: shape {name}: layout {s.get('layout')!r} is not one of {LAYOUTS}")
+    return doc
+
+
+def shapes() -> dict[str, dict[str, Any]]:
+    """Every shape by name (see shapes.yaml)."""
+    return dict(_doc()["shapes"])
+
+
+SHAPES = tuple(shapes())
+
+
+def _fabric_pairs(shape: Mapping[str, Any], n: int) -> Iterable[tuple[int, int]]:
+    if not shape.get("fabric"):
+        return
+    layout = shape["layout"]
+    if layout == "bridged-pairs":
         yield from ((a, a + 1) for a in range(0, n - 1, 2))
-    elif _SHAPES[shape][4]:
-        for a in range(n):
-            for b in range(a + 1, n):
+        return
+    for a in range(n):
+        for b in range(a + 1, n):
+            if layout == "full-mesh" or a // 4 == b // 4 or b == a + 4:
                 yield a, b
 
 
 def device_uuid(node: str, vendor: str, index: int) -> str:
     u = uuid.uuid5(uuid.NAMESPACE_URL, f"hetero-exporter:{node}:{vendor}:{index}")
-    return f"GPU-{u}" if vendor == "nvidia" else str(u)
+    spec = vendors.spec(vendor)
+    return f"{spec.uuid_prefix if spec is not None else ''}{u}"
 
 
 def node(name: str, shape: str, *, time: float, loads: Optional[Mapping[int, float]] = None,
          health: Optional[Mapping[int, str]] = None, driver: Optional[str] = None,
          runtime: Optional[str] = None, count: int = 8) -> NodeSnapshot:
     """A node of ``shape``. ``loads``: index -> 0..1 (utilization and used memory share);
-    ``health``: index -> state (failed devices carry an Xid 79 style fault)."""
-    vendor, kind, model, default_driver, fabric = _SHAPES[shape]
+    ``health``: index -> state (failed devices carry the shapes' ``failed_fault``)."""
+    s = _doc()["shapes"][shape]
+    ff = _doc()["failed_fault"]
+    vendor, kind, model, fabric = s["vendor"], s["kind"], s["model"], s.get("fabric") or ""
     prof = profiles.profile_for(vendor, model)
     loads, health = loads or {}, health or {}
     uuids = [device_uuid(name, vendor, i) for i in range(count)]
     links: dict[int, list[Link]] = {i: [] for i in range(count)}
-    for a, b in _fabric_pairs(shape, count):
+    for a, b in _fabric_pairs(s, count):
         links[a].append(Link(uuids[b], fabric))
         links[b].append(Link(uuids[a], fabric))
     for a in range(count):
@@ -78,7 +86,7 @@ def node(name: str, shape: str, *, time: float, loads: Optional[Mapping[int, flo
         total = float(prof.memory_bytes or 0)
         load = loads.get(i, 0.0)
         state = health.get(i, "ok")
-        faults = (Fault("79", "device-lost", "reset-device", "fell off the bus", time - 60, time, 1,
+        faults = (Fault(str(ff["code"]), ff["class"], ff["action"], ff["message"], time - 60, time, 1,
                         "critical"),) if state == "failed" else ()
         readings = {} if state == "failed" else {
             "utilization_ratio": Reading(load, _Q),
@@ -86,7 +94,7 @@ def node(name: str, shape: str, *, time: float, loads: Optional[Mapping[int, flo
             "memory_used_bytes": Reading(round(total * load), _Q)}
         ident = DeviceIdentity(vendor=vendor, kind=kind, index=i, uuid=uuids[i], model=model,
                                pci_address=f"0000:{0x18 + 0x10 * i:02x}:00.0", numa_node=i // 4,
-                               driver_version=driver or default_driver, runtime_version=runtime)
+                               driver_version=driver or str(s["driver"]), runtime_version=runtime)
         devices.append(DeviceSample(identity=ident, timestamp=time, readings=readings,
                                     health=Health(state, faults), faults=faults,
                                     links=tuple(links[i]), profile=prof))

@@ -1,7 +1,7 @@
 """Driver and runtime version comparison across vendors' numbering styles.
 
-Vendors print versions as ``550.54.15`` (NVIDIA), ``6.7.0`` (amdgpu), ``23.0.3`` or
-``24.1.rc2`` (Ascend), ``v5.10.22`` (Cambricon). A version compares by its leading numeric
+Vendors print versions as ``550.54.15``, ``6.7.0``, ``23.0.3`` or ``24.1.rc2``,
+``v5.10.22`` (each in its own style). A version compares by its leading numeric
 components (missing ones count as 0); a letter part after them (``rc``, ``beta``, ``T``)
 marks a pre-release, which sorts before the release with the same numbers.
 """

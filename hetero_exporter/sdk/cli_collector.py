@@ -5,8 +5,10 @@
 - reading(): a value in base units with the field's declared quality (absent -> unsupported);
 - FaultEpisodes: fault codes active now -> Faults counted once per episode in a FaultLedger;
 - worst_state(): health from fault severities (critical failed, warning degraded, info ok);
-- NumaNodes: NUMA node of a PCI address, from sysfs; find_tool(): the tool's path or Unavailable;
+- NumaNodes: NUMA node of a PCI address, from sysfs; find_tool(): the tool's path or Unavailable
+  (its host folders from the vendor spec's ToolSpec);
 - build(): a collector over the real tool, or over its fake executable when simulating;
+- tool_spec(): the ToolSpec of a tool (host folders, environment it reads) from the specs;
 - CliCollector: the base of a CLI vendor collector (one summary call, hooks, lost devices).
 """
 
@@ -14,30 +16,52 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
 import shutil
 import time
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
-from hetero_exporter import pci
+from hetero_exporter import pci, vendors
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
+from hetero_exporter.sdk.spec import ToolSpec
 from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, Quality, Reading
 
-Runner = Callable[..., Any]  # vendor_cli.run's signature: (argv, timeout, *, env=...) -> CliResult
+Runner = Callable[..., Any]  # runner.run's signature: (argv, timeout, *, env=...) -> CliResult
+
+
+def tool_spec(tool: str, vendor: Optional[str] = None) -> Optional[ToolSpec]:
+    """The ToolSpec named ``tool``: of ``vendor``'s spec when given, else of the first spec
+    that declares a tool of that name; None when no spec does."""
+    if vendor is not None:
+        s = vendors.spec(vendor)
+        return s.tool(tool) if s is not None else None
+    for s in vendors.specs().values():
+        found = s.tool(tool)
+        if found is not None:
+            return found
+    return None
 
 
 class CliCalls:
     """Runs ``exe ARGS`` through the runner with the time left before a deadline (monotonic);
-    ``extra_env()`` is added to each call's environment (the simulation's clock)."""
+    ``extra_env()`` is added to each call's environment (the simulation's clock), and so are
+    the variables named in ``passthrough`` that the agent's environment sets (default: the
+    ``env`` of the tool's ToolSpec, where its vendor's install lives)."""
 
     def __init__(self, exe: str, tool: str, *, runner: Optional[Runner] = None,
-                 extra_env: Callable[[], Mapping[str, str]] = dict, workers: int = 4):
+                 extra_env: Callable[[], Mapping[str, str]] = dict, workers: int = 4,
+                 passthrough: Optional[Sequence[str]] = None):
         from hetero_exporter.sdk import runner as vendor_cli
         self.exe, self.tool = exe, tool
         self._run = runner or vendor_cli.run
         self._extra_env = extra_env
+        if passthrough is None:
+            spec = tool_spec(tool)
+            passthrough = spec.env if spec is not None else ()
+        self.passthrough = tuple(passthrough)
         self._workers = max(1, workers)
         self.calls = 0  # runs made (benchmarks)
 
@@ -46,7 +70,10 @@ class CliCalls:
         if remaining <= 0.05:
             raise TimeoutError(f"{self.tool} {' '.join(args)}: no time left in this cycle")
         self.calls += 1
-        return self._run([self.exe, *args], remaining, env=dict(self._extra_env()) or None).stdout
+        # passed as values, not names: a test's runner takes (argv, timeout, *, env) only
+        env = {k: os.environ[k] for k in self.passthrough if k in os.environ}
+        env.update(self._extra_env())
+        return self._run([self.exe, *args], remaining, env=env or None).stdout
 
     def map(self, jobs: Sequence[tuple[Hashable, Sequence[str]]], deadline: float) -> list[tuple[Any, Any]]:
         """Run each job (key, args), up to ``workers`` at once; returns (key, stdout or the
@@ -138,9 +165,24 @@ class NumaNodes:
         return self._known[bus]
 
 
-def find_tool(settings: Mapping[str, Any], name: str, dirs: str, why: str) -> str:
+def _dirs_and_why(name: str, dirs: Optional[str], why: Optional[str],
+                  vendor: Optional[str]) -> tuple[str, str]:
+    """``dirs`` (os.pathsep-joined) and ``why`` as given, else from the tool's ToolSpec."""
+    if dirs is None or why is None:
+        spec = tool_spec(name, vendor)
+        if dirs is None:
+            dirs = os.pathsep.join(spec.dirs if spec is not None else ToolSpec(name).dirs)
+        if why is None:
+            why = (spec.why_missing if spec is not None else "") or f"{name} not installed"
+    return dirs, why
+
+
+def find_tool(settings: Mapping[str, Any], name: str, dirs: Optional[str] = None, why: Optional[str] = None,
+              *, vendor: Optional[str] = None) -> str:
     """``settings.path`` or ``name`` on PATH, else in ``dirs`` (where vendors install their
-    tools, often not on a container's PATH); Unavailable naming ``why`` otherwise."""
+    tools, often not on a container's PATH); Unavailable naming ``why`` otherwise. Without
+    ``dirs``/``why`` they come from the tool's ToolSpec (of ``vendor``'s spec when given)."""
+    dirs, why = _dirs_and_why(name, dirs, why, vendor)
     exe = str(settings.get("path") or name)
     found = shutil.which(exe) if "/" in exe else (shutil.which(exe) or shutil.which(exe, path=dirs))
     if found is None:
@@ -149,17 +191,24 @@ def find_tool(settings: Mapping[str, Any], name: str, dirs: str, why: str) -> st
 
 
 def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: Callable[..., Any],
-          tool: str, dirs: str, why: str) -> Any:
+          tool: "str | ToolSpec", dirs: Optional[str] = None, why: Optional[str] = None,
+          *, vendor: Optional[str] = None) -> Any:
     """``factory(exe, clock=, timeout=, interval=, settings=[, extra_env=])`` over the real tool,
     or, when ``options.scenario`` is set, over the fake that ``install_fake(scenario, clock,
-    workdir) -> (exe, extra_env)`` writes (the caller imports its fake lazily)."""
+    workdir) -> (exe, extra_env)`` writes (the caller imports its fake lazily). ``tool`` is the
+    tool's name or its ToolSpec; ``dirs``/``why`` left out come from the ToolSpec (the one
+    given, or the one of ``vendor``'s spec)."""
+    if isinstance(tool, ToolSpec):
+        dirs = os.pathsep.join(tool.dirs) if dirs is None else dirs
+        why = (tool.why_missing or f"{tool.name} not installed") if why is None else why
+        tool = tool.name
     settings = dict(options.settings)
     common = dict(clock=options.clock, timeout=options.timeout_seconds,
                   interval=options.interval_seconds, settings=settings)
     if options.scenario is not None:
         exe, env = install_fake(options.scenario, options.clock, options.workdir)
         return factory(exe, extra_env=env, **common)
-    return factory(find_tool(settings, tool, dirs, why), **common)
+    return factory(find_tool(settings, tool, dirs, why, vendor=vendor), **common)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,8 +252,10 @@ class CliCollector:
         self.settings = dict(settings or {})
         self.clock = clock
         self.interval = max(0.1, interval)
+        own = tool_spec(self.tool, self.vendor) if self.vendor else None
         self.cli = CliCalls(exe, self.tool, runner=runner, extra_env=extra_env,
-                            workers=int(self.settings.get("parallel_calls", 4)))
+                            workers=int(self.settings.get("parallel_calls", 4)),
+                            passthrough=own.env if own is not None else None)
         self.budget = max(0.2, float(self.settings.get("budget_fraction", 0.9)) * timeout)
         self.episodes = FaultEpisodes()
         self.identities = IdentityMemory()

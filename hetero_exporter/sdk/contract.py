@@ -31,7 +31,7 @@ class Unavailable(RuntimeError):
 class ParseError(ValueError):
     """Vendor output that does not have the expected structure.
 
-    ``tool`` names the command (``npu-smi info``), ``line`` the 1-based line where the
+    ``tool`` names the command (``<tool> info``), ``line`` the 1-based line where the
     problem was found (None when it concerns the whole document)."""
 
     def __init__(self, tool: str, message: str, line: Optional[int] = None):
@@ -53,7 +53,7 @@ class CollectorOptions:
     scenario: Any = None
     clock: Callable[[], float] = time.time
     workdir: Optional[str] = None  # where fake executables / fake roots may be written
-    # Call to ask the sampler for a cycle now (e.g. an NVML event thread saw an XID):
+    # Call to ask the sampler for a cycle now (e.g. a driver event thread saw a device fault):
     wake: Callable[[], None] = lambda: None
 
 

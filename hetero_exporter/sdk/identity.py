@@ -26,15 +26,28 @@ class IdentityMemory:
         self._by_pci: dict[str, str] = {}
 
     def remember(self, identity: DeviceIdentity) -> DeviceIdentity:
-        """Pin ``identity`` (top-level devices are indexed; children only by uuid)."""
+        """Pin ``identity`` (top-level devices are indexed; children only by uuid). A new uuid
+        at a PCI address pinned to another one replaces it (a placeholder id that got its real
+        uuid, a swapped board): the old one is forgotten, so it is not reported lost."""
         with self._lock:
             self._by_uuid[identity.uuid] = identity
             if identity.parent is None:
-                self._by_index[identity.index] = identity.uuid
                 key = pciaddr.normalize(identity.pci_address)
+                old = self._by_pci.get(key) if key else None
+                if old is None and not key:
+                    old = self._by_index.get(identity.index)
+                if old is not None and old != identity.uuid:
+                    self._forget(old)
+                self._by_index[identity.index] = identity.uuid
                 if key:
                     self._by_pci[key] = identity.uuid
         return identity
+
+    def _forget(self, uuid: str) -> None:
+        self._by_uuid.pop(uuid, None)
+        for table in (self._by_index, self._by_pci):
+            for k in [k for k, v in table.items() if v == uuid]:
+                del table[k]
 
     def recall(self, *, index: Optional[int] = None, pci_address: Optional[str] = None,
                uuid: Optional[str] = None) -> Optional[DeviceIdentity]:

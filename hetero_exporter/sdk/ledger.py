@@ -1,6 +1,6 @@
 """Cumulative fault bookkeeping for a collector: counts and timestamps per (device, code).
 
-Collectors record each fault *occurrence* (an XID event, a GPU found lost after being
+Collectors record each fault *occurrence* (a driver fault event, a device found lost after being
 fine); the ledger keeps ``count``, ``first_seen`` and ``last_seen`` since the agent started,
 so ``accelerator_fault_events_total`` only grows, also across failed collection cycles
 (the sampler carries a failed collector's last devices, faults included).

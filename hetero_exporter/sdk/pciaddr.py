@@ -1,7 +1,7 @@
 """One PCI-address normalizer for every vendor's spelling.
 
-Tools print a device's address as ``00000000:3B:00.0`` (nvidia-smi, 8-digit domain),
-``0000:3b:00.0`` (sysfs, amd-smi), ``3b:00.0`` (no domain), ``PCI:0000:3b:00`` (kernel log,
+Tools print a device's address as ``00000000:3B:00.0`` (an 8-digit domain),
+``0000:3b:00.0`` (sysfs and most tools), ``3b:00.0`` (no domain), ``PCI:0000:3b:00`` (kernel log,
 no function) or with surrounding spaces. The model's form is ``0000:3b:00.0``: a 4-digit
 domain (the low 16 bits: Linux domains fit them), lower case, function included.
 """

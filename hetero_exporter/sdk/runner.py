@@ -1,19 +1,23 @@
-"""The shared runner for vendor command-line tools (npu-smi, cnmon, rocm-smi, hy-smi, ...).
+"""The shared runner for vendor command-line tools (every CLI collector calls its tool here).
 
 A vendor CLI can hang (driver stuck in D state), print megabytes of garbage or die with a
 message on stderr. This runner makes each of those a clear, bounded failure:
 
 - no shell: argv is a list, nothing is interpolated;
 - fixed locale (``LC_ALL=C``), so numbers and headers do not change with the node's locale;
+- a minimal environment: PATH, ``LD_LIBRARY_PATH`` and ``HOME`` when the node sets them, the
+  variables the caller names in ``passthrough`` (a tool's ``ToolSpec.env``: where its vendor's
+  install lives) and ``env``; nothing else of the agent's environment reaches the tool;
 - a deadline: past it the whole process group is killed (SIGKILL), grandchildren included,
   and ``CliTimeout`` is raised;
 - an output cap: past ``max_bytes`` on stdout the group is killed and ``CliError`` raised;
 - a non-zero exit raises ``CliError`` carrying the tail of stderr;
-- a missing executable raises ``collector_api.Unavailable``.
+- a missing executable raises ``contract.Unavailable``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import shutil
@@ -26,8 +30,10 @@ from typing import Mapping, Optional, Sequence
 
 from hetero_exporter.sdk.contract import Unavailable
 
-DEFAULT_MAX_BYTES = 8 << 20  # 8 MiB: a 16-device npu-smi table is ~10 KiB
+DEFAULT_MAX_BYTES = 8 << 20  # 8 MiB: a 16-device summary table is ~10 KiB
+ALWAYS_PASSED = ("LD_LIBRARY_PATH", "HOME")  # every tool may need these when the node sets them
 STDERR_KEEP = 2048
+_ETXTBSY_TRIES = 5
 
 
 class CliError(RuntimeError):
@@ -57,10 +63,10 @@ def invocations() -> dict[str, int]:
         return dict(_invocations)
 
 
-def _env(extra: Optional[Mapping[str, str]]) -> dict[str, str]:
+def _env(extra: Optional[Mapping[str, str]], passthrough: Sequence[str] = ()) -> dict[str, str]:
     env = {"LC_ALL": "C", "LANG": "C", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     # vendor tools locate their libraries through these; keep them if the node sets them
-    for key in ("LD_LIBRARY_PATH", "ASCEND_HOME", "NEUWARE_HOME", "ROCM_PATH", "HOME"):
+    for key in (*ALWAYS_PASSED, *passthrough):
         if key in os.environ:
             env[key] = os.environ[key]
     if extra:
@@ -76,13 +82,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYTES,
-        env: Optional[Mapping[str, str]] = None, check: bool = True) -> CliResult:
+        env: Optional[Mapping[str, str]] = None, check: bool = True,
+        passthrough: Sequence[str] = ()) -> CliResult:
     """Run ``argv`` (no shell) and return its output, or raise CliTimeout / CliError /
-    Unavailable as described in the module docstring."""
+    Unavailable as described in the module docstring. ``passthrough``: names of variables
+    of the agent's environment the tool also gets (its ``ToolSpec.env``)."""
     if not argv:
         raise ValueError("empty argv")
     exe = argv[0]
-    resolved = exe if os.sep in exe else shutil.which(exe, path=_env(env)["PATH"])
+    child_env = _env(env, passthrough)
+    resolved = exe if os.sep in exe else shutil.which(exe, path=child_env["PATH"])
     if resolved is None or not os.access(resolved, os.X_OK):
         raise Unavailable(f"{exe}: not found or not executable")
     name = os.path.basename(exe)
@@ -90,12 +99,19 @@ def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYT
         _invocations[name] = _invocations.get(name, 0) + 1
     t0 = time.monotonic()
     deadline = t0 + timeout
-    try:
-        proc = subprocess.Popen([resolved, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=_env(env), start_new_session=True,
-                                close_fds=True)
-    except OSError as e:
-        raise Unavailable(f"{exe}: cannot start: {e.strerror}") from None
+    for attempt in range(_ETXTBSY_TRIES):
+        try:
+            proc = subprocess.Popen([resolved, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=child_env, start_new_session=True,
+                                    close_fds=True)
+            break
+        except OSError as e:
+            # ETXTBSY: another thread's fork still holds a just-written executable open for
+            # writing (a fake tool's launcher, a tool being upgraded); it clears in moments
+            if e.errno == errno.ETXTBSY and attempt + 1 < _ETXTBSY_TRIES and time.monotonic() < deadline:
+                time.sleep(0.01 * (attempt + 1))
+                continue
+            raise Unavailable(f"{exe}: cannot start: {e.strerror}") from None
     out, err = bytearray(), bytearray()
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, out)

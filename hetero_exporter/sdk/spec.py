@@ -71,6 +71,15 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
+class VersionInfo:
+    """What a vendor's version discovery found on the host (``VendorSpec.versions``)."""
+
+    runtime_version: Optional[str] = None  # the vendor runtime / toolkit version, as the vendor prints it
+    driver_version: Optional[str] = None
+    source: Optional[str] = None  # the file or call the runtime version came from
+
+
+@dataclass(frozen=True)
 class VendorSpec:
     """One vendor's facts (see the module docstring)."""
 
@@ -80,7 +89,7 @@ class VendorSpec:
     package: str  # the vendor package's dotted name (data files are found beside it)
     pci_vendor_ids: tuple[int, ...] = ()
     # model normalization: marketing prefixes stripped from unknown product strings, and a
-    # prefix put back when the cleaned name starts with a digit ("910B3" -> "Ascend910B3")
+    # prefix put back when the cleaned name starts with a digit ("910B3" -> "<prefix>910B3")
     model_strip: str = ""
     model_digit_prefix: str = ""
     # Kubernetes: device plugin / HAMi resources; domains whose resources (and DRA drivers,

@@ -14,13 +14,13 @@ import re
 from typing import Mapping, Optional
 
 NA = frozenset({"", "n/a", "na", "-", "--", "[n/a]", "not supported", "[not supported]", "unknown",
-                "none", "null", "not available", "[unknown error]", "unavailable"})
+                "none", "null", "not available", "[unknown error]", "unavailable", "unsupported"})
 
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 # unit (lower case) -> factor to the base unit
 UNITS: Mapping[str, float] = {
-    # memory: vendors print binary multiples with either spelling (nvidia-smi "MiB", npu-smi "MB")
+    # memory: vendors print binary multiples with either spelling ("MiB" by some tools, "MB" by others)
     "b": 1.0, "byte": 1.0, "bytes": 1.0,
     "kib": 1024.0, "kb": 1024.0, "k": 1024.0,
     "mib": 1024.0 ** 2, "mb": 1024.0 ** 2, "m": 1024.0 ** 2,

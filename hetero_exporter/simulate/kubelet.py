@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
+from hetero_exporter import profiles, vendors
 from hetero_exporter.attribution import PodInfo
 from hetero_exporter.podresources.mapping import ContainerDevices
 
-# vendor -> (resource name, device id of the device spec) as the vendor's device plugin names them
-_PLUGIN_IDS = {
-    "nvidia": ("nvidia.com/gpu", lambda d: d.uuid),
-    "amd": ("amd.com/gpu", lambda d: d.pci_address),
-    "ascend": ("huawei.com/Ascend910", lambda d: f"Ascend910-{d.index}"),
-    "cambricon": ("cambricon.com/mlu", lambda d: d.uuid if d.uuid.upper().startswith("MLU-") else f"MLU-{d.uuid}"),
-    "hygon": ("hygon.com/dcu", lambda d: str(d.index)),
-}
+def _plugin(d: Any) -> Optional[tuple[str, str]]:
+    """(resource name, device id) of a scenario device as its vendor's device plugin names it
+    (the spec's ``device_resource`` of the normalized model and ``plugin_device_id``)."""
+    spec = vendors.spec(d.vendor)
+    if spec is None:
+        return None
+    resource = spec.device_resource(profiles.normalize_model(d.vendor, d.product))
+    return (resource, spec.plugin_device_id(d)) if resource else None
 
 
 def scenario_pods(scenario: Any) -> list[PodInfo]:
@@ -35,7 +36,7 @@ def scenario_pods(scenario: Any) -> list[PodInfo]:
 def scenario_allocations(scenario: Any) -> list[ContainerDevices]:
     out: dict[tuple[str, str, str, str], list[str]] = {}
     for d in scenario.devices:
-        plugin = _PLUGIN_IDS.get(d.vendor)
+        plugin = _plugin(d)
         if plugin is None:
             continue
         resource, dev_id = plugin
@@ -45,8 +46,8 @@ def scenario_allocations(scenario: Any) -> list[ContainerDevices]:
                 continue
             container = proc.container or next(iter(pod.containers), "")
             ids = out.setdefault((pod.namespace, pod.name, container, resource), [])
-            if dev_id(d) not in ids:
-                ids.append(dev_id(d))
+            if dev_id not in ids:
+                ids.append(dev_id)
     return [ContainerDevices(ns, pod, c, res, tuple(ids)) for (ns, pod, c, res), ids in out.items()]
 
 

@@ -21,6 +21,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import yaml
 
+from hetero_exporter import vendors
+
 # libyaml's loader when PyYAML has it: same safe subset, ~10x faster on our data files
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -172,7 +174,8 @@ class DeviceSpec:
 
 @dataclass(frozen=True)
 class FaultSpec:
-    """An injected fault. ``kind`` is vendor-interpreted (nvidia: xid, lost, reset...);
+    """An injected fault. ``kind`` is vendor-interpreted (each vendor's fake reads its own kinds,
+    e.g. a driver event, lost, reset; the fake-tool failure modes are common to CLI vendors);
     ``until`` (optional) ends a condition-like fault."""
 
     at: float
@@ -222,7 +225,8 @@ class Scenario:
 def _uuid(vendor: str, scenario: str, index: int) -> str:
     h = hashlib.sha1(f"{scenario}/{vendor}/{index}".encode()).hexdigest()
     core = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-    return {"nvidia": f"GPU-{core}"}.get(vendor, core)
+    spec = vendors.spec(vendor)
+    return f"{spec.uuid_prefix if spec is not None else ''}{core}"
 
 
 def _pci(base: str, offset: int, where: str) -> str:
