@@ -2,7 +2,7 @@
 
 - CliCalls: calls through the shared runner (hetero_exporter.sdk.runner) that end before the
   cycle's deadline, one at a time or a few at once, counted;
-- reading(): a value in base units with the field's declared quality (absent -> unsupported);
+- reading(), Readings: values in base units with the field's declared quality (absent -> unsupported);
 - FaultEpisodes: fault codes active now -> Faults counted once per episode in a FaultLedger;
 - worst_state(): health from fault severities (critical failed, warning degraded, info ok);
 - NumaNodes: NUMA node of a PCI address, from sysfs; find_tool(): the tool's path or Unavailable
@@ -96,6 +96,23 @@ def reading(quality: Mapping[str, Quality], name: str, value: Optional[float], a
     if value is None:
         return Reading(None, q.with_status("unsupported", age))
     return Reading(float(value), q if not age else q.with_status("ok", age))
+
+
+class Readings(dict):
+    """One device's readings built against a quality table: ``put(name, value, scale=)`` stores
+    ``value * scale`` (the vendor unit to the base unit; ``percent=True``: ``value / 100``, exact
+    for whole percentages) with the field's quality, or an unsupported reading when the tool
+    gave no value."""
+
+    def __init__(self, quality: Mapping[str, Quality]):
+        super().__init__()
+        self._quality = quality
+
+    def put(self, name: str, value: Optional[float], *, scale: float = 1.0, percent: bool = False,
+            age: float = 0.0) -> None:
+        if value is not None:
+            value = value / 100.0 if percent else value * scale
+        self[name] = reading(self._quality, name, value, age)
 
 
 def table_fault(vendor: str, code: str, message: str, source: str) -> Fault:

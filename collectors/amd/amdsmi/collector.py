@@ -283,7 +283,6 @@ class AmdSmiCollector:
 
     # ------------------------------------------------------------------ identity
     def _logical(self, index: int, h: Any) -> _Logical:
-        amd = self._amd
         bdf_raw, st = self._fetch(f"#{index}", "amdsmi_get_gpu_device_bdf", h)
         if st == "ok" and _text(bdf_raw):
             bdf = self._bdf_by_index[index] = normalize_bdf(bdf_raw)

@@ -42,7 +42,7 @@ from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.sdk import values
-from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, build, reading, table_fault,
+from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, Readings, build, table_fault,
                                                       worst_state)
 from hetero_exporter.sdk.schedule import DetailSchedule
 from hetero_exporter.collectors.ascend import versions
@@ -92,27 +92,23 @@ QUALITY: dict[str, Quality] = {
 }
 
 
-def _put(out: dict[str, Reading], name: str, value: Optional[float], age: float = 0.0) -> None:
-    out[name] = reading(QUALITY, name, value, age)
-
-
 def summary_readings(chip: NpuChip) -> dict[str, Reading]:
     """Readings of one chip from the summary table, in base units."""
-    r: dict[str, Reading] = {}
-    _put(r, F.UTILIZATION, None if chip.aicore_pct is None else chip.aicore_pct / 100.0)
+    r = Readings(QUALITY)
+    r.put(F.UTILIZATION, chip.aicore_pct, percent=True)
     has_hbm = bool(chip.hbm_total_mb)
     used, total = ((chip.hbm_used_mb, chip.hbm_total_mb) if has_hbm
                    else (chip.memory_used_mb, chip.memory_total_mb))
-    _put(r, F.MEMORY_USED, None if used is None else used * MIB)
-    _put(r, F.MEMORY_TOTAL, None if total is None else total * MIB)
+    r.put(F.MEMORY_USED, used, scale=MIB)
+    r.put(F.MEMORY_TOTAL, total, scale=MIB)
     if has_hbm and chip.memory_total_mb:
-        _put(r, "memory_ddr_used_bytes", None if chip.memory_used_mb is None else chip.memory_used_mb * MIB)
-        _put(r, "memory_ddr_total_bytes", chip.memory_total_mb * MIB)
-    _put(r, F.TEMP_CORE, chip.temp_c)
-    _put(r, F.POWER, chip.power_w)
+        r.put("memory_ddr_used_bytes", chip.memory_used_mb, scale=MIB)
+        r.put("memory_ddr_total_bytes", chip.memory_total_mb, scale=MIB)
+    r.put(F.TEMP_CORE, chip.temp_c)
+    r.put(F.POWER, chip.power_w)
     if chip.hugepages_total is not None:
-        _put(r, "hugepages_used_pages", chip.hugepages_used)
-        _put(r, "hugepages_total_pages", chip.hugepages_total)
+        r.put("hugepages_used_pages", chip.hugepages_used)
+        r.put("hugepages_total_pages", chip.hugepages_total)
     return r
 
 
@@ -142,11 +138,11 @@ def detail_readings(doc: DetailDoc, chip: int, age: float = 0.0, *,
     """Readings a ``-t usages|common|memory|ecc|temp`` output adds for one chip (fields the
     summary does not carry; with ``summary_fields`` also power and chip temperature). Keys
     the output lacks give no entry."""
-    r: dict[str, Reading] = {}
+    r = Readings(QUALITY)
 
     def put(name: str, value: Optional[float], present: bool) -> None:
         if present:
-            _put(r, name, value, age)
+            r.put(name, value, age=age)
 
     if summary_fields:
         for name, keys in ((F.POWER, ("npu real-time power(w)",)),

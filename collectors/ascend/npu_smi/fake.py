@@ -33,9 +33,8 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from hetero_exporter.collectors.ascend.npu_smi.parse import NpuChip, NpuProcess, NpuSummary
 from hetero_exporter.sdk import fake_tool

@@ -30,7 +30,7 @@ from typing import Any, Mapping, Optional, Sequence
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
-from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, build, reading, table_fault,
+from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, Readings, build, table_fault,
                                                worst_state)
 from hetero_exporter.sdk.schedule import DetailSchedule
 from hetero_exporter.collectors.cambricon.cnmon.parse import (  # noqa: F401 - the parsers are part of this API
@@ -67,33 +67,29 @@ QUALITY: dict[str, Quality] = {
 }
 
 
-def _put(out: dict[str, Reading], name: str, value: Optional[float], age: float = 0.0) -> None:
-    out[name] = reading(QUALITY, name, value, age)
-
-
 def table_readings(c: MluCard) -> dict[str, Reading]:
     """Readings of one card from the default table, in base units."""
-    r: dict[str, Reading] = {}
-    _put(r, F.UTILIZATION, None if c.util_pct is None else c.util_pct / 100.0)
-    _put(r, F.MEMORY_USED, None if c.memory_used_mib is None else c.memory_used_mib * MIB)
-    _put(r, F.MEMORY_TOTAL, None if c.memory_total_mib is None else c.memory_total_mib * MIB)
+    r = Readings(QUALITY)
+    r.put(F.UTILIZATION, c.util_pct, percent=True)
+    r.put(F.MEMORY_USED, c.memory_used_mib, scale=MIB)
+    r.put(F.MEMORY_TOTAL, c.memory_total_mib, scale=MIB)
     if c.vmemory_total_mib is not None:
-        _put(r, "virtual_memory_used_bytes", None if c.vmemory_used_mib is None else c.vmemory_used_mib * MIB)
-        _put(r, "virtual_memory_total_bytes", c.vmemory_total_mib * MIB)
-    _put(r, F.TEMP_CORE, c.temp_c)
-    _put(r, F.POWER, c.power_w)
-    _put(r, F.POWER_LIMIT, c.power_cap_w)
-    _put(r, "fan_speed_ratio", None if c.fan_pct is None else c.fan_pct / 100.0)
-    _put(r, "ecc_errors_total", c.ecc_errors)
+        r.put("virtual_memory_used_bytes", c.vmemory_used_mib, scale=MIB)
+        r.put("virtual_memory_total_bytes", c.vmemory_total_mib, scale=MIB)
+    r.put(F.TEMP_CORE, c.temp_c)
+    r.put(F.POWER, c.power_w)
+    r.put(F.POWER_LIMIT, c.power_cap_w)
+    r.put("fan_speed_ratio", c.fan_pct, percent=True)
+    r.put("ecc_errors_total", c.ecc_errors)
     return r
 
 
 def info_detail_readings(info: InfoReadings, age: float = 0.0) -> dict[str, Reading]:
-    r: dict[str, Reading] = {}
+    r = Readings(QUALITY)
     for name, v in ((F.ECC_CORRECTED, info.ecc_corrected), (F.ECC_UNCORRECTED, info.ecc_uncorrected),
                     (F.TEMP_BOARD, info.temp_board)):
         if v is not None:
-            _put(r, name, v, age)
+            r.put(name, v, age=age)
     return r
 
 
