@@ -5,6 +5,7 @@ import re
 from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _DP = "Ascend device plugin (MindCluster) docs: huawei.com/Ascend910, huawei.com/Ascend310P, vNPU huawei.com/Ascend910-4c"
+_HAMI = "HAMi Ascend device support: huawei.com/Ascend910B3 (per chip), huawei.com/Ascend910B3-memory (MiB)"
 _FAMILY = re.compile(r"Ascend\d+P?")
 
 
@@ -18,8 +19,12 @@ SPEC = VendorSpec(
     name="ascend", kind="npu", display_name="Huawei Ascend", package=__name__,
     pci_vendor_ids=(0x19E5,),
     model_strip=r"^(Ascend|Huawei)\s*", model_digit_prefix="Ascend",
+    # First match wins: HAMi's per-chip memory names before the vNPU slices they resemble.
+    # A per-chip name (huawei.com/Ascend910B3) groups with its family: kube-scheduler's own
+    # resource fit keeps the pod to nodes that advertise that chip.
     resources=(
-        ResourceName(r"huawei\.com/(Ascend\d+P?)", r"huawei.com/\1", "devices", source=_DP),
+        ResourceName(r"huawei\.com/(Ascend\d+P?)(?:[A-Z]?\d*)-memory", r"huawei.com/\1", "memory_mib", source=_HAMI),
+        ResourceName(r"huawei\.com/(Ascend\d+P?)(?:[A-Z]?\d*)", r"huawei.com/\1", "devices", source=_DP + "; " + _HAMI),
         ResourceName(r"huawei\.com/(Ascend\d+P?)-.+", r"huawei.com/\1", "slices", source=_DP),
     ),
     resource_domains=("huawei.com",),

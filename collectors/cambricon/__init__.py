@@ -11,6 +11,8 @@ SPEC = VendorSpec(
     resources=(
         ResourceName(r"cambricon\.com/mlu", "cambricon.com/mlu", "devices", source=_DP),
         ResourceName(r"cambricon\.com/mlu\..+", "cambricon.com/mlu", "slices", source=_DP),
+        ResourceName(r"cambricon\.com/vmlu", "cambricon.com/mlu", "slices",
+                     source="HAMi Cambricon support: cambricon.com/vmlu (a share of one MLU)"),
     ),
     resource_domains=("cambricon.com",),
     device_resource=lambda model: "cambricon.com/mlu",
