@@ -40,9 +40,10 @@ from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate import scenario as scenario_mod
 
 # Captures a tool's parser reads (glob patterns; "*" unless listed). ``parse nvidia-smi``
-# reads `-q -x` XML (as tests/test_nvidia_smi.py does); the folder's dmon/pmon/topo/-L/text
-# -q/CSV captures serve other tests and must only give a ParseError, never another exception.
-READS = {"nvidia-smi": ("q-x_*.xml",)}
+# reads `-q -x` XML, the `-q` text report and the --query-gpu / --query-compute-apps CSV; the
+# folder's default table, dmon/pmon/topo/-L captures serve other tests and must only give a
+# ParseError, never another exception.
+READS = {"nvidia-smi": ("q-x_*.xml", "q_*.txt", "query-gpu-csv_*.csv", "query-compute-apps-csv_*.csv")}
 # Captures of an error message the tool printed: a ParseError naming the tool is the answer.
 ERROR_CAPTURES = ("*error*",)
 NOT_CAPTURES = ("SOURCES*", "README*", "*.md", ".*")

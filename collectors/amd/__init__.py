@@ -15,7 +15,12 @@ SPEC = VendorSpec(
     fabric_links=("xgmi",),
     tools=(ToolSpec("rocm-smi", dirs=("/opt/rocm/bin", "/usr/bin", "/usr/local/bin"),
                     library_dirs=("/opt/rocm/lib",), env=("ROCM_PATH",),
-                    why_missing="ROCm SMI not installed"),),
+                    why_missing="ROCm SMI not installed"),
+           # amd-smi (ROCm 6+, package amd-smi-lib): /opt/rocm/bin/amd-smi, /usr/bin/amd-smi
+           # (ROCm docs, "AMD SMI CLI tool" install page)
+           ToolSpec("amd-smi", dirs=("/opt/rocm/bin", "/usr/bin", "/usr/local/bin"),
+                    library_dirs=("/opt/rocm/lib",), env=("ROCM_PATH",),
+                    why_missing="AMD SMI CLI not installed (ROCm amd-smi-lib)")),
     collectors=(
         CollectorEntry("amdsmi", "amd", "hetero_exporter.collectors.amd.amdsmi.collector",
                        description="AMD GPUs through the amdsmi library (libamd_smi.so, ROCm 6+)"),
@@ -23,7 +28,13 @@ SPEC = VendorSpec(
         # (--collector.rocm_smi) on AMD nodes that have rocm-smi but no libamd_smi.so.
         CollectorEntry("rocm_smi", "amd", "hetero_exporter.collectors.amd.rocm_smi.collector", default=False,
                        description="AMD GPUs through `rocm-smi --json` (CLI-only nodes, ROCm < 6)"),
+        # Off by default: amdsmi falls back to it when the binding cannot load or does not
+        # match the host ROCm. Enable it (--collector.amd_smi, with --no-collector.amdsmi)
+        # to read the CLI only.
+        CollectorEntry("amd_smi", "amd", "hetero_exporter.collectors.amd.amd_smi.collector", default=False,
+                       description="AMD GPUs through `amd-smi metric --json` (ROCm 6+ CLI)"),
     ),
     versions="hetero_exporter.collectors.amd.versions:discover",  # the .info/version file of the runtime install
-    parsers={"rocm-smi": "hetero_exporter.collectors.amd.rocm_smi.collector:parse_rocm_smi"},
+    parsers={"rocm-smi": "hetero_exporter.collectors.amd.rocm_smi.collector:parse_rocm_smi",
+             "amd-smi": "hetero_exporter.collectors.amd.amd_smi.collector:parse_any"},
 )

@@ -732,10 +732,30 @@ class AmdSmiCollector:
             r[F.MEMORY_TOTAL] = Reading(float(totals[0] if nps1 else sum(totals)), q)
 
 
-def create(options: CollectorOptions) -> AmdSmiCollector:
-    """The amdsmi collector over the real binding, or over the fake when simulating."""
+def create(options: CollectorOptions) -> Any:
+    """The amdsmi collector over the real binding, or over the fake when simulating. When the
+    binding cannot be imported or initialised (libamd_smi.so missing, or a build that does not
+    match the host's ROCm: amdsmi_init fails) but ``amd-smi`` works, the ``amd-smi metric
+    --json`` collector stands in (its readings say so in their quality source), as nvml falls
+    back to nvidia-smi; ``fallback: false`` in the collector's settings turns that off."""
     sysfs = options.settings.get("sysfs_root", "/sys")
     if options.scenario is not None:
         from hetero_exporter.collectors.amd.amdsmi.fake import FakeAmdSmi
         return AmdSmiCollector(FakeAmdSmi(options.scenario, options.clock), options.clock, options.settings, sysfs)
-    return AmdSmiCollector(import_binding(), options.clock, options.settings, sysfs)
+    try:
+        return AmdSmiCollector(import_binding(), options.clock, options.settings, sysfs)
+    except Unavailable as e:
+        return _fallback(options, e)
+
+
+def _fallback(options: CollectorOptions, why: Unavailable) -> Any:
+    if not options.settings.get("fallback", True):
+        raise why
+    from hetero_exporter.collectors.amd.amd_smi import collector as amd_smi
+    try:
+        collector = amd_smi.create(options)
+        collector.probe()
+    except Unavailable as e:
+        raise Unavailable(f"{why}; amd-smi fallback: {e}") from None
+    log.warning("amdsmi unusable (%s); reading amd-smi metric --json instead", why)
+    return collector

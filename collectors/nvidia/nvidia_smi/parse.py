@@ -346,7 +346,12 @@ def _document(text: str) -> ET.Element:
 def parse_devices(text: str, now: Optional[float] = None) -> tuple[list[DeviceSample], Optional[float]]:
     """Devices of one ``nvidia-smi -q -x`` document (GPUs, then their MIG instances after
     each GPU) and the document's own timestamp. Health and faults are left to the caller."""
-    root = _document(text)
+    return devices_of(_document(text), TOOL, now)
+
+
+def devices_of(root: ET.Element, tool: str, now: Optional[float] = None) -> tuple[list[DeviceSample], Optional[float]]:
+    """The devices of an ``nvidia_smi_log`` tree (the XML, or the text report read into the
+    same tree by ``text_document``); ``tool`` names the output in errors and quality sources."""
     doc_time = _timestamp(_text(root.find("timestamp")))
     when = now if now is not None else (doc_time or 0.0)
     driver = _optional(_text(root.find("driver_version")))
@@ -356,7 +361,8 @@ def parse_devices(text: str, now: Optional[float] = None) -> tuple[list[DeviceSa
         uuid = _optional(_text(gpu.find("uuid")))
         pci = _bus_id(gpu.get("id") or "") or _bus_id(_text(gpu.find("pci/pci_bus_id")) or "")
         if uuid is None and pci is None:
-            raise ParseError(TOOL, f"<gpu> number {index} has neither a <uuid> nor a PCI bus id")
+            what = "<gpu> number {} has neither a <uuid>" if tool == TOOL else "GPU section {} has neither a uuid"
+            raise ParseError(tool, what.format(index) + " nor a PCI bus id")
         name = _optional(_text(gpu.find("product_name"))) or ""
         ident = DeviceIdentity(
             vendor="nvidia", kind="gpu", index=index, uuid=uuid or f"nvidia-pci-{pci}",
@@ -374,12 +380,403 @@ def parse_devices(text: str, now: Optional[float] = None) -> tuple[list[DeviceSa
             return _i.get((gi, ci if ci is not None else -1)) or _g.get(gi) or _p
 
         procs = _processes(gpu, owner)
-        out.append(DeviceSample(identity=ident, timestamp=when, readings=readings_of(gpu),
+        out.append(DeviceSample(identity=ident, timestamp=when, readings=_retag(readings_of(gpu), tool),
                                 processes=tuple(procs.get(ident.uuid, ())), processes_reported=True))
         for mident, r, _gi, _ci in migs:
-            out.append(DeviceSample(identity=mident, timestamp=when, readings=r, processes_reported=True,
-                                    processes=tuple(procs.get(mident.uuid, ()))))
+            out.append(DeviceSample(identity=mident, timestamp=when, readings=_retag(r, tool),
+                                    processes_reported=True, processes=tuple(procs.get(mident.uuid, ()))))
     return out, doc_time
+
+
+def _retag(readings: dict[str, Reading], tool: str) -> dict[str, Reading]:
+    """Readings of the text report name it in their source (``nvidia-smi -q: <element path>``,
+    the path of the same value in the XML)."""
+    if tool == TOOL:
+        return readings
+    prefix = f"{TOOL}: "
+    return {k: dataclasses.replace(r, quality=dataclasses.replace(
+        r.quality, source=f"{tool}: {r.quality.source[len(prefix):]}" if r.quality.source.startswith(prefix)
+        else r.quality.source)) for k, r in readings.items()}
+
+
+# --------------------------------------------------------------------------- nvidia-smi -q (text)
+TEXT_TOOL = "nvidia-smi -q"
+MAX_TEXT_LINE = 4096
+# "GPU 00000000:18:00.0": one GPU's section (any domain width; nvidia-smi prints 8 digits)
+_GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+# "Key      : value": the key is everything before the first colon (values hold colons: times,
+# bus ids); nvidia-smi pads keys to a column, older drivers to a narrower one.
+_TEXT_KV = re.compile(r"^(?P<indent> *)(?P<key>[^:\s][^:]{0,100}?)\s*:(?:\s+(?P<value>.*?))?\s*$")
+_TITLE = re.compile(r"^ *[A-Za-z][\w .()/%+\-]{0,80}$")
+# (section element, label) -> the XML element nvidia-smi -q -x names the same value with;
+# labels not listed become their snake_case (the XML mostly is that: "FB Memory Usage" ->
+# fb_memory_usage). "*" matches any section.
+_TEXT_TAGS: dict[tuple[str, str], str] = {
+    ("gpu", "gpu uuid"): "uuid", ("gpu", "serial number"): "serial",
+    ("gpu", "mig device"): "mig_device", ("gpu", "mig devices"): "mig_devices",
+    ("inforom_version", "image version"): "img_version",
+    ("pci", "gpu link info"): "pci_gpu_link_info", ("pci", "bus id"): "pci_bus_id",
+    ("pci", "replays since reset"): "replay_counter",
+    ("pci_gpu_link_info", "pcie generation"): "pcie_gen", ("pci_gpu_link_info", "link width"): "link_widths",
+    ("pcie_gen", "max"): "max_link_gen", ("pcie_gen", "current"): "current_link_gen",
+    ("link_widths", "max"): "max_link_width", ("link_widths", "current"): "current_link_width",
+    ("utilization", "gpu"): "gpu_util", ("utilization", "memory"): "memory_util",
+    ("utilization", "encoder"): "encoder_util", ("utilization", "decoder"): "decoder_util",
+    ("temperature", "gpu current temp"): "gpu_temp", ("temperature", "memory current temp"): "memory_temp",
+    ("clocks", "graphics"): "graphics_clock", ("clocks", "sm"): "sm_clock",
+    ("clocks", "memory"): "mem_clock", ("clocks", "video"): "video_clock",
+    ("retired_pages", "single bit ecc"): "multiple_single_bit_retirement",
+    ("retired_pages", "double bit ecc"): "double_bit_retirement",
+    ("retired_pages", "pending page blacklist"): "pending_retirement",
+    ("retired_pages", "pending page retirement"): "pending_retirement",
+    ("remapped_rows", "correctable error"): "remapped_row_corr",
+    ("remapped_rows", "uncorrectable error"): "remapped_row_unc",
+    ("remapped_rows", "pending"): "remapped_row_pending",
+    ("remapped_rows", "remapping failure occurred"): "remapped_row_failure",
+    ("processes", "process id"): "pid", ("processes", "name"): "process_name",
+    ("processes", "used gpu memory"): "used_memory",
+    ("mig_device", "shared fb memory usage"): "fb_memory_usage",
+    ("mig_devices", "mig device"): "mig_device",
+}
+_REASON_SECTIONS = {"clocks_event_reasons": "clocks_event_reason_", "clocks_throttle_reasons": "clocks_throttle_reason_"}
+_REASON_LABELS = {"idle": "gpu_idle", "display clock setting": "display_clocks_setting"}
+
+
+def _snake(label: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
+    return s if s and not s[0].isdigit() else f"_{s}"
+
+
+def _tag(parent: str, label: str) -> str:
+    key = re.sub(r"\s+", " ", label.strip()).lower()
+    if parent in _REASON_SECTIONS:
+        return _REASON_SECTIONS[parent] + _REASON_LABELS.get(key, _snake(key))
+    return _TEXT_TAGS.get((parent, key)) or _snake(key)
+
+
+def _regroup(gpu: ET.Element) -> None:
+    """The text report's flat lists as the XML nests them: ``MIG Device`` sections under
+    ``mig_devices``, the entries of ``Processes`` as one ``process_info`` per process (a key
+    seen again starts the next), retired-page counts under ``retired_count``."""
+    direct = [c for c in gpu if c.tag == "mig_device"]
+    if direct:
+        holder = gpu.find("mig_devices")
+        if holder is None:
+            holder = ET.SubElement(gpu, "mig_devices")
+        for c in direct:
+            gpu.remove(c)
+            holder.append(c)
+    for procs in gpu.findall("processes"):
+        items = [c for c in procs if c.tag != "process_info"]
+        groups: list[ET.Element] = []
+        for c in items:
+            procs.remove(c)
+            if not groups or groups[-1].find(c.tag) is not None:
+                groups.append(ET.Element("process_info"))
+            groups[-1].append(c)
+        procs.extend(groups)
+    retired = gpu.find("retired_pages")
+    if retired is not None:
+        for c in retired:
+            if c.tag in ("multiple_single_bit_retirement", "double_bit_retirement") and not len(c):
+                ET.SubElement(c, "retired_count").text, c.text = c.text, None
+
+
+def looks_like_text_report(text: str) -> bool:
+    """Whether ``text`` is ``nvidia-smi -q`` (its banner, or a ``GPU <bus id>`` section line
+    with ``key : value`` lines under it)."""
+    head = text[:200_000]
+    return "NVSMI LOG" in head[:2000] or any(_GPU_HEADER.match(ln) for ln in head.splitlines()[:5000])
+
+
+def text_document(text: str) -> ET.Element:
+    """``nvidia-smi -q`` read into the tree ``-q -x`` prints (root ``nvidia_smi_log``, one
+    ``gpu`` per ``GPU <bus id>`` section with the bus id in ``id``), by indentation: a key
+    without a value or a bare title opens a section for the deeper lines under it; lines under
+    a key that has a value (``HW Slowdown`` / ``HW Thermal Slowdown``, ``Process ID`` /
+    ``Type``) are its siblings, as in the XML."""
+    if not isinstance(text, str):
+        raise ParseError(TEXT_TOOL, f"expected text, got {type(text).__name__}")
+    root = ET.Element("nvidia_smi_log")
+    stack: list[tuple[int, ET.Element]] = [(-1, root)]
+    keys = 0
+    for lineno, raw in enumerate(text.expandtabs(8).splitlines(), 1):
+        if len(raw) > MAX_TEXT_LINE:
+            raise ParseError(TEXT_TOOL, f"a line of {len(raw)} characters; nvidia-smi prints short lines", lineno)
+        line = raw.rstrip()
+        if not line.strip() or set(line.strip()) <= set("=- ") or "NVSMI LOG" in line:
+            continue
+        head = _GPU_HEADER.match(line.strip())
+        if head:
+            gpu = ET.SubElement(root, "gpu", id=head.group(1))
+            stack = [(-1, root), (len(line) - len(line.lstrip()), gpu)]
+            continue
+        indent = len(line) - len(line.lstrip())
+        while len(stack) > 1 and stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1]
+        m = _TEXT_KV.match(line)
+        if m is None:
+            if not _TITLE.match(line):
+                raise ParseError(TEXT_TOOL, f"not a 'key : value' line: {line.strip()[:60]!r}", lineno)
+            section = ET.SubElement(parent, _tag(parent.tag, line))
+            stack.append((indent, section))
+            continue
+        keys += 1
+        el = ET.SubElement(parent, _tag(parent.tag, m.group("key")))
+        value = m.group("value")
+        if value:
+            el.text = value
+            stack.append((indent, parent))  # deeper lines under a valued key are its siblings
+        else:
+            stack.append((indent, el))
+    if not keys or (root.find("gpu") is None and root.find("attached_gpus") is None):
+        raise ParseError(TEXT_TOOL, "no 'GPU <bus id>' section and no 'Attached GPUs': not nvidia-smi -q output")
+    for gpu in root.findall("gpu"):
+        _regroup(gpu)
+    return root
+
+
+def parse_text_devices(text: str, now: Optional[float] = None) -> tuple[list[DeviceSample], Optional[float]]:
+    """Devices of one ``nvidia-smi -q`` text report (as ``parse_devices`` for the XML)."""
+    return devices_of(text_document(text), TEXT_TOOL, now)
+
+
+# --------------------------------------------------------------------------- --query-gpu CSV
+CSV_TOOL = "nvidia-smi --query-gpu --format=csv"
+APPS_TOOL = "nvidia-smi --query-compute-apps --format=csv"
+# field -> (query names, first present wins; kind; method; window) as FIELD_MAP; the same NVML
+# values behind the XML, so the same windows.
+CSV_FIELDS: tuple[tuple[str, tuple[str, ...], str, str, Optional[float]], ...] = (
+    (F.UTILIZATION, ("utilization.gpu",), "ratio", "sampled", 1.0),
+    (F.MEMORY_UTILIZATION, ("utilization.memory",), "ratio", "sampled", 1.0),
+    (F.MEMORY_USED, ("memory.used",), "bytes", "measured", None),
+    (F.MEMORY_TOTAL, ("memory.total",), "bytes", "measured", None),
+    (F.TEMP_CORE, ("temperature.gpu",), "celsius", "measured", None),
+    (F.TEMP_MEMORY, ("temperature.memory",), "celsius", "measured", None),
+    (F.POWER, ("power.draw.average", "power.draw"), "watts", "sampled", 1.0),
+    (F.POWER_LIMIT, ("enforced.power.limit", "power.limit"), "watts", "measured", None),
+    (F.CLOCK_COMPUTE, ("clocks.current.sm", "clocks.sm"), "hertz", "measured", None),
+    (F.CLOCK_MEMORY, ("clocks.current.memory", "clocks.mem", "clocks.memory"), "hertz", "measured", None),
+    (C.PCIE_GEN, ("pcie.link.gen.current", "pcie.link.gen.gpucurrent"), "count", "measured", None),
+    (C.PCIE_GEN_MAX, ("pcie.link.gen.max", "pcie.link.gen.gpumax"), "count", "measured", None),
+    (C.PCIE_WIDTH, ("pcie.link.width.current",), "lanes", "measured", None),
+    (C.PCIE_WIDTH_MAX, ("pcie.link.width.max",), "lanes", "measured", None),
+    (F.ECC_CORRECTED, ("ecc.errors.corrected.aggregate.total",), "count", "measured", None),
+    (F.ECC_UNCORRECTED, ("ecc.errors.uncorrected.aggregate.total",), "count", "measured", None),
+    (C.ECC_CORRECTED_VOLATILE, ("ecc.errors.corrected.volatile.total",), "count", "measured", None),
+    (C.ECC_UNCORRECTED_VOLATILE, ("ecc.errors.uncorrected.volatile.total",), "count", "measured", None),
+    (C.RETIRED_SBE, ("retired_pages.single_bit_ecc.count", "retired_pages.sbe"), "count", "measured", None),
+    (C.RETIRED_DBE, ("retired_pages.double_bit.count", "retired_pages.dbe"), "count", "measured", None),
+    (C.RETIREMENT_PENDING, ("retired_pages.pending",), "flag", "measured", None),
+    (C.REMAPPED_CORRECTABLE, ("remapped_rows.correctable",), "count", "measured", None),
+    (C.REMAPPED_UNCORRECTABLE, ("remapped_rows.uncorrectable",), "count", "measured", None),
+    (C.REMAP_PENDING, ("remapped_rows.pending",), "flag", "measured", None),
+    (C.REMAP_FAILED, ("remapped_rows.failure",), "flag", "measured", None),
+)
+# the unit a value has in ``--format=csv,nounits`` (or without its unit in the cell), by kind
+_CSV_UNIT = {"bytes": "MiB", "celsius": "C", "watts": "W", "hertz": "MHz", "ratio": "%", "lanes": "x"}
+_HEADER = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(?:\s*\[(?P<unit>[^\]]{1,16})\])?$")
+_CSV_IDENT = ("name", "uuid", "pci.bus_id", "index", "gpu_uuid", "gpu_bus_id", "pid")
+
+
+def _csv_rows(text: str, tool: str) -> tuple[list[str], list[list[str]]]:
+    """The header names (units dropped) and the data rows; ParseError for anything else."""
+    if not isinstance(text, str):
+        raise ParseError(tool, f"expected text, got {type(text).__name__}")
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ParseError(tool, "empty output")
+    if any(len(ln) > 200_000 for ln in lines):
+        raise ParseError(tool, "a line too long for nvidia-smi CSV output")
+    import csv  # noqa: PLC0415 - only this reader needs it
+    try:
+        rows = [[c.strip() for c in r] for r in csv.reader(lines, skipinitialspace=True)]
+    except csv.Error as e:
+        raise ParseError(tool, f"not CSV: {e}") from None
+    names = []
+    for cell in rows[0]:
+        m = _HEADER.match(cell)
+        if m is None:
+            raise ParseError(tool, f"header cell {cell[:40]!r} is not a query field name", 1)
+        names.append(m.group("name").lower())
+    if len(set(names)) != len(names):
+        raise ParseError(tool, "header names a field twice", 1)
+    for n, r in enumerate(rows[1:], 2):
+        if len(r) != len(names):
+            raise ParseError(tool, f"row has {len(r)} cells, the header {len(names)}", n)
+    return names, rows[1:]
+
+
+def looks_like_csv(text: str) -> Optional[str]:
+    """``gpu`` for ``--query-gpu`` CSV, ``apps`` for ``--query-compute-apps``, else None: the
+    first line is a comma-separated list of query names naming an identity field."""
+    first = next((ln for ln in text[:400_000].splitlines() if ln.strip()), "")
+    if "," not in first and not first.strip().lower().startswith(("name", "uuid", "pci.bus_id", "index")):
+        return None
+    cells = [c.strip() for c in first.split(",")]
+    if not all(_HEADER.match(c) for c in cells):
+        return None
+    names = {(_HEADER.match(c).group("name") or "").lower() for c in cells}
+    if "pid" in names and names & {"gpu_uuid", "gpu_bus_id", "used_gpu_memory", "used_memory"}:
+        return "apps"
+    if names & {"name", "uuid", "pci.bus_id", "index", "memory.total"}:
+        return "gpu"
+    return None
+
+
+def _csv_value(cell: str, kind: str) -> Optional[float]:
+    """One cell in base units (``81559 MiB`` or, ``nounits``, ``81559``); None when not
+    supported; _Bad when unreadable."""
+    text = cell.strip()
+    if kind in _CSV_UNIT and re.fullmatch(r"[-+]?[0-9]+(?:\.[0-9]+)?", text):
+        text = f"{text}{_CSV_UNIT[kind] if kind == 'lanes' else ' ' + _CSV_UNIT[kind]}"
+    return value_of(text, kind)
+
+
+def parse_csv_devices(text: str, now: Optional[float] = None) -> tuple[list[DeviceSample], Optional[float]]:
+    """Devices of ``nvidia-smi --query-gpu=... --format=csv[,nounits]``: one row per GPU,
+    read by the header's field names (any subset, any order). A GPU needs ``uuid`` or
+    ``pci.bus_id``; fields the query did not ask for are absent."""
+    names, rows = _csv_rows(text, CSV_TOOL)
+    if not {"uuid", "pci.bus_id"} & set(names):
+        raise ParseError(CSV_TOOL, "the query names neither uuid nor pci.bus_id: no GPU can be identified", 1)
+    out: list[DeviceSample] = []
+    doc_time = None
+    for n, row in enumerate(rows):
+        cell = dict(zip(names, row))
+        uuid = _optional(cell.get("uuid"))
+        pci = _bus_id(cell.get("pci.bus_id") or "")
+        if uuid is None and pci is None:
+            raise ParseError(CSV_TOOL, f"row {n + 1} has neither a uuid nor a PCI bus id", n + 2)
+        stamp = _csv_time(cell.get("timestamp"))
+        doc_time = doc_time if doc_time is not None else stamp
+        name = _optional(cell.get("name")) or ""
+        index = _int(cell.get("index"))
+        ident = DeviceIdentity(
+            vendor="nvidia", kind="gpu", index=index if index is not None else n,
+            uuid=uuid or f"nvidia-pci-{pci}", model=profiles.normalize_model("nvidia", name),
+            pci_address=pci, numa_node=None, driver_version=_optional(cell.get("driver_version")),
+            runtime_version=None, firmware_version=_optional(cell.get("inforom.img")),
+            name=name or None, serial=_optional(cell.get("serial")))
+        r: dict[str, Reading] = {}
+        for field, keys, kind, method, window in CSV_FIELDS:
+            key = next((k for k in keys if k in cell), None)
+            if key is None:
+                continue
+            q = Quality(f"{CSV_TOOL}: {key}", method, window, _RESOLUTION[kind])
+            try:
+                v = _csv_value(cell[key], kind)
+            except _Bad:
+                r[field] = Reading(None, q.with_status("error"))
+                continue
+            r[field] = Reading(v, q) if v is not None else Reading(None, q.with_status("unsupported"))
+        for _bit, reason, suffix in C.CLOCK_REASONS:
+            for key in (f"clocks_event_reasons.{suffix}", f"clocks_throttle_reasons.{suffix}"):
+                if key in cell:
+                    q = Quality(f"{CSV_TOOL}: {key}", "measured", None, 1.0)
+                    try:
+                        v = value_of(cell[key], "flag")
+                    except _Bad:
+                        r[C.clock_reason_field(reason)] = Reading(None, q.with_status("error"))
+                        break
+                    r[C.clock_reason_field(reason)] = (Reading(v, q) if v is not None
+                                                      else Reading(None, q.with_status("unsupported")))
+                    break
+        if "gpu_recovery_action" in cell:
+            q = Quality(f"{CSV_TOOL}: gpu_recovery_action", "measured", None, 1.0)
+            t = cell["gpu_recovery_action"]
+            if t.strip().lower() == "none":
+                r[C.RECOVERY_ACTION] = Reading(0.0, q)
+            elif not t or _na(t):
+                r[C.RECOVERY_ACTION] = Reading(None, q.with_status("unsupported"))
+            else:
+                v = C.recovery_from_text(t)
+                r[C.RECOVERY_ACTION] = Reading(None, q.with_status("error")) if v is None else Reading(float(v), q)
+        out.append(DeviceSample(identity=ident, timestamp=0.0, readings=r))
+    when = now if now is not None else (doc_time or 0.0)
+    return [dataclasses.replace(d, timestamp=when) for d in out], doc_time
+
+
+def _csv_time(text: Optional[str]) -> Optional[float]:
+    """``2026/07/14 08:12:53.353`` (the node's local time; read as UTC) -> Unix seconds."""
+    if not text:
+        return None
+    try:
+        base, _, frac = text.strip().partition(".")
+        t = calendar.timegm(time.strptime(base, "%Y/%m/%d %H:%M:%S"))
+        return float(t) + (float("0." + frac) if frac.isdigit() else 0.0)
+    except (ValueError, OverflowError):
+        return None
+
+
+def parse_apps(text: str) -> list[ProcessSample]:
+    """``nvidia-smi --query-compute-apps=...,pid,...,used_gpu_memory --format=csv``: one
+    process per row, attributed to ``gpu_uuid`` (else ``nvidia-pci-<gpu_bus_id>``)."""
+    names, rows = _csv_rows(text, APPS_TOOL)
+    if "pid" not in names or not {"gpu_uuid", "gpu_bus_id"} & set(names):
+        raise ParseError(APPS_TOOL, "the query names no pid or no gpu_uuid/gpu_bus_id", 1)
+    out = []
+    for n, row in enumerate(rows):
+        cell = dict(zip(names, row))
+        pid = _int(cell.get("pid"))
+        if pid is None:
+            raise ParseError(APPS_TOOL, f"row {n + 1}: pid {cell.get('pid', '')[:20]!r} is not a number", n + 2)
+        uuid = _optional(cell.get("gpu_uuid"))
+        bus = _bus_id(cell.get("gpu_bus_id") or "")
+        if uuid is None and bus is None:
+            raise ParseError(APPS_TOOL, f"row {n + 1} names no GPU", n + 2)
+        mem_cell = cell.get("used_gpu_memory", cell.get("used_memory", ""))
+        try:
+            mem = _csv_value(mem_cell, "bytes")
+        except _Bad:
+            mem = None
+        out.append(ProcessSample(pid=pid, device_uuid=uuid or f"nvidia-pci-{bus}",
+                                 memory_bytes=None if mem is None else int(mem),
+                                 name=_optional(cell.get("process_name"))))
+    return out
+
+
+def _apps_snapshot(text: str) -> NodeSnapshot:
+    """The GPUs the process list names (identity only) with their processes."""
+    procs = parse_apps(text)
+    names, rows = _csv_rows(text, APPS_TOOL)
+    gpus: dict[str, DeviceSample] = {}
+    for p, row in zip(procs, rows):
+        cell = dict(zip(names, row))
+        if p.device_uuid not in gpus:
+            name = _optional(cell.get("gpu_name")) or ""
+            ident = DeviceIdentity(
+                vendor="nvidia", kind="gpu", index=len(gpus), uuid=p.device_uuid,
+                model=profiles.normalize_model("nvidia", name), pci_address=_bus_id(cell.get("gpu_bus_id") or ""),
+                numa_node=None, driver_version=None, runtime_version=None, name=name or None,
+                serial=_optional(cell.get("gpu_serial")))
+            gpus[p.device_uuid] = DeviceSample(identity=ident, timestamp=0.0, processes_reported=True)
+        d = gpus[p.device_uuid]
+        gpus[p.device_uuid] = dataclasses.replace(d, processes=d.processes + (p,))
+    return NodeSnapshot(node="", time=0.0, devices=tuple(gpus.values()),
+                        collectors=(CollectorStatus("nvidia_smi", True, vendor="nvidia", devices=len(gpus)),))
+
+
+def read_any(text: str, now: Optional[float] = None) -> tuple[list[DeviceSample], Optional[float], str]:
+    """The devices of any nvidia-smi report, the reader picked by structure: XML (``-q -x``),
+    the text report (``-q``: its banner or ``GPU <bus id>`` sections), ``--query-gpu`` CSV
+    (a header of query names). Returns (devices, document time, the output's name)."""
+    if not isinstance(text, str):
+        raise ParseError(TOOL, f"expected text, got {type(text).__name__}")
+    body = text.lstrip("\ufeff \t\r\n")
+    if body.startswith("<"):
+        devices, when = parse_devices(text, now)
+        return devices, when, TOOL
+    if looks_like_text_report(body):
+        devices, when = parse_text_devices(body, now)
+        return devices, when, TEXT_TOOL
+    if looks_like_csv(body) == "gpu":
+        devices, when = parse_csv_devices(body, now)
+        return devices, when, CSV_TOOL
+    # anything else is read as the XML, whose error says what is wrong ("not well-formed XML")
+    devices, when = parse_devices(text, now)
+    return devices, when, TOOL
 
 
 def with_health(d: DeviceSample, reasons: list[Fault], faults: tuple[Fault, ...],
@@ -392,15 +789,18 @@ def with_health(d: DeviceSample, reasons: list[Fault], faults: tuple[Fault, ...]
 
 
 def parse(text: str) -> NodeSnapshot:
-    """``hetero-exporter parse nvidia-smi FILE``: the document as a snapshot. Conditions the
-    readings show (row remap pending, recovery action...) are health reasons and faults
-    seen once, at the document's time."""
-    devices, doc_time = parse_devices(text)
+    """``hetero-exporter parse nvidia-smi FILE``: the report as a snapshot, whichever of
+    ``-q -x``, ``-q`` or ``--query-gpu``/``--query-compute-apps`` CSV it is (by structure).
+    Conditions the readings show (row remap pending, recovery action...) are health reasons
+    and faults seen once, at the document's time."""
+    if isinstance(text, str) and looks_like_csv(text.lstrip("\ufeff \t\r\n")) == "apps":
+        return _apps_snapshot(text.lstrip("\ufeff \t\r\n"))
+    devices, doc_time, tool = read_any(text)
     when = doc_time or 0.0
     out, parent = [], None
     for d in devices:
         if d.identity.parent is None:
-            found = [dataclasses.replace(C.make_fault(code, msg, TOOL), first_seen=when, last_seen=when)
+            found = [dataclasses.replace(C.make_fault(code, msg, tool), first_seen=when, last_seen=when)
                      for code, msg in C.conditions(d.readings)]
             d = with_health(d, found, tuple(found))
             parent = d

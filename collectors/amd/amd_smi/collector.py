@@ -1,0 +1,316 @@
+"""AMD GPUs through the ``amd-smi`` CLI (ROCm 6+), on the SDK's CLI collector; ``parse amd-smi``.
+
+One call per cycle, ``amd-smi metric --json`` (activity, VRAM, temperatures, power, clocks,
+PCIe, ECC of every GPU), through the shared runner (deadline, process-group kill, output cap);
+``amd-smi static --json`` once when a GPU is first seen, for its identity (ASIC serial, BDF,
+market name, driver, VBIOS, NUMA node, VRAM size). It is what the amdsmi collector falls back
+to when the amdsmi binding cannot be imported or initialised (library missing, or a build that
+does not match the host's ROCm), and is selectable as ``--collector.amd_smi``.
+
+Identity: collectors/amd/identity.py's ``device_uuid`` over ``asic.asic_serial`` (then the
+board serial, then the BDF), the values the amdsmi collector reads from the same library calls
+(amd-smi prints amdsmi_get_gpu_asic_info / board_info), so both name a GPU alike.
+
+Quality: resolution is the step amd-smi prints in (1 %, 1 MB = 1 MiB, 1 C, 1 W, 1 MHz); the
+activities are SMU firmware averages whose window AMD does not document (1 s assumed, as in
+the amdsmi collector); socket power is what amdsmi_get_power_info gives (instantaneous on
+MI300, an ~1 s average before: kept ``measured`` as amdsmi's collector does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from typing import Any, Callable, Mapping, Optional, Union
+
+from hetero_exporter import fields as F
+from hetero_exporter import profiles
+from hetero_exporter.collectors.amd import versions
+from hetero_exporter.collectors.amd.identity import device_uuid
+from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, Health, Link,
+                                   NodeSnapshot, ProcessSample, Quality, Reading)
+from hetero_exporter.sdk import pciaddr, values
+from hetero_exporter.sdk.cli_collector import CliCollector, build, table_fault, worst_state
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
+from hetero_exporter.sdk.runner import CliResult
+
+from .parse import TOOL, AmdGpu, AmdOutput, bdf, find, parse_output, quantity
+
+log = logging.getLogger(__name__)
+
+VENDOR, KIND = "amd", "gpu"
+METRIC_ARGS = ("metric", "--json")
+STATIC_ARGS = ("static", "--json")
+# the amdsmi collector's vendor fields, spelled alike (not imported: that module is the binding's)
+MEDIA_UTILIZATION = "media_utilization_ratio"
+TEMP_EDGE = "temperature_edge_celsius"
+ECC_DEFERRED = "ecc_deferred_total"
+PCIE_WIDTH = "pcie_link_width"
+PCIE_SPEED = "pcie_link_speed_transfers_per_second"
+PCIE_BANDWIDTH = "pcie_bandwidth_bytes_per_second"
+PCIE_REPLAY = "pcie_replay_total"
+PCIE_REPLAY_ROLLOVER = "pcie_replay_rollover_total"
+PCIE_RECOVERY = "pcie_l0_to_recovery_total"
+PCIE_NAK_SENT = "pcie_nak_sent_total"
+PCIE_NAK_RECEIVED = "pcie_nak_received_total"
+_SMU_AVERAGE_S = 1.0  # assumed: AMD documents no window for the SMU activity averages
+MIB = float(1 << 20)
+
+# field -> (key paths in the metric/static/monitor tree, first present wins; method; window;
+# resolution; default unit when the value has none: JSON of older amd-smi prints bare numbers)
+FIELDS: tuple[tuple[str, tuple[str, ...], str, Optional[float], float, str], ...] = (
+    (F.UTILIZATION, ("usage/gfx_activity", "monitor/gfx_util", "monitor/gfx%", "monitor/gfx"),
+     "sampled", _SMU_AVERAGE_S, 0.01, "%"),
+    (F.MEMORY_UTILIZATION, ("usage/umc_activity", "monitor/mem_util", "monitor/mem%", "monitor/mem"),
+     "sampled", _SMU_AVERAGE_S, 0.01, "%"),
+    (MEDIA_UTILIZATION, ("usage/mm_activity",), "sampled", _SMU_AVERAGE_S, 0.01, "%"),
+    (F.MEMORY_USED, ("mem_usage/used_vram", "monitor/vram_used"), "measured", None, MIB, "MB"),
+    (F.MEMORY_TOTAL, ("mem_usage/total_vram", "vram/size", "monitor/vram_total"), "measured", None, MIB, "MB"),
+    (F.TEMP_CORE, ("temperature/hotspot", "monitor/gpu_temp", "monitor/gpu_t", "monitor/hotspot_temperature"),
+     "measured", None, 1.0, "C"),
+    (TEMP_EDGE, ("temperature/edge",), "measured", None, 1.0, "C"),
+    (F.TEMP_MEMORY, ("temperature/mem", "monitor/mem_temp", "monitor/mem_t", "monitor/memory_temperature"),
+     "measured", None, 1.0, "C"),
+    (F.POWER, ("power/socket_power", "power/current_socket_power", "power/average_socket_power",
+               "monitor/power", "monitor/power_usage"), "measured", None, 1.0, "W"),
+    (F.POWER_LIMIT, ("limit/socket_power", "limit/power_cap"), "measured", None, 1.0, "W"),
+    (F.CLOCK_COMPUTE, ("clock/gfx_0/clk", "monitor/gfx_clock", "monitor/gfx_clk"), "measured", None, 1e6, "MHz"),
+    (F.CLOCK_MEMORY, ("clock/mem_0/clk", "monitor/mem_clock", "monitor/mem_clk"), "measured", None, 1e6, "MHz"),
+    (F.ENERGY, ("energy/total_energy_consumption",), "measured", None, 1e-6, "uJ"),
+    (F.ECC_CORRECTED, ("ecc/total_correctable_count", "ecc/total_correctable"), "measured", None, 1.0, ""),
+    (F.ECC_UNCORRECTED, ("ecc/total_uncorrectable_count", "ecc/total_uncorrectable"), "measured", None, 1.0, ""),
+    (ECC_DEFERRED, ("ecc/total_deferred_count", "ecc/total_deferred"), "measured", None, 1.0, ""),
+    (PCIE_WIDTH, ("pcie/width",), "measured", None, 1.0, ""),
+    (PCIE_SPEED, ("pcie/speed",), "measured", None, 1e9, "GT/s"),
+    (PCIE_BANDWIDTH, ("pcie/bandwidth",), "measured", None, 125000.0, "Mb/s"),
+    (PCIE_REPLAY, ("pcie/replay_count",), "measured", None, 1.0, ""),
+    (PCIE_REPLAY_ROLLOVER, ("pcie/replay_roll_over_count",), "measured", None, 1.0, ""),
+    (PCIE_RECOVERY, ("pcie/l0_to_recovery_count",), "measured", None, 1.0, ""),
+    (PCIE_NAK_SENT, ("pcie/nak_sent_count",), "measured", None, 1.0, ""),
+    (PCIE_NAK_RECEIVED, ("pcie/nak_received_count",), "measured", None, 1.0, ""),
+)
+
+
+def readings_of(tree: Any, command: str = "amd-smi") -> dict[str, Reading]:
+    """Every reading the tree holds, in base units; N/A -> unsupported, unreadable -> error.
+    VRAM used above the total (a driver fault) is an ``error`` reading, never a negative free."""
+    r: dict[str, Reading] = {}
+    for name, paths, method, window, resolution, unit in FIELDS:
+        path = next((p for p in paths if find(tree, p) is not None), None)
+        if path is None:
+            continue
+        q = Quality(f"{command}: {path}", method, window, resolution)
+        try:
+            v = quantity(find(tree, path), unit)
+        except ValueError:
+            r[name] = Reading(None, q.with_status("error"))
+            continue
+        if v is not None and name in (F.UTILIZATION, F.MEMORY_UTILIZATION, MEDIA_UTILIZATION) and not 0 <= v <= 1.0:
+            r[name] = Reading(None, q.with_status("error"))
+            continue
+        r[name] = Reading(v, q) if v is not None else Reading(None, q.with_status("unsupported"))
+    usage = find(tree, "monitor/vram_usage")  # newer monitor: "0.3/192.0 GB"
+    if usage and "/" in usage and F.MEMORY_USED not in r:
+        q = Quality(f"{command}: monitor/vram_usage", "measured", None, 0.1 * 1024 * MIB)
+        try:
+            num, unit = (usage.split() + ["GB"])[:2]
+            used, total = (quantity(f"{x} {unit}") for x in num.split("/", 1))
+            r[F.MEMORY_USED], r[F.MEMORY_TOTAL] = Reading(used, q), Reading(total, q)
+        except ValueError:
+            r[F.MEMORY_USED] = Reading(None, q.with_status("error"))
+    used, total = r.get(F.MEMORY_USED), r.get(F.MEMORY_TOTAL)
+    if used is not None and total is not None and used.value is not None and total.value is not None \
+            and used.value > total.value:
+        r[F.MEMORY_USED] = Reading(None, used.quality.with_status("error"))
+    return r
+
+
+def _text(v: Optional[str]) -> Optional[str]:
+    return None if v is None or values.is_na(v) else v.strip()
+
+
+def identity_of(index: int, tree: Any, runtime: Optional[str] = None, numa: Optional[int] = None) -> DeviceIdentity:
+    """The GPU's identity from a static (or list/metric) tree; the uuid as the amdsmi collector's."""
+    bus = bdf(tree)
+    market = _text(find(tree, "asic/market_name")) or _text(find(tree, "board/product_name")) or ""
+    serial = _text(find(tree, "board/product_serial"))
+    asic = _text(find(tree, "asic/asic_serial"))
+    node = find(tree, "numa/node")
+    numa_node = int(node) if node and node.strip().isdigit() and int(node) < 1024 else numa
+    return DeviceIdentity(
+        vendor=VENDOR, kind=KIND, index=index, uuid=device_uuid(VENDOR, index, asic, serial, bus),
+        model=profiles.normalize_model(VENDOR, market), pci_address=bus, numa_node=numa_node,
+        driver_version=_text(find(tree, "driver/version")), runtime_version=runtime,
+        firmware_version=_text(find(tree, "vbios/version")) or _text(find(tree, "vbios/part_number")),
+        name=market or None, serial=serial or asic)
+
+
+def processes_of(tree: Any, uuid: str) -> tuple[ProcessSample, ...]:
+    """``process`` output: text ``PROCESS_INFO`` sections (a list when repeated) or JSON
+    ``process_list`` items; VRAM_MEM is the process's device memory."""
+    items: list = []
+    for key in ("process_info", "process_list"):
+        v = tree.get(key) if isinstance(tree, dict) else None
+        items.extend(v if isinstance(v, list) else [v] if v is not None else [])
+    out = []
+    for item in items:
+        if isinstance(item, dict) and "process_info" in item:
+            item = item["process_info"]
+        if not isinstance(item, dict):
+            continue  # "No running processes detected"
+        pid = find(item, "pid")
+        if not pid or not pid.strip().isdigit():
+            continue
+        try:
+            mem = quantity(find(item, "memory_usage/vram_mem", "vram_mem"), "B")
+        except ValueError:
+            mem = None
+        out.append(ProcessSample(pid=int(pid), device_uuid=uuid, memory_bytes=None if mem is None else int(mem),
+                                 name=_text(find(item, "name"))))
+    return tuple(out)
+
+
+def _links(out: AmdOutput, uuids: dict[int, str]) -> dict[int, tuple[Link, ...]]:
+    """xGMI links of ``topology --json``: the old ``link_type: {gpu_N: XGMI}`` map or the newer
+    ``links: [{gpu: N, link_type: XGMI}]`` list. PCIe paths carry no switch/host-bridge detail
+    here, so only xGMI becomes a link."""
+    links: dict[int, list[Link]] = {}
+    for idx, g in out.gpus.items():
+        t = g.tree
+        pairs: list[tuple[str, str]] = []
+        if isinstance(t.get("link_type"), dict):
+            pairs = [(k.removeprefix("gpu_"), str(v)) for k, v in t["link_type"].items()]
+        for item in t.get("links") or [] if isinstance(t.get("links"), list) else []:
+            if isinstance(item, dict):
+                pairs.append((str(item.get("gpu", "")), str(item.get("link_type", ""))))
+        for peer, kind in pairs:
+            if peer.isdigit() and int(peer) != idx and kind.strip().upper() == "XGMI":
+                links.setdefault(idx, []).append(Link(peer=uuids.get(int(peer), f"amd-card{peer}"), type="xgmi"))
+    return {k: tuple(v) for k, v in links.items()}
+
+
+def conditions(readings: Mapping[str, Reading]) -> list[Fault]:
+    """Faults the readings show: uncorrectable ECC (failed), deferred ECC (degraded)."""
+    out = []
+    for name, code in ((F.ECC_UNCORRECTED, "ecc-uncorrectable"), (ECC_DEFERRED, "ecc-deferred")):
+        r = readings.get(name)
+        if r is not None and r.value:
+            out.append(table_fault(VENDOR, code, f"{int(r.value)} {code.split('-', 1)[1]} ECC errors", TOOL))
+    return out
+
+
+def snapshot_of(out: AmdOutput, command: str = TOOL) -> NodeSnapshot:
+    devices = []
+    uuids = {i: identity_of(i, g.tree).uuid for i, g in out.gpus.items()}
+    links = _links(out, uuids)
+    for i, g in out.gpus.items():
+        ident = identity_of(i, g.tree)
+        r = readings_of(g.tree, command)
+        procs = processes_of(g.tree, ident.uuid)
+        reasons = tuple(conditions(r))
+        devices.append(DeviceSample(identity=ident, timestamp=0.0, readings=r, processes=procs,
+                                    processes_reported=bool(procs) or "process_info" in g.tree
+                                    or "process_list" in g.tree,
+                                    health=Health(worst_state(reasons), reasons), faults=reasons,
+                                    links=links.get(i, ())))
+    return NodeSnapshot(node="", time=0.0, devices=tuple(devices),
+                        collectors=(CollectorStatus("amd_smi", True, vendor=VENDOR, devices=len(devices)),))
+
+
+def detect(text: str) -> bool:
+    """Whether ``text`` is amd-smi output this module reads (``GPU: N`` blocks, a JSON list of
+    ``{"gpu": N}`` objects, or a monitor table)."""
+    try:
+        return bool(parse_output(text).gpus)
+    except ParseError:
+        return False
+
+
+def parse_any(text: str) -> NodeSnapshot:
+    """``hetero-exporter parse amd-smi FILE``: any static/metric/process/monitor/list/topology
+    output, text or ``--json``, as a snapshot of its GPUs."""
+    return snapshot_of(parse_output(text))
+
+
+# --------------------------------------------------------------------------- the collector
+Source = Callable[[list, float], str]
+
+
+def _source_runner(source: Source) -> Callable[..., CliResult]:
+    def run(argv: Any, timeout: float, *, env: Optional[Mapping[str, str]] = None) -> CliResult:
+        return CliResult(tuple(argv), source(list(argv)[1:], timeout), "", 0, 0.0)
+    return run
+
+
+class AmdSmiCliCollector(CliCollector):
+    name = "amd_smi"
+    vendor = VENDOR
+    tool = TOOL
+    summary_args = METRIC_ARGS
+
+    def __init__(self, exe: Union[str, Source] = TOOL, **kwargs: Any):
+        if callable(exe):  # outputs from a function: tests
+            kwargs["runner"] = _source_runner(exe)
+            exe = TOOL
+        super().__init__(exe, **kwargs)
+        self._static: dict[int, DeviceIdentity] = {}
+        self._runtime = versions.rocm_version(str(self.settings.get("host_root", "/")))
+
+    def probe(self) -> None:
+        """Run ``amd-smi metric --json`` once; Unavailable when it fails or lists no GPU."""
+        try:
+            parsed = self.parse_summary(self.cli.call(self.summary_args, time.monotonic() + self.budget))
+        except Exception as e:  # noqa: BLE001 - any failure means "cannot stand in"
+            raise Unavailable(f"{TOOL} {' '.join(METRIC_ARGS)}: {type(e).__name__}: {e}") from None
+        if not parsed.gpus:
+            raise Unavailable(f"{TOOL} lists no GPU")
+
+    def parse_summary(self, text: str) -> AmdOutput:
+        return parse_output(text)
+
+    def _identities(self, indices: list[int], deadline: float) -> None:
+        """``static --json`` when a GPU index is new: its identity, kept for the run."""
+        if all(i in self._static for i in indices):
+            return
+        try:
+            static = parse_output(self.cli.call(STATIC_ARGS, deadline))
+        except Exception as e:  # noqa: BLE001 - identity by index this cycle, retried next
+            log.debug("amd-smi static failed: %s", e)
+            return
+        for i, g in static.gpus.items():
+            ident = identity_of(i, g.tree, self._runtime)
+            if ident.numa_node is None:
+                ident = dataclasses.replace(ident, numa_node=self.numa(ident.pci_address))
+            self._static[i] = ident
+
+    def devices(self, parsed: AmdOutput, now: float, deadline: float) -> list[DeviceSample]:
+        self._identities(list(parsed.gpus), deadline)
+        out = []
+        for i, g in parsed.gpus.items():
+            ident = self._static.get(i) or identity_of(i, g.tree, self._runtime)
+            r = readings_of(g.tree, f"{TOOL} metric")
+            reasons = self.episodes.update(ident.uuid, conditions(r), now)
+            out.append(DeviceSample(identity=ident, timestamp=now, readings=r,
+                                    health=Health(worst_state(reasons), reasons),
+                                    faults=self.episodes.faults(ident.uuid)))
+        return out
+
+
+def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
+    from . import fake  # simulation only
+    return fake.install(scenario, clock, workdir)
+
+
+# amd-smi ships in ROCm's amd-smi-lib package: /opt/rocm/bin/amd-smi (a link to
+# libexec/amdsmi_cli/amdsmi_cli.py), with /usr/bin/amd-smi from the distribution packages
+# (ROCm docs, "AMD SMI CLI tool" install page).
+_DIRS = os.pathsep.join(("/opt/rocm/bin", "/usr/bin", "/usr/local/bin"))
+_WHY = "AMD SMI CLI not installed (ROCm amd-smi-lib)"
+
+
+def create(options: CollectorOptions) -> AmdSmiCliCollector:
+    """The amd-smi collector over the real tool (``settings.path``, else amd-smi on PATH or in
+    /opt/rocm/bin) or, when simulating, over the fake amd-smi."""
+    return build(options, AmdSmiCliCollector, _install_fake, TOOL, _DIRS, _WHY, vendor=VENDOR)

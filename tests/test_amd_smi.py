@@ -1,0 +1,277 @@
+"""``amd-smi``: the parser on every real capture (text and --json), fuzz, the CLI collector over
+the fake amd-smi (round trip, failure modes), one uuid with amdsmi, and amdsmi's fallback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from hetero_exporter import fields as F
+from hetero_exporter.collectors.amd.amd_smi import collector as amd_smi
+from hetero_exporter.collectors.amd.amd_smi import fake
+from hetero_exporter.collectors.amd.amd_smi.parse import parse_output
+from hetero_exporter.collectors.amd.amdsmi import collector as amdsmi
+from hetero_exporter.collectors.amd.amdsmi.fake import FakeAmdSmi
+from hetero_exporter.model import snapshot_to_json
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
+from hetero_exporter.simulate import ManualClock
+from hetero_exporter.simulate.scenario import load
+from tests.conftest import shared_fixture, shared_fixtures
+
+ROOT = Path(__file__).resolve().parent.parent
+ECC = ROOT / "fixtures" / "scenarios" / "amd-ecc-uncorrectable.yaml"
+MIB = 1 << 20
+
+# capture -> (GPU count, bus ids or None, VRAM total MiB per GPU or None, processes (pid, VRAM bytes))
+EXPECTED = {
+    "list_2gpu_uuid-redacted.txt": (2, ["0000:23:00.0", "0000:26:00.0"], None, []),
+    "metric-clock_mi300.txt": (1, None, None, []),
+    "metric-p_json_units.json": (1, None, None, []),
+    "metric-pcie_mi300_TRUNCATED.txt": (2, None, None, []),
+    "metric-power_2gpu_navi-mi1x.txt": (2, None, None, []),
+    "metric-throttle_mi300_TRUNCATED.txt": (2, None, None, []),
+    "process_mi300_name-na.txt": (1, None, None, [(1693982, int(10.1 * (1 << 30)))]),
+    "static-limit_2gpu.txt": (2, None, None, []),
+    "static_4x-mi300a-apu_with-cpu_driver-6.9.0-rc5.txt": (
+        4, ["0000:01:00.0", "0001:01:00.0", "0002:01:00.0", "0003:01:00.0"], [64289] * 4, []),
+    "topology_json_old-format_2gpu-pcie.json": (2, None, None, []),
+}
+
+
+def test_every_capture_is_listed():
+    assert {p.name for p in shared_fixtures("amd-smi")} <= set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_capture_parses(name):
+    snap = amd_smi.parse_any(shared_fixture("amd-smi", name).read_text(encoding="utf-8"))
+    count, buses, totals, procs = EXPECTED[name]
+    assert len(snap.devices) == count
+    assert all(d.identity.vendor == "amd" for d in snap.devices)
+    if buses is not None:
+        assert [d.identity.pci_address for d in snap.devices] == buses
+    if totals is not None:
+        assert [d.readings[F.MEMORY_TOTAL].value / MIB for d in snap.devices] == totals
+    assert [(p.pid, p.memory_bytes) for d in snap.devices for p in d.processes] == procs
+    json.loads(snapshot_to_json(snap))
+
+
+def test_static_identity_uses_the_asic_serial_as_amdsmi_does():
+    snap = amd_smi.parse_any(shared_fixture("amd-smi", "static_4x-mi300a-apu_with-cpu_driver-6.9.0-rc5.txt")
+                             .read_text(encoding="utf-8"))
+    d = snap.devices[0]
+    assert d.identity.uuid == "7e8f7e20764e2714"  # ASIC_SERIAL 0x7E8F7E20764E2714
+    assert d.identity.model == "MI300A" and d.identity.driver_version == "6.9.0-rc5+"
+    assert d.identity.numa_node == 0
+    assert d.readings[F.POWER_LIMIT].value == 550
+
+
+def test_metric_values_in_base_units():
+    pcie = amd_smi.parse_any(shared_fixture("amd-smi", "metric-pcie_mi300_TRUNCATED.txt").read_text())
+    r = pcie.devices[1].readings
+    assert r[amd_smi.PCIE_WIDTH].value == 16 and r[amd_smi.PCIE_SPEED].value == 32e9
+    assert r[amd_smi.PCIE_BANDWIDTH].value == 18 * 125000
+    clock = amd_smi.parse_any(shared_fixture("amd-smi", "metric-clock_mi300.txt").read_text())
+    assert clock.devices[0].readings[F.CLOCK_COMPUTE].value == 113e6
+    assert clock.devices[0].readings[F.CLOCK_MEMORY].value == 900e6
+    power = amd_smi.parse_any(shared_fixture("amd-smi", "metric-p_json_units.json").read_text())
+    assert power.devices[0].readings[F.POWER].value == 10
+
+
+def test_process_name_na_is_absent_not_a_name():
+    snap = amd_smi.parse_any(shared_fixture("amd-smi", "process_mi300_name-na.txt").read_text())
+    assert snap.devices[0].processes[0].name is None
+
+
+METRIC_TEXT = """GPU: 0
+    USAGE:
+        GFX_ACTIVITY: 45 %
+        UMC_ACTIVITY: 10 %
+        MM_ACTIVITY: N/A
+    POWER:
+        SOCKET_POWER: 139 W
+    TEMPERATURE:
+        EDGE: N/A
+        HOTSPOT: 41 \u00b0C
+        MEM: 34 \u00b0C
+    MEM_USAGE:
+        TOTAL_VRAM: 196592 MB
+        USED_VRAM: 200000 MB
+    ECC:
+        TOTAL_CORRECTABLE_COUNT: 0
+        TOTAL_UNCORRECTABLE_COUNT: 2
+        TOTAL_DEFERRED_COUNT: 0
+"""
+MONITOR = """GPU  POWER  GPU_TEMP  MEM_TEMP  GFX_UTIL  GFX_CLOCK  MEM_UTIL  MEM_CLOCK  VRAM_USED  VRAM_TOTAL
+  0  139 W     41 \u00b0C     34 \u00b0C       7 %    132 MHz       0 %    900 MHz     283 MB   196592 MB
+  1    N/A     40 \u00b0C     33 \u00b0C       0 %    132 MHz       0 %    900 MHz     283 MB   196592 MB
+"""
+MONITOR_NEW = """GPU  XCP  POWER   GPU_T   MEM_T   GFX_CLK   GFX%   MEM%  ENC%  DEC%      VRAM_USAGE
+  0    0  140 W   41 \u00b0C   34 \u00b0C   132 MHz    0 %    0 %   N/A   0 %    0.3/192.0 GB
+"""
+
+
+def test_metric_text_units_and_memory_above_total_is_an_error():
+    d = amd_smi.parse_any(METRIC_TEXT).devices[0]
+    assert d.readings[F.UTILIZATION].value == 0.45 and d.readings[F.TEMP_CORE].value == 41
+    assert d.readings[amd_smi.TEMP_EDGE].quality.status == "unsupported"
+    assert d.readings[F.MEMORY_TOTAL].value == 196592 * MIB
+    assert d.readings[F.MEMORY_USED].quality.status == "error" and d.readings[F.MEMORY_USED].value is None
+    assert d.health.state == "failed" and d.faults[0].code == "ecc-uncorrectable"
+
+
+def test_monitor_tables_old_and_new():
+    a, b = amd_smi.parse_any(MONITOR).devices
+    assert a.readings[F.POWER].value == 139 and b.readings[F.POWER].quality.status == "unsupported"
+    assert a.readings[F.MEMORY_USED].value == 283 * MIB and a.readings[F.UTILIZATION].value == 0.07
+    (n,) = amd_smi.parse_any(MONITOR_NEW).devices
+    assert n.readings[F.MEMORY_TOTAL].value == 192 * (1 << 30) and n.readings[F.CLOCK_COMPUTE].value == 132e6
+
+
+def test_json_plain_numbers_and_wrapped_list():
+    old = '[{"gpu": 0, "usage": {"gfx_activity": 12}, "mem_usage": {"total_vram": 65520, "used_vram": 10}}]'
+    d = amd_smi.parse_any(old).devices[0]
+    assert d.readings[F.UTILIZATION].value == 0.12 and d.readings[F.MEMORY_TOTAL].value == 65520 * MIB
+    new = {"gpu_data": [{"gpu": 3, "asic": {"asic_serial": "0xABC"}, "bus": {"bdf": "0000:0C:00.0"}}]}
+    d = amd_smi.parse_any(json.dumps(new)).devices[0]
+    assert d.identity.index == 3 and d.identity.uuid == "0000000000000abc"
+    assert d.identity.pci_address == "0000:0c:00.0"
+
+
+def test_xgmi_links_from_topology_json():
+    doc = [{"gpu": i, "link_type": {f"gpu_{j}": "SELF" if i == j else "XGMI" for j in range(2)}} for i in range(2)]
+    a, b = amd_smi.parse_any(json.dumps(doc)).devices
+    assert [(x.peer, x.type) for x in a.links] == [(b.identity.uuid, "xgmi")]
+    pcie = amd_smi.parse_any(shared_fixture("amd-smi", "topology_json_old-format_2gpu-pcie.json").read_text())
+    assert all(d.links == () for d in pcie.devices)
+
+
+@pytest.mark.parametrize("text", ["", "hello world", "GPU: x\n", "    ASIC:\n", "[1, 2]", '{"gpu": "zero"}',
+                                  "GPU: 0\n    %%%%\n", "[{\"gpu\": 0"])
+def test_garbage_is_a_one_line_parse_error(text):
+    with pytest.raises(ParseError) as e:
+        amd_smi.parse_any(text)
+    assert str(e.value).startswith("amd-smi") and "\n" not in str(e.value)
+    assert not amd_smi.detect(text)
+
+
+FUZZ = settings(max_examples=80, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_SEEDS = [METRIC_TEXT, MONITOR, MONITOR_NEW] + [p.read_text(encoding="utf-8") for p in shared_fixtures("amd-smi")]
+
+
+@FUZZ
+@given(st.sampled_from(_SEEDS), st.integers(0, 20_000), st.integers(0, 300), st.text(max_size=40))
+def test_mutated_captures_parse_or_raise_parse_error(seed, at, cut, junk):
+    at = at % (len(seed) + 1)
+    try:
+        snap = amd_smi.parse_any(seed[:at] + junk + seed[at + cut:])
+    except ParseError:
+        return
+    json.loads(snapshot_to_json(snap))
+
+
+@FUZZ
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+                    max_leaves=20))
+def test_random_json_parses_or_raises_parse_error(doc):
+    try:
+        amd_smi.parse_any(json.dumps(doc))
+    except ParseError:
+        pass
+
+
+# --------------------------------------------------------------------------- collector and fake
+def _collector(tmp_path, scenario, settings=None):
+    clock = ManualClock()
+    opts = CollectorOptions(scenario=scenario, clock=clock, workdir=str(tmp_path), settings=settings or {})
+    return amd_smi.create(opts), clock
+
+
+def test_round_trip_fake_to_collector(tmp_path):
+    scenario = load(str(ECC))
+    col, clock = _collector(tmp_path, scenario)
+    devices = col.collect()
+    specs = scenario.devices_of("amd")
+    assert [d.identity.pci_address for d in devices] == [s.pci_address for s in specs]
+    for d, s in zip(devices, specs):
+        assert d.readings[F.MEMORY_TOTAL].value == pytest.approx(s.memory_total_bytes, abs=MIB)
+        assert d.readings[F.MEMORY_USED].value == pytest.approx(s.value(F.MEMORY_USED, 0), abs=MIB)
+        assert d.readings[F.POWER].value == s.value(F.POWER, 0)
+        assert d.readings[F.TEMP_CORE].value == s.value(F.TEMP_CORE, 0)
+        assert d.identity.driver_version == s.driver_version and d.identity.model == "MI300X"
+    assert col.calls == 2  # metric + static at first sight
+    col.collect()
+    assert col.calls == 3  # static only once
+
+
+def test_fake_renders_every_command_the_parser_reads():
+    scenario = load(str(ECC))
+    for command in fake.RENDER:
+        status, out, _ = fake.answer(scenario, 0.0, [command, "--json"])
+        assert status == 0 and len(parse_output(out).gpus) == len(scenario.devices_of("amd"))
+    procs = amd_smi.parse_any(fake.answer(scenario, 0.0, ["process", "--json"])[1])
+    assert [[p.pid for p in d.processes] for d in procs.devices] == [[p.pid for p in s.processes] for s in scenario.devices_of("amd")]
+
+
+def test_same_uuid_as_amdsmi_for_the_same_simulated_gpu(tmp_path):
+    scenario = load(str(ECC))
+    cli, _ = _collector(tmp_path, scenario)
+    lib = amdsmi.create(CollectorOptions(scenario=scenario, clock=ManualClock()))
+    ours = [d.identity.uuid for d in cli.collect()]
+    theirs = [d.identity.uuid for d in lib.collect() if d.identity.parent is None]
+    assert ours == theirs and len(set(ours)) == len(ours)
+
+
+@pytest.mark.parametrize("mode", ["garbage", "exit", "truncated"])
+def test_failure_modes_fail_the_cycle_not_the_process(tmp_path, mode):
+    doc = yaml.safe_load(ECC.read_text())
+    doc["settings"] = {"amd": {"mode": mode}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    col, _ = _collector(tmp_path, load(str(path)))
+    with pytest.raises(Exception) as e:
+        col.collect()
+    assert not isinstance(e.value, (SystemExit, KeyboardInterrupt))
+
+
+def _real_options(tmp_path, settings=None):
+    """Options as on a real node (no scenario) with the fake amd-smi as ``settings.path``."""
+    exe, _env = fake.install(load(str(ECC)), ManualClock(), str(tmp_path))
+    return CollectorOptions(clock=ManualClock(), settings={"path": exe, **(settings or {})})
+
+
+def test_amdsmi_falls_back_to_amd_smi_when_the_binding_import_fails(tmp_path, monkeypatch):
+    def broken():
+        raise Unavailable("amdsmi cannot be imported (KeyError: 'libamd_smi.so')")
+    monkeypatch.setattr(amdsmi, "import_binding", broken)
+    col = amdsmi.create(_real_options(tmp_path))
+    assert isinstance(col, amd_smi.AmdSmiCliCollector) and col.name == "amd_smi"
+    devices = col.collect()
+    lib = amdsmi.create(CollectorOptions(scenario=load(str(ECC)), clock=ManualClock()))
+    assert [d.identity.uuid for d in devices] == [d.identity.uuid for d in lib.collect() if d.identity.parent is None]
+    assert devices[0].readings[F.POWER].quality.source.startswith("amd-smi metric: ")
+
+
+def test_amdsmi_falls_back_when_the_library_does_not_match_the_host_rocm(tmp_path, monkeypatch):
+    doc = yaml.safe_load(ECC.read_text())
+    doc["settings"] = {"amd": {"init_error": "DRIVER_NOT_LOADED"}}
+    from hetero_exporter.simulate.scenario import from_dict
+    monkeypatch.setattr(amdsmi, "import_binding", lambda: FakeAmdSmi(from_dict(doc, "x"), ManualClock()))
+    col = amdsmi.create(_real_options(tmp_path))
+    assert isinstance(col, amd_smi.AmdSmiCliCollector)
+
+
+def test_no_fallback_when_turned_off_or_amd_smi_missing(tmp_path, monkeypatch):
+    def broken():
+        raise Unavailable("amdsmi cannot be imported")
+    monkeypatch.setattr(amdsmi, "import_binding", broken)
+    with pytest.raises(Unavailable, match="cannot be imported$"):
+        amdsmi.create(_real_options(tmp_path, {"fallback": False}))
+    with pytest.raises(Unavailable, match="amd-smi fallback: .*not found"):
+        amdsmi.create(CollectorOptions(settings={"path": str(tmp_path / "nowhere" / "amd-smi")}))
