@@ -1,0 +1,1 @@
+"""Kunlunxin ``xpu_smi`` / ``xpu-smi``: parser, collector, fake."""
