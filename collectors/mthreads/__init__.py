@@ -1,0 +1,46 @@
+"""Moore Threads GPUs (MTT S80 / S3000 / S4000 / S5000) through ``mthreads-gmi``."""
+
+from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+
+# Whole devices: the Moore Threads device plugin advertises mthreads.com/gpu (HAMi's Helm values
+# list it as the vendor's resourceName with pciVendorID 1ed5; kubeflow/dlrover
+# Accelerators.MTHREADS_GPU = "mthreads.com/gpu").
+_DP = "Moore Threads device plugin: mthreads.com/gpu (whole devices; HAMi chart values resourceName, PCI 1ed5)"
+# HAMi's Moore Threads support (docs 'Enable Mthreads GPU sharing', pkg/device/mthreads):
+# mthreads.com/vgpu (a share of one card), with mthreads.com/sgpu-memory (units of 512 MiB)
+# and mthreads.com/sgpu-core (core units) beside it.
+_HAMI = "HAMi Moore Threads support (mthreads.com/vgpu; sgpu-memory in 512 MiB units, sgpu-core)"
+
+SPEC = VendorSpec(
+    name="mthreads", kind="gpu", display_name="Moore Threads", package=__name__,
+    # PCI vendor id 0x1ed5 (Moore Threads Technology Co., Ltd: pci.ids; HAMi chart values
+    # "mthreads": {"pciVendorID": "1ed5"}; `lspci -n | grep 1ed5` in Moore Threads' scripts)
+    pci_vendor_ids=(0x1ED5,),
+    model_strip=r"^(Moore\s*Threads)\s*",
+    resources=(
+        ResourceName(r"mthreads\.com/gpu", "mthreads.com/gpu", "devices", source=_DP),
+        ResourceName(r"mthreads\.com/vgpu", "mthreads.com/gpu", "slices", features=("sharing",), source=_HAMI),
+        ResourceName(r"mthreads\.com/sgpu-core", "mthreads.com/gpu", "slices", features=("sharing",), source=_HAMI),
+        # HAMi counts sgpu-memory in 512 MiB units; the scorer's memory_mib unit is MiB, so the
+        # name is grouped as a share of the card rather than read as a MiB figure
+        ResourceName(r"mthreads\.com/sgpu-memory", "mthreads.com/gpu", "slices", features=("sharing",), source=_HAMI),
+    ),
+    resource_domains=("mthreads.com",),
+    device_resource=lambda model: "mthreads.com/gpu",
+    # The plugin's device ids are not documented publicly (the plugin is closed source): the
+    # identity's uuid is served as the id (the PodResources mapping then goes by uuid/index).
+    fabric_links=("mtlink",),
+    tools=(ToolSpec(
+        "mthreads-gmi",
+        # the driver package installs /usr/bin/mthreads-gmi (containers bind-mount exactly that
+        # path: "-v /usr/bin/mthreads-gmi:/usr/bin/mthreads-gmi:ro" in FlagOS / MUSA images);
+        # some images carry it in /usr/local/bin
+        dirs=("/usr/bin", "/usr/local/bin", "/usr/sbin", "/usr/local/musa/bin"),
+        # libmtml.so (the management library the tool loads) ships with the driver in the
+        # distribution's library folder; the MUSA toolkit's own libraries in /usr/local/musa/lib
+        library_dirs=("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/musa/lib"),
+        why_missing="Moore Threads driver (mthreads-gmi) not installed"),),
+    collectors=(CollectorEntry("mthreads_gmi", "mthreads", f"{__name__}.gmi.collector",
+                               description="Moore Threads GPUs through `mthreads-gmi` (one call per cycle)"),),
+    parsers={"mthreads-gmi": f"{__name__}.gmi.collector:parse_any"},
+)

@@ -1,0 +1,1 @@
+"""Moore Threads ``mthreads-gmi``: parser, collector, fake."""
