@@ -9,4 +9,4 @@ each other (import-linter), except Hygon's hy-smi, a fork of rocm-smi read by AM
 ``BUILTIN`` is the one static table of the built-in vendors (hetero_exporter.vendors reads it).
 """
 
-BUILTIN = ("nvidia", "amd", "hygon", "ascend", "cambricon", "iluvatar", "kunlunxin", "mthreads", "metax")
+BUILTIN = ("nvidia", "amd", "hygon", "ascend", "cambricon", "metax", "iluvatar", "mthreads", "enflame", "kunlunxin")

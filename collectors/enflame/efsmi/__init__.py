@@ -1,0 +1,1 @@
+"""``efsmi``: parser, collector and fake of Enflame's management tool."""

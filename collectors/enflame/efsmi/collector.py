@@ -1,0 +1,230 @@
+"""Enflame GCUs through ``efsmi``: the parsed outputs turned into the model, ``parse efsmi
+FILE``, and a collector on the SDK's CliCollector.
+
+Invocations (stated; benchmarks count them through ``calls``):
+- ``efsmi``: one call for all devices, every cycle (utilization, memory size, temperature,
+  power and cap, power-management state, ECC mode, bus id, serial, processes where printed);
+- ``efsmi -q``: one node-wide call at first sight of a device (the "Dev UUID" the device
+  plugin advertises, so the uuid is pinned right), then every ``query_interval`` seconds
+  (default 60; 0 disables) for what the table lacks: memory used, Health, RMA flags, DBE.
+  A failed ``-q`` keeps the previous answer (its readings age) and never fails the cycle.
+
+The runtime version: efsmi prints the driver version only ("Driver Ver"); TopsRider, the
+runtime stack, ships the driver of the same version number, so runtime_version is the
+driver version (settings ``runtime_version`` overrides it where a host knows better).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional, Sequence
+
+from hetero_exporter import fields as F
+from hetero_exporter import profiles
+from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample,
+                                   Quality, Reading)
+from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, Readings, build, table_fault,
+                                               worst_state)
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+
+from .parse import (MIB, STATE_FIELDS, TOOL, EfsmiTable, GcuDetail, GcuDevice, detect,  # noqa: F401
+                    parse_query, parse_table)
+
+log = logging.getLogger(__name__)
+VENDOR, KIND = "enflame", "gcu"
+
+# DUsed / GCU Usage: a busy share the driver averages over a period Enflame does not document;
+# UTIL_WINDOW (1 s) is assumed, not documented.
+UTIL_WINDOW = 1.0
+
+QUALITY: dict[str, Quality] = {
+    F.UTILIZATION: Quality("efsmi: DUsed (%)", "sampled", UTIL_WINDOW, 0.001),  # printed with 0.1 %
+    F.MEMORY_TOTAL: Quality("efsmi: Mem (MiB)", "measured", None, MIB),
+    F.MEMORY_USED: Quality("efsmi -q: Device Mem Info / Used Size (Mem Usage) (MiB)", "measured", None, MIB),
+    F.TEMP_CORE: Quality("efsmi: TEMP (C)", "measured", None, 1.0),
+    F.POWER: Quality("efsmi: Pwr(Usage/Cap) usage (W)", "measured", None, 1.0),
+    F.POWER_LIMIT: Quality("efsmi: Pwr(Usage/Cap) cap (W)", "measured", None, 1.0),
+    F.ECC_UNCORRECTED: Quality("efsmi -q: RMA Info / Total DBE", "measured", None, 1.0),
+}
+DEFAULT_QUERY_INTERVAL = 60.0
+
+
+def _fault(code: str, message: str, source: str = TOOL) -> Fault:
+    return table_fault(VENDOR, code, message, source)
+
+
+def _detail_for(d: GcuDevice, details: Sequence[GcuDetail]) -> Optional[GcuDetail]:
+    """The ``-q`` block of a table row: same serial, else same bus id, else same index."""
+    for key in ("serial", "bus_id"):
+        mine = getattr(d, key)
+        if mine:
+            hit = next((x for x in details if getattr(x, key) == mine), None)
+            if hit is not None:
+                return hit
+    return next((x for x in details if x.index == d.index and not (x.serial and d.serial)), None)
+
+
+def device_uuid(d: GcuDevice, detail: Optional[GcuDetail] = None) -> str:
+    """``Dev UUID`` of efsmi -q (the device plugin's id), else the serial (SN), else the
+    PCI address, else the index."""
+    if detail is not None and detail.uuid:
+        return detail.uuid
+    if d.serial:
+        return d.serial
+    return f"enflame-pci-{d.bus_id}" if d.bus_id else f"enflame-index-{d.index}"
+
+
+def identity_of(d: GcuDevice, t: EfsmiTable, detail: Optional[GcuDetail] = None, numa: Optional[int] = None,
+                runtime: Optional[str] = None) -> DeviceIdentity:
+    drv = t.driver_version or (detail.driver_version if detail else None)
+    return DeviceIdentity(vendor=VENDOR, kind=KIND, index=d.index, uuid=device_uuid(d, detail),
+                          model=profiles.normalize_model(VENDOR, d.name), pci_address=d.bus_id, numa_node=numa,
+                          driver_version=drv, runtime_version=runtime or drv, firmware_version=d.firmware,
+                          name=d.name or None, serial=d.serial or (detail.serial if detail else None))
+
+
+def readings_of(d: GcuDevice, detail: Optional[GcuDetail] = None, age: float = 0.0) -> dict[str, Reading]:
+    r = Readings(QUALITY)
+    r.put(F.UTILIZATION, d.util_pct, percent=True)
+    total = d.memory_total_mib if d.memory_total_mib is not None else (detail.memory_total_mib if detail else None)
+    r.put(F.MEMORY_TOTAL, total, scale=MIB)
+    used, used_age = d.memory_used_mib, 0.0
+    if used is None and detail is not None:
+        used, used_age = detail.memory_used_mib, age
+    if used is not None and total is not None and used > total:
+        # used above total: a known driver fault; the figure is wrong, not a negative free size
+        r[F.MEMORY_USED] = Reading(None, QUALITY[F.MEMORY_USED].with_status("error", used_age))
+    else:
+        r.put(F.MEMORY_USED, used, scale=MIB, age=used_age)
+    r.put(F.TEMP_CORE, d.temp_c)
+    r.put(F.POWER, d.power_w)
+    r.put(F.POWER_LIMIT, d.power_cap_w)
+    if detail is not None and detail.total_dbe is not None:
+        r.put(F.ECC_UNCORRECTED, detail.total_dbe, age=age)
+    return r
+
+
+def table_conditions(d: GcuDevice, t: EfsmiTable) -> list[Fault]:
+    """``state-na``: a state column N/A on this chip while another chip prints it."""
+    out = []
+    for key in STATE_FIELDS:
+        if key in d.na_fields and any(key not in o.na_fields for o in t.devices if o is not d):
+            label = {"dpm": "Dpm/Lpm", "ecc": "ECC"}[key]
+            out.append(_fault("state-na", f"GCU {d.index}: {label} N/A"))
+    return out
+
+
+def detail_conditions(d: GcuDevice, detail: Optional[GcuDetail]) -> list[Fault]:
+    if detail is None:
+        return []
+    out = []
+    if detail.health is not None and detail.health.lower() in ("false", "no", "unhealthy", "bad"):
+        out.append(_fault("unhealthy", f"GCU {d.index}: Health {detail.health}", "efsmi -q"))
+    if detail.rma is not None and detail.rma.lower() in ("true", "yes"):
+        out.append(_fault("rma", f"GCU {d.index}: RMA flags {detail.rma}", "efsmi -q"))
+    return out
+
+
+def _processes(t: EfsmiTable, d: GcuDevice, uuid: str) -> tuple[ProcessSample, ...]:
+    return tuple(ProcessSample(pid=p.pid, device_uuid=uuid, name=p.name or None,
+                               memory_bytes=None if p.memory_mib is None else int(p.memory_mib * MIB))
+                 for p in t.processes if p.dev == d.index)
+
+
+def table_snapshot(t: EfsmiTable, details: Sequence[GcuDetail] = (), node: str = "", now: float = 0.0) -> NodeSnapshot:
+    """The model of one default ``efsmi`` output (what ``parse efsmi FILE`` prints)."""
+    out = []
+    for d in t.devices:
+        det = _detail_for(d, details)
+        uuid = device_uuid(d, det)
+        reasons = tuple(table_conditions(d, t) + detail_conditions(d, det))
+        out.append(DeviceSample(identity=identity_of(d, t, det), timestamp=now, readings=readings_of(d, det),
+                                health=Health(worst_state(reasons), reasons), faults=reasons,
+                                processes=_processes(t, d, uuid), processes_reported=t.process_section))
+    return NodeSnapshot(node=node, time=now, devices=tuple(out))
+
+
+def parse_any(text: str) -> Any:
+    """``hetero-exporter parse efsmi FILE``: the default table gives a NodeSnapshot;
+    ``efsmi -q`` gives its per-device blocks."""
+    if detect(text) == "efsmi -q":
+        return ParsedOutput("efsmi -q", {"devices": [vars(x) for x in parse_query(text)]})
+    return table_snapshot(parse_table(text))
+
+
+# --------------------------------------------------------------------------- collector
+
+
+class EfsmiCollector(CliCollector):
+    name = "efsmi"
+    vendor = VENDOR
+    tool = TOOL
+    summary_args = ()
+
+    def __init__(self, exe: str, **kw: Any):
+        super().__init__(exe, **kw)
+        self._query_interval = float(self.settings.get("query_interval", DEFAULT_QUERY_INTERVAL))
+        self._runtime = self.settings.get("runtime_version")
+        self._details: tuple[GcuDetail, ...] = ()
+        self._details_at: Optional[float] = None
+        self._dbe: dict[str, float] = {}  # uuid -> Total DBE at the previous -q answer
+        self._rising: dict[str, bool] = {}  # uuid -> the last -q answer counted new DBEs
+
+    def parse_summary(self, text: str) -> EfsmiTable:
+        return parse_table(text)
+
+    def _query_due(self, t: EfsmiTable, now: float) -> bool:
+        if self._query_interval <= 0:
+            return False
+        if self._details_at is None:
+            return True
+        unseen = [d for d in t.devices if self.identities.recall(pci_address=d.bus_id) is None
+                  and (d.bus_id or self.identities.recall(index=d.index) is None)]
+        return bool(unseen) or now - self._details_at >= self._query_interval
+
+    def _query(self, t: EfsmiTable, now: float, deadline: float) -> bool:
+        """Refresh the ``-q`` answer when due; True when this cycle fetched a new one."""
+        if not self._query_due(t, now):
+            return False
+        try:
+            self._details = parse_query(self.cli.call(["-q"], deadline))
+        except (ParseError, OSError, RuntimeError, TimeoutError) as e:  # the runner's CliError / CliTimeout
+            log.warning("efsmi -q: %s (keeping the previous answer)", e)
+            self._details_at = now if self._details_at is None else self._details_at
+            return False
+        self._details_at = now
+        return True
+
+    def devices(self, parsed: EfsmiTable, now: float, deadline: float) -> list[DeviceSample]:
+        fresh = self._query(parsed, now, deadline)
+        age = 0.0 if self._details_at is None else max(0.0, now - self._details_at)
+        out = []
+        for d in parsed.devices:
+            det = _detail_for(d, self._details)
+            ident = (self.identities.recall(pci_address=d.bus_id) if d.bus_id else None) \
+                or self.identities.recall(uuid=device_uuid(d, det)) \
+                or identity_of(d, parsed, det, self.numa(d.bus_id), self._runtime)
+            current = table_conditions(d, parsed) + detail_conditions(d, det)
+            if det is not None and det.total_dbe is not None and fresh:
+                # one episode per -q answer that counts more DBEs than the previous one
+                before = self._dbe.get(ident.uuid)
+                self._rising[ident.uuid] = before is not None and det.total_dbe > before
+                self._dbe[ident.uuid] = det.total_dbe
+            if self._rising.get(ident.uuid) and det is not None:
+                current.append(_fault("dbe", f"GCU {d.index}: Total DBE {det.total_dbe:g}", "efsmi -q"))
+            reasons = self.episodes.update(ident.uuid, current, now)
+            out.append(DeviceSample(identity=ident, timestamp=now, readings=readings_of(d, det, age),
+                                    health=Health(worst_state(reasons), reasons),
+                                    faults=self.episodes.faults(ident.uuid),
+                                    processes=_processes(parsed, d, ident.uuid),
+                                    processes_reported=parsed.process_section))
+        return out
+
+
+def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
+    from . import fake  # simulation only
+    return fake.install(scenario, clock, workdir)
+
+
+def create(options: CollectorOptions) -> EfsmiCollector:
+    return build(options, EfsmiCollector, _install_fake, TOOL, vendor=VENDOR)
