@@ -19,9 +19,9 @@ _XRE_LIBS = ("/usr/local/xpu/lib64", "/usr/local/xpu/so")
 
 
 def _plugin_id(identity):
-    # Not confirmed from the plugin's source: the Kunlunxin XPU device plugin and HAMi's
-    # vxpu plugin select devices by UUID; the collector's uuid (KLX-<serial>...) is served.
-    return identity.uuid
+    # The device plugin's id format is not published: the simulated kubelet serves the PCI
+    # address, one of the forms the PodResources mapping matches (with uuids, serials and indexes).
+    return identity.pci_address or str(identity.index)
 
 
 SPEC = VendorSpec(

@@ -30,6 +30,9 @@ SPEC = VendorSpec(
     # The plugin's device ids are not documented publicly (the plugin is closed source): the
     # identity's uuid is served as the id (the PodResources mapping then goes by uuid/index).
     fabric_links=("mtlink",),
+    # the device plugin is closed source and its id format unpublished: the simulated kubelet
+    # serves the PCI address, which the PodResources mapping matches
+    plugin_device_id=lambda d: d.pci_address or str(d.index),
     tools=(ToolSpec(
         "mthreads-gmi",
         # the driver package installs /usr/bin/mthreads-gmi (containers bind-mount exactly that

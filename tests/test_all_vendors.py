@@ -1,0 +1,69 @@
+"""One simulated node with all ten vendors (fixtures/scenarios/all-vendors.yaml): every collector
+serves on its fake, and a hung or garbage-printing tool of one vendor leaves the other nine serving."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from hetero_exporter import vendors
+
+SCENARIO = ROOT / "fixtures/scenarios/all-vendors.yaml"
+TEN = {"nvidia", "amd", "hygon", "ascend", "cambricon", "metax", "iluvatar", "mthreads", "enflame", "kunlunxin"}
+
+
+def inspect_json(scenario_path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "hetero_exporter", "inspect", "--simulate", str(scenario_path), "--json"],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def document() -> dict:
+    return inspect_json(SCENARIO)
+
+
+def test_every_vendor_is_registered():
+    assert TEN <= set(vendors.specs())
+
+
+def test_all_ten_vendors_are_listed_and_every_collector_is_ok(document):
+    assert {d["identity"]["vendor"] for d in document["devices"]} == TEN
+    bad = [(c["name"], c.get("error")) for c in document["collectors"] if not c["ok"]]
+    assert not bad, bad
+    for d in document["devices"]:
+        ident = d["identity"]
+        if ident.get("parent") is None:
+            assert d["health"]["state"] == "ok", (ident["vendor"], ident["index"], d["health"])
+            assert ident.get("runtime_version"), (ident["vendor"], ident["index"])
+
+
+def test_pods_are_attributed_on_every_vendor(document):
+    by_vendor = {}
+    for d in document["devices"]:
+        for p in d.get("processes") or ():
+            if p.get("pod"):
+                by_vendor.setdefault(d["identity"]["vendor"], set()).add(p["pod"])
+    assert set(by_vendor) == TEN
+
+
+@pytest.mark.parametrize("vendor,mode", [("metax", "hang"), ("kunlunxin", "garbage"), ("ascend", "hang")])
+def test_a_broken_tool_of_one_vendor_leaves_the_other_nine_serving(tmp_path, vendor, mode):
+    doc = yaml.safe_load(SCENARIO.read_text())
+    doc.setdefault("settings", {}).setdefault(vendor, {})["mode"] = mode
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = inspect_json(path)
+    status = {c["name"]: c for c in out["collectors"]}
+    broken = {e.name for e in vendors.spec(vendor).collectors if e.default}
+    assert broken and all(not status[n]["ok"] for n in broken), status
+    others = [c for n, c in status.items() if n not in broken]
+    assert len(others) == 9 and all(c["ok"] for c in others), others
+    serving = {d["identity"]["vendor"] for d in out["devices"] if d["health"]["state"] == "ok"}
+    assert serving == TEN - {vendor}
