@@ -124,6 +124,20 @@ def test_daemonset_probes_env_tolerations_and_resources(rendered):
     assert {"/dev", "/host/sys", "/var/lib/kubelet/pod-resources"} <= mounts
 
 
+def test_the_kernel_log_is_mounted_read_only_with_a_persistent_cursor(rendered):
+    target, objs = rendered
+    if target == "extender":
+        pytest.skip("no agent here")
+    pod = _daemonset(objs)["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    vols = {v["name"]: v for v in pod["volumes"]}
+    kmsg = next(m for m in c["volumeMounts"] if m["mountPath"] == "/dev/kmsg")
+    assert kmsg.get("readOnly") is True
+    assert vols[kmsg["name"]]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    state = next(m for m in c["volumeMounts"] if m["mountPath"] == "/var/lib/hetero-exporter")
+    assert vols[state["name"]]["hostPath"]["path"] == "/var/lib/hetero-exporter"  # survives a pod restart
+
+
 def test_the_agent_accepts_the_daemonset_args_and_config(rendered, tmp_path):
     target, objs = rendered
     if target == "extender":
