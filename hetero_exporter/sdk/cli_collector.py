@@ -207,14 +207,25 @@ def find_tool(settings: Mapping[str, Any], name: str, dirs: Optional[str] = None
     return found
 
 
-def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: Callable[..., Any],
+def fake_installer(module: str) -> Callable[..., Any]:
+    """``install_fake`` for ``build``: the ``install(scenario, clock, workdir)`` of the fake
+    module, imported only when simulating."""
+    def install(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
+        import importlib
+        return importlib.import_module(module).install(scenario, clock, workdir)
+    return install
+
+
+def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: "Callable[..., Any] | str",
           tool: "str | ToolSpec", dirs: Optional[str] = None, why: Optional[str] = None,
           *, vendor: Optional[str] = None) -> Any:
     """``factory(exe, clock=, timeout=, interval=, settings=[, extra_env=])`` over the real tool,
     or, when ``options.scenario`` is set, over the fake that ``install_fake(scenario, clock,
-    workdir) -> (exe, extra_env)`` writes (the caller imports its fake lazily). ``tool`` is the
+    workdir) -> (exe, extra_env)`` writes (or the fake module's dotted name: imported only then). ``tool`` is the
     tool's name or its ToolSpec; ``dirs``/``why`` left out come from the ToolSpec (the one
     given, or the one of ``vendor``'s spec)."""
+    if isinstance(install_fake, str):  # the fake module's dotted name
+        install_fake = fake_installer(install_fake)
     if isinstance(tool, ToolSpec):
         dirs = os.pathsep.join(tool.dirs) if dirs is None else dirs
         why = (tool.why_missing or f"{tool.name} not installed") if why is None else why
@@ -298,6 +309,17 @@ class CliCollector:
         return table_fault(self.vendor, self.lost_code,
                            f"{self.tool}: {identity.kind} {identity.index} ({identity.uuid}) no longer listed",
                            self.tool)
+
+    def sample(self, identity: DeviceIdentity, now: float, readings: Mapping[str, Reading],
+               current: Sequence[Fault] = (), *, processes: Sequence[Any] = (),
+               processes_reported: bool = False, links: Sequence[Any] = ()) -> DeviceSample:
+        """The device's sample: ``current`` (the faults the tool shows now) counted once per
+        episode, health the worst severity among them, every fault seen kept."""
+        reasons = self.episodes.update(identity.uuid, current, now)
+        return DeviceSample(identity=identity, timestamp=now, readings=dict(readings),
+                            health=Health(worst_state(reasons), reasons),
+                            faults=self.episodes.faults(identity.uuid), processes=tuple(processes),
+                            processes_reported=processes_reported, links=tuple(links))
 
     # ------------------------------------------------------------------ the cycle
     def collect(self) -> list[DeviceSample]:

@@ -132,3 +132,18 @@ def install_tool(scenario: Any, clock: Any, workdir: Optional[str], tool: str,
     return write_launcher(wd, tool, module, os.path.abspath(scenario.source)), clock_env(clock)
 
 
+
+
+def tool_entry(vendor: str, tool: str, answer_fn: Answer, module: str, *, error_message: str = "",
+               detail: Optional[Callable[[Sequence[str]], bool]] = None
+               ) -> tuple[Callable[..., int], Callable[..., tuple[str, Callable[[], dict[str, str]]]]]:
+    """``(main, install)`` of a fake tool module: ``main(argv)`` answers one call through the
+    failure modes (any argument makes a call a detail call unless ``detail`` says otherwise);
+    ``install(scenario, clock, workdir)`` writes its launcher."""
+    def main(argv: Optional[Sequence[str]] = None) -> int:
+        return fake_main(vendor, tool, answer_fn, argv, detail=detail or (lambda a: bool(a)),
+                         error_message=error_message)
+
+    def install(scenario: Any, clock: Any, workdir: Optional[str]) -> tuple[str, Callable[[], dict[str, str]]]:
+        return install_tool(scenario, clock, workdir, tool, module)
+    return main, install

@@ -212,19 +212,11 @@ class EfsmiCollector(CliCollector):
                 self._dbe[ident.uuid] = det.total_dbe
             if self._rising.get(ident.uuid) and det is not None:
                 current.append(_fault("dbe", f"GCU {d.index}: Total DBE {det.total_dbe:g}", "efsmi -q"))
-            reasons = self.episodes.update(ident.uuid, current, now)
-            out.append(DeviceSample(identity=ident, timestamp=now, readings=readings_of(d, det, age),
-                                    health=Health(worst_state(reasons), reasons),
-                                    faults=self.episodes.faults(ident.uuid),
-                                    processes=_processes(parsed, d, ident.uuid),
-                                    processes_reported=parsed.process_section))
+            out.append(self.sample(ident, now, readings_of(d, det, age), current,
+                                   processes=_processes(parsed, d, ident.uuid), processes_reported=parsed.process_section))
         return out
 
 
-def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
-    from . import fake  # simulation only
-    return fake.install(scenario, clock, workdir)
-
 
 def create(options: CollectorOptions) -> EfsmiCollector:
-    return build(options, EfsmiCollector, _install_fake, TOOL, vendor=VENDOR)
+    return build(options, EfsmiCollector, "hetero_exporter.collectors.enflame.efsmi.fake", TOOL, vendor=VENDOR)

@@ -17,10 +17,10 @@ Memory used (``-q`` Used Size) and Total DBE come from ``memory_used_bytes`` and
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from hetero_exporter import fields as F
-from hetero_exporter.sdk.fake_tool import fake_main, install_tool
+from hetero_exporter.sdk.fake_tool import tool_entry
 
 from .parse import MIB, TOOL
 
@@ -154,14 +154,9 @@ def answer(scenario: Any, t: float, argv: Sequence[str]) -> tuple[int, str, str]
     return 2, "", f"{TOOL}: unsupported arguments {' '.join(argv)}\n"
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    return fake_main(VENDOR, TOOL, answer, argv, detail=lambda a: bool(a),
-                     error_message="efsmi: failed to open the Enflame device (driver not loaded?)")
-
-
-def install(scenario: Any, clock: Any, workdir: Optional[str]) -> tuple[str, Callable[[], dict[str, str]]]:
-    """Write the fake efsmi; returns (its path, the per-call environment)."""
-    return install_tool(scenario, clock, workdir, TOOL, __name__)
+# the executable's entry point and its launcher (sdk.fake_tool: failure modes, scenario time)
+main, install = tool_entry(VENDOR, TOOL, answer, __name__,
+                           error_message="efsmi: failed to open the Enflame device (driver not loaded?)")
 
 
 if __name__ == "__main__":

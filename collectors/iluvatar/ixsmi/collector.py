@@ -187,24 +187,16 @@ class IxsmiCollector(CliCollector):
         samples = []
         for g in out.gpus:
             ident = self._known[(g.index, g.bus_id)]
-            reasons = self.episodes.update(ident.uuid, conditions(g), now)
-            samples.append(DeviceSample(identity=ident, timestamp=now, readings=readings_of(g),
-                                        health=Health(worst_state(reasons), reasons),
-                                        faults=self.episodes.faults(ident.uuid),
-                                        processes=_processes(out, g, ident.uuid),
-                                        processes_reported=out.process_section))
+            samples.append(self.sample(ident, now, readings_of(g), conditions(g),
+                                   processes=_processes(out, g, ident.uuid), processes_reported=out.process_section))
         return samples
 
-
-def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
-    from . import fake  # simulation only
-    return fake.install(scenario, clock, workdir)
 
 
 def create(options: CollectorOptions) -> IxsmiCollector:
     """The ixsmi collector over the real tool (``settings.path``, else ixsmi on PATH or in
     /usr/local/corex/bin), or over the fake when simulating."""
-    return build(options, IxsmiCollector, _install_fake, TOOL, vendor=VENDOR)
+    return build(options, IxsmiCollector, "hetero_exporter.collectors.iluvatar.ixsmi.fake", TOOL, vendor=VENDOR)
 
 
 __all__ = ["IxsmiCollector", "create", "parse_any", "snapshot", "QUALITY", "ParsedOutput", "ParseError"]

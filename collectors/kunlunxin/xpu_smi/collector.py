@@ -162,6 +162,9 @@ def parse_any(text: str) -> Any:
     return snapshot(parse(text))
 
 
+_FAKE = "hetero_exporter.collectors.kunlunxin.xpu_smi.fake"  # imported only when simulating
+
+
 class XpuSmiCollector(CliCollector):
     name = "xpu_smi"
     vendor = VENDOR
@@ -178,26 +181,18 @@ class XpuSmiCollector(CliCollector):
         for d in parsed.devices:
             ident = self.identities.recall(uuid=uuids[d.index]) or identity_of(
                 d, parsed, uuids[d.index], up.get(d.index), self.numa(d.bus_id))
-            reasons = self.episodes.update(ident.uuid, conditions(d), now)
-            out.append(DeviceSample(identity=ident, timestamp=now, readings=readings_of(d, parsed),
-                                    health=Health(worst_state(reasons), reasons),
-                                    faults=self.episodes.faults(ident.uuid),
-                                    processes=processes_of(parsed, d, ident.uuid),
-                                    processes_reported=parsed.process_section))
+            out.append(self.sample(ident, now, readings_of(d, parsed), conditions(d),
+                                   processes=processes_of(parsed, d, ident.uuid), processes_reported=parsed.process_section))
         return out
 
-
-def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
-    from hetero_exporter.collectors.kunlunxin.xpu_smi import fake  # simulation only
-    return fake.install(scenario, clock, workdir)
 
 
 def create(options: CollectorOptions) -> XpuSmiCollector:
     """The collector over ``xpu_smi`` (``settings.path``, else xpu_smi, else xpu-smi, on PATH or
     in the XRE folders of the spec's ToolSpecs), or over its fake when simulating."""
     try:
-        return build(options, XpuSmiCollector, _install_fake, BINARY, vendor=VENDOR)
+        return build(options, XpuSmiCollector, _FAKE, BINARY, vendor=VENDOR)
     except Unavailable:
         if options.scenario is not None or options.settings.get("path"):
             raise
-        return build(options, XpuSmiCollector, _install_fake, "xpu-smi", vendor=VENDOR)
+        return build(options, XpuSmiCollector, _FAKE, "xpu-smi", vendor=VENDOR)

@@ -20,10 +20,10 @@ Scenario hooks (vendor ``kunlunxin``):
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from hetero_exporter import fields as F
-from hetero_exporter.sdk.fake_tool import fake_main, install_tool
+from hetero_exporter.sdk.fake_tool import tool_entry
 
 from .parse import MIB
 
@@ -129,14 +129,9 @@ def answer(scenario: Any, t: float, argv: Sequence[str]) -> tuple[int, str, str]
     return 0, text, ""
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    return fake_main(VENDOR, TOOL, answer, argv, detail=lambda a: bool(a),
-                     error_message="xpu_smi: open /dev/xpuctrl failed (simulated)")
-
-
-def install(scenario: Any, clock: Any, workdir: Optional[str]) -> tuple[str, Callable[[], dict[str, str]]]:
-    """Write the fake xpu_smi; returns (its path, the per-call environment)."""
-    return install_tool(scenario, clock, workdir, TOOL, __name__)
+# the executable's entry point and its launcher (sdk.fake_tool: failure modes, scenario time)
+main, install = tool_entry(VENDOR, TOOL, answer, __name__,
+                           error_message="xpu_smi: open /dev/xpuctrl failed (simulated)")
 
 
 if __name__ == "__main__":

@@ -192,21 +192,14 @@ class MxSmiCollector(CliCollector):
                     numa = topo.numa.get(g.index)  # topo's Node Affinity where sysfs says nothing
                 ident = identity_of(g, t, numa)
             uuids[g.index] = ident.uuid
-            reasons = self.episodes.update(ident.uuid, conditions(g), now)
-            out.append(DeviceSample(identity=ident, timestamp=now, readings=readings_of(g),
-                                    health=Health(worst_state(reasons), reasons),
-                                    faults=self.episodes.faults(ident.uuid),
-                                    processes=processes_of(t, g, ident.uuid), processes_reported=t.process_section))
+            out.append(self.sample(ident, now, readings_of(g), conditions(g),
+                                   processes=processes_of(t, g, ident.uuid), processes_reported=t.process_section))
         links = links_of(topo, uuids)
         return [dataclasses.replace(d, links=links[d.identity.uuid]) if d.identity.uuid in links else d for d in out]
 
-
-def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
-    from hetero_exporter.collectors.metax.mx_smi import fake  # simulation only
-    return fake.install(scenario, clock, workdir)
 
 
 def create(options: CollectorOptions) -> MxSmiCollector:
     """The mx_smi collector: the real tool (``settings.path``, else ``mx-smi`` on PATH or in the
     spec's ToolSpec folders, /opt/mxdriver/bin first), or its fake when simulating."""
-    return build(options, MxSmiCollector, _install_fake, TOOL, vendor=VENDOR)
+    return build(options, MxSmiCollector, "hetero_exporter.collectors.metax.mx_smi.fake", TOOL, vendor=VENDOR)

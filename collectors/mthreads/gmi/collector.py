@@ -17,7 +17,7 @@ reading pair (pcie_link_width < pcie_link_width_max) that the health policy turn
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
@@ -121,21 +121,13 @@ class MthreadsGmiCollector(CliCollector):
         out = []
         for d in parsed.devices:
             ident = self.identities.recall(uuid=device_uuid(d)) or identity_of(d, parsed, self.numa(d.bus_id))
-            reasons = self.episodes.update(ident.uuid, conditions(d), now)
-            out.append(DeviceSample(identity=ident, timestamp=now, readings=readings_of(d),
-                                    health=Health(worst_state(reasons), reasons),
-                                    faults=self.episodes.faults(ident.uuid),
-                                    processes=processes_of(parsed, d, ident.uuid),
-                                    processes_reported=parsed.process_section))
+            out.append(self.sample(ident, now, readings_of(d), conditions(d),
+                                   processes=processes_of(parsed, d, ident.uuid), processes_reported=parsed.process_section))
         return out
 
-
-def _install_fake(scenario: Any, clock: Any, workdir: Optional[str]) -> Any:
-    from . import fake  # simulation only
-    return fake.install(scenario, clock, workdir)
 
 
 def create(options: CollectorOptions) -> MthreadsGmiCollector:
     """Over the real tool (``settings.path``, else mthreads-gmi on PATH or in the ToolSpec's
     folders) or, when simulating, over the fake written into ``options.workdir``."""
-    return build(options, MthreadsGmiCollector, _install_fake, TOOL, vendor=VENDOR)
+    return build(options, MthreadsGmiCollector, "hetero_exporter.collectors.mthreads.gmi.fake", TOOL, vendor=VENDOR)
