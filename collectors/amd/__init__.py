@@ -35,6 +35,7 @@ SPEC = VendorSpec(
                        description="AMD GPUs through `amd-smi metric --json` (ROCm 6+ CLI)"),
     ),
     versions="hetero_exporter.collectors.amd.versions:discover",  # the .info/version file of the runtime install
+    kernel_log="kernel_log.yaml",
     parsers={"rocm-smi": "hetero_exporter.collectors.amd.rocm_smi.collector:parse_rocm_smi",
              "amd-smi": "hetero_exporter.collectors.amd.amd_smi.collector:parse_any"},
 )

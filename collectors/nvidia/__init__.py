@@ -33,5 +33,6 @@ SPEC = VendorSpec(
         CollectorEntry("nvidia_smi", "nvidia", "hetero_exporter.collectors.nvidia.nvidia_smi.collector",
                        default=False, description="NVIDIA GPUs through `nvidia-smi -q -x`"),
     ),
+    kernel_log="kernel_log.yaml",
     parsers={"nvidia-smi": "hetero_exporter.collectors.nvidia.nvidia_smi.collector:parse"},
 )

@@ -8,6 +8,7 @@
 - NumaNodes: NUMA node of a PCI address, from sysfs; find_tool(): the tool's path or Unavailable
   (its host folders from the vendor spec's ToolSpec);
 - build(): a collector over the real tool, or over its fake executable when simulating;
+  fall_back(): a binding collector's CLI stand-in;
 - tool_spec(): the ToolSpec of a tool (host folders, environment it reads) from the specs;
 - CliCollector: the base of a CLI vendor collector (one summary call, hooks, lost devices).
 """
@@ -205,6 +206,23 @@ def find_tool(settings: Mapping[str, Any], name: str, dirs: Optional[str] = None
     if found is None:
         raise Unavailable(f"{exe} not found on PATH or in {dirs} ({why})")
     return found
+
+
+def fall_back(options: CollectorOptions, why: Unavailable, module: str, tool: str) -> Any:
+    """The CLI collector of ``module`` (its ``create(options)``, then ``probe()``) standing in
+    for a binding collector that cannot load (``why``), unless the settings say
+    ``fallback: false``; Unavailable naming both reasons when the CLI is missing too."""
+    if not options.settings.get("fallback", True):
+        raise why
+    import importlib
+    import logging
+    try:
+        collector = importlib.import_module(module).create(options)
+        collector.probe()
+    except Unavailable as e:
+        raise Unavailable(f"{why}; {tool} fallback: {e}") from None
+    logging.getLogger(module).warning("binding unusable (%s); reading %s instead", why, tool)
+    return collector
 
 
 def fake_installer(module: str) -> Callable[..., Any]:

@@ -43,18 +43,10 @@ log = logging.getLogger(__name__)
 VENDOR, KIND = "amd", "gpu"
 METRIC_ARGS = ("metric", "--json")
 STATIC_ARGS = ("static", "--json")
-# the amdsmi collector's vendor fields, spelled alike (not imported: that module is the binding's)
-MEDIA_UTILIZATION = "media_utilization_ratio"
-TEMP_EDGE = "temperature_edge_celsius"
-ECC_DEFERRED = "ecc_deferred_total"
-PCIE_WIDTH = "pcie_link_width"
-PCIE_SPEED = "pcie_link_speed_transfers_per_second"
-PCIE_BANDWIDTH = "pcie_bandwidth_bytes_per_second"
-PCIE_REPLAY = "pcie_replay_total"
-PCIE_REPLAY_ROLLOVER = "pcie_replay_rollover_total"
-PCIE_RECOVERY = "pcie_l0_to_recovery_total"
-PCIE_NAK_SENT = "pcie_nak_sent_total"
-PCIE_NAK_RECEIVED = "pcie_nak_received_total"
+# the amdsmi collector's vendor fields: one module names them for both
+from hetero_exporter.collectors.amd.fields import (  # noqa: E402
+    ECC_DEFERRED, MEDIA_UTILIZATION, PCIE_BANDWIDTH, PCIE_NAK_RECEIVED, PCIE_NAK_SENT, PCIE_RECOVERY,
+    PCIE_REPLAY, PCIE_REPLAY_ROLLOVER, PCIE_SPEED, PCIE_WIDTH, TEMP_EDGE)
 _SMU_AVERAGE_S = 1.0  # assumed: AMD documents no window for the SMU activity averages
 MIB = float(1 << 20)
 

@@ -45,6 +45,7 @@ from hetero_exporter import profiles
 from hetero_exporter.collectors.amd import versions
 from hetero_exporter.collectors.amd.identity import device_uuid
 from hetero_exporter.sdk import pciaddr, values
+from hetero_exporter.sdk.cli_collector import fall_back
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
@@ -55,19 +56,9 @@ from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, 
 log = logging.getLogger(__name__)
 
 # Vendor-specific fields (carried in the JSON model and accelerator_field_status).
-MEDIA_UTILIZATION = "media_utilization_ratio"
-TEMP_EDGE = "temperature_edge_celsius"
-ECC_DEFERRED = "ecc_deferred_total"
-PCIE_WIDTH = "pcie_link_width"
-PCIE_SPEED = "pcie_link_speed_transfers_per_second"
-PCIE_BANDWIDTH = "pcie_bandwidth_bytes_per_second"
-PCIE_REPLAY = "pcie_replay_total"
-PCIE_REPLAY_ROLLOVER = "pcie_replay_rollover_total"
-PCIE_RECOVERY = "pcie_l0_to_recovery_total"
-PCIE_NAK_SENT = "pcie_nak_sent_total"
-PCIE_NAK_RECEIVED = "pcie_nak_received_total"
-XGMI_RX = F.interconnect_field("xgmi", "rx")
-XGMI_TX = F.interconnect_field("xgmi", "tx")
+from hetero_exporter.collectors.amd.fields import (  # noqa: E402,F401 - part of this module's API
+    ECC_DEFERRED, MEDIA_UTILIZATION, PCIE_BANDWIDTH, PCIE_NAK_RECEIVED, PCIE_NAK_SENT, PCIE_RECOVERY,
+    PCIE_REPLAY, PCIE_REPLAY_ROLLOVER, PCIE_SPEED, PCIE_WIDTH, TEMP_EDGE, XGMI_RX, XGMI_TX)
 
 # Static quality of each field: the amdsmi call, method, window, resolution, error bound.
 # AMD documents no accuracy figures for these sensors: error_bound stays None where unknown.
@@ -749,13 +740,4 @@ def create(options: CollectorOptions) -> Any:
 
 
 def _fallback(options: CollectorOptions, why: Unavailable) -> Any:
-    if not options.settings.get("fallback", True):
-        raise why
-    from hetero_exporter.collectors.amd.amd_smi import collector as amd_smi
-    try:
-        collector = amd_smi.create(options)
-        collector.probe()
-    except Unavailable as e:
-        raise Unavailable(f"{why}; amd-smi fallback: {e}") from None
-    log.warning("amdsmi unusable (%s); reading amd-smi metric --json instead", why)
-    return collector
+    return fall_back(options, why, "hetero_exporter.collectors.amd.amd_smi.collector", "amd-smi")

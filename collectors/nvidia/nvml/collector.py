@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
+from hetero_exporter.sdk.cli_collector import fall_back
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.collectors.nvidia import common as C
 from hetero_exporter.collectors.nvidia.nvml.events import Event, EventWatcher
@@ -619,13 +620,4 @@ def create(options: CollectorOptions) -> Any:
 
 
 def _fallback(options: CollectorOptions, why: Unavailable) -> Any:
-    if not options.settings.get("fallback", True):
-        raise why
-    from hetero_exporter.collectors.nvidia.nvidia_smi import collector as nvidia_smi
-    try:
-        collector = nvidia_smi.create(options)
-        collector.probe()
-    except Unavailable as e:
-        raise Unavailable(f"{why}; nvidia-smi fallback: {e}") from None
-    log.warning("NVML unusable (%s); reading nvidia-smi -q -x instead", why)
-    return collector
+    return fall_back(options, why, "hetero_exporter.collectors.nvidia.nvidia_smi.collector", "nvidia-smi")
