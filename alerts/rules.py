@@ -167,6 +167,23 @@ AGENT_RULES = [
          runbook="unavailable: the vendor binding or tool is missing from the image or the host mounts; "
                  "timeout/busy: the vendor tool hangs (driver problem, check dmesg); parse: the tool's output "
                  "changed, capture it and report it with hetero-exporter parse."),
+    Rule("AcceleratorKernelLogDown",
+         f"{N.KERNEL_LOG_UP.name} == 0", "warning", for_="10m",
+         summary="hetero-exporter on node {{ $labels.node }} cannot read the kernel log",
+         description="The kernel-log follower on node {{ $labels.node }} has not been reading /dev/kmsg (or its "
+                     "configured file) for 10 minutes: Xid, SXid, fallen-off-the-bus and amdgpu RAS lines "
+                     "that the vendor tools do not report go unseen.",
+         runbook="Check that the DaemonSet mounts /dev/kmsg and that the container may read it (CAP_SYSLOG "
+                 "where kernel.dmesg_restrict=1); the agent's log names the reason once at start."),
+    Rule("AcceleratorKernelLogRecordsLost",
+         f"increase({N.KERNEL_LOG_DROPPED.name}[15m]) > 0", "warning",
+         summary="Kernel log records lost on node {{ $labels.node }} ({{ $labels.reason }})",
+         description="{{ $value | humanize }} kernel-log records or events were lost on node {{ $labels.node }} "
+                     "in 15 minutes (reason {{ $labels.reason }}: overwritten in the ring buffer before they "
+                     "were read, or past the bounded queue in a storm); a device fault may have gone unseen.",
+         runbook="Read dmesg on the node for a message storm (a flapping device, a looping driver); "
+                 "compare with the devices' health. overwritten: the agent was down or too slow; queue-full: "
+                 "a storm, raise kernel_log.max_pending if it is legitimate."),
     Rule("AcceleratorSnapshotStale",
          f"{N.SNAPSHOT_AGE.name} > {STALE_SNAPSHOT_SECONDS}", "warning", for_="2m",
          summary="hetero-exporter on node {{ $labels.node }} serves a stale snapshot",

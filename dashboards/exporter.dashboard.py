@@ -1,7 +1,7 @@
 """The exporter itself: scrape health, collector success and duration, snapshot age, attribution
-sources, and the quality of every field (where it comes from, whether it is ok)."""
+sources, the kernel-log follower, and the quality of every field (where it comes from, whether it is ok)."""
 
-from panels import JOB, Q, Section, build_dashboard, external, increase, sel, table, timeseries
+from panels import JOB, Q, Section, build_dashboard, external, increase, rate, sel, table, timeseries
 
 from hetero_exporter.exposition import names as N
 
@@ -49,6 +49,22 @@ dashboard = build_dashboard(
                        Q(f"time() - {sel(N.ATTRIBUTION_SOURCE_LAST_SUCCESS)}", "{{node}} {{source}}"), unit="s"),
             timeseries("Attribution source items", "What each source holds (pods, allocated devices, cached pids).",
                        Q(sel(N.ATTRIBUTION_SOURCE_ITEMS), "{{node}} {{source}}")),
+        ]]),
+        Section("Kernel log", [[
+            timeseries("Kernel log follower up", "1 when the agent follows /dev/kmsg (or its configured file); "
+                       "0: not mounted, or no CAP_SYSLOG (the agent's log says which).",
+                       Q(sel(N.KERNEL_LOG_UP), "{{node}}"), max_value=1),
+            timeseries("Kernel log records read", "Records per second the follower reads.",
+                       Q(rate(N.KERNEL_LOG_RECORDS), "{{node}}")),
+            timeseries("Kernel log lag", "Seconds the follower is behind the kernel log (0 when caught up).",
+                       Q(sel(N.KERNEL_LOG_LAG), "{{node}}"), unit="s"),
+        ], [
+            timeseries("Faults from the kernel log", "Device faults the kernel log stated (source kmsg: Xid, SXid, "
+                       "amdgpu RAS, resets, ring timeouts), by vendor and code.",
+                       Q(increase(N.KERNEL_LOG_EVENTS), "{{node}} {{vendor}} {{code}}"), stacked=True),
+            timeseries("Kernel log records lost", "Records overwritten before they were read, or events past the "
+                       "bounded queue in a storm.",
+                       Q(increase(N.KERNEL_LOG_DROPPED), "{{node}} {{reason}}"), stacked=True),
         ]]),
         Section("Field quality", [[
             table("Field status", "Devices per vendor, field and quality status (ok, unsupported, error, stale).",

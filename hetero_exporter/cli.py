@@ -3,8 +3,9 @@
     hetero-exporter run [--listen HOST:PORT] [--interval S] [--config FILE] [--simulate [SCENARIO]]
                         [--collector.NAME | --no-collector.NAME] [--node-name NAME] [--kubeconfig FILE]
                         [--health-mode observe|dry-run|enforce] [--log-format json|text]
-    hetero-exporter inspect [--simulate [SCENARIO]] [--json]
-    hetero-exporter parse TOOL FILE [--json]
+                        [--kernel-log PATH|off]
+    hetero-exporter inspect [--simulate [SCENARIO]] [--at T] [--json]
+    hetero-exporter parse TOOL FILE [--json]        (TOOL kernel-log: a dmesg / journal / kmsg capture)
     hetero-exporter health --dry-run [--simulate [SCENARIO]] [--node-name NAME] [--kubeconfig FILE]
     hetero-exporter scheduler-extender [--listen HOST:PORT] [--kubeconfig FILE] [--policy binpack|spread]
     hetero-exporter score --pod POD.yaml --nodes NODES.json [--policy binpack|spread] [--json]
@@ -42,6 +43,10 @@ class UsageError(Exception):
     pass
 
 
+KERNEL_LOG_TOOL = "kernel-log"
+KERNEL_LOG_PARSE_LIMIT = 1 << 30  # bytes `parse kernel-log` reads (streamed: memory stays bounded)
+
+
 # --------------------------------------------------------------------------- arguments
 
 
@@ -54,6 +59,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="simulate the default scenario when the PCI bus shows no accelerator")
     p.add_argument("--at", type=float, default=None, metavar="T",
                    help="with --simulate: start the scenario clock at T seconds")
+    p.add_argument("--kernel-log", metavar="PATH",
+                   help="kernel log to follow as a health source: /dev/kmsg (default), a text log "
+                        "(/var/log/kern.log, followed like tail -F), or 'off'")
     p.add_argument("--node-name", help="node name (default: $NODE_NAME, else the host name)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
     p.add_argument("--interval", type=float, help="seconds between collection cycles (default 10)")
@@ -94,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="plan only (the agent acts from `run --health-mode enforce`)")
 
     parse = sub.add_parser("parse", help="turn a captured vendor output into the model")
-    parse.add_argument("tool", metavar="TOOL", help="which tool printed FILE: " + (", ".join(sorted(registry.parsers())) or "none yet"))
+    parse.add_argument("tool", metavar="TOOL", help="which tool printed FILE: " + ", ".join(
+        sorted(set(registry.parsers()) | {KERNEL_LOG_TOOL})))
     parse.add_argument("file", metavar="FILE", help="the captured output ('-' for stdin)")
     parse.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -179,6 +188,7 @@ class Wiring:
         self.workdir = tempfile.mkdtemp(prefix="hetero-exporter-") if self.scenario is not None else None
         self.wake = threading.Event()  # collectors set it to get a cycle at once
         self._closers: list[Any] = []  # background sources (pod cache, PodResources) to stop
+        self.kernel_log: Any = None  # the kernel-log Follower, once health_enrichers() built it
 
     def close(self) -> None:
         """Remove what simulation wrote (fake executables, fake /proc) at exit."""
@@ -266,7 +276,56 @@ class Wiring:
             scan = (simulated_scan(self.scenario, self.clock, registry.pci_vendors()) if self.scenario is not None
                     else lambda: pci.scan(self.cfg.sysfs_root))
             out.append(PciPresence(scan, registry.pci_vendors()))
+        kernel_log = self.kernel_log_faults(policy)
+        if kernel_log is not None:
+            out.append(kernel_log)
         return out + [self.verdicts]
+
+    # ---- the kernel log as a health source (README: Kernel log)
+
+    def kernel_log_settings(self) -> dict[str, Any]:
+        settings = dict(self.cfg.kernel_log)
+        flag = getattr(self.args, "kernel_log", None)
+        if flag is not None:
+            if flag.lower() in ("off", "false", "no", "none"):
+                settings["enabled"] = False
+            else:
+                settings.update(enabled=True, path=flag)
+        return settings
+
+    def kernel_log_faults(self, policy: Any) -> Any:
+        """The follower (its own thread; the first read done before the first cycle) and the
+        enricher putting its events on the devices; None when off. Simulating, it reads the
+        scenario's ring buffer (its ``kernel_log`` lines up to the scenario clock)."""
+        from hetero_exporter import kernel_log as kl
+        settings = self.kernel_log_settings()
+        if not settings.get("enabled", True):
+            log.info("kernel log off", extra={"reason": "disabled"})
+            return None
+        path = settings.get("path")
+        state_dir = settings.get("state_dir", "/var/lib/hetero-exporter")
+        boot_id = _boot_id()
+        if self.scenario is not None:
+            state_dir = os.path.join(self.workdir, "state") if "state_dir" not in self.cfg.kernel_log else state_dir
+            boot_id = f"sim-{self.scenario.name}"
+        if path and path != kl.KMSG:
+            source: Any = kl.FileSource(str(path), initial_bytes=int(settings.get("initial_bytes", 8 << 20)))
+        elif self.scenario is not None:
+            from hetero_exporter.simulate.kernel_log import ScenarioKmsg
+            ring = ScenarioKmsg(self.scenario, self.clock)
+            source = kl.KmsgSource("simulated:/dev/kmsg", opener=ring.opener, wall_time=ring.wall_time)
+        else:
+            source = kl.KmsgSource(kl.KMSG)
+        follower = kl.Follower(
+            source, state_dir=state_dir, boot_id=boot_id, clock=self.clock, wake=self.wake.set,
+            max_records_per_second=float(settings.get("max_records_per_second", 5000)),
+            max_pending=int(settings.get("max_pending", 1024)),
+            retry_seconds=float(settings.get("retry_seconds", 60)))
+        follower.start(wait_first=2.0)
+        self._closers.append(follower.close)
+        self.kernel_log = follower
+        return kl.KernelLogFaults(follower, reset_codes=policy.reset_codes | kl.RESET_CODES,
+                                  dedup_seconds=float(settings.get("dedup_seconds", 60)))
 
     def health_loop(self, metrics_registry: Any) -> Any:
         """The health loop over ``self.verdicts`` (call after sampler()); its metrics go on the
@@ -389,6 +448,9 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     reg.register(SnapshotCollector(store.latest, clock=w.clock))
     server = MetricsServer(w.cfg.listen, reg, store.latest).start()
     sampler = w.sampler()
+    if w.kernel_log is not None:
+        from hetero_exporter.exposition.collector import KernelLogCollector
+        reg.register(KernelLogCollector(w.kernel_log.status))
     health = w.health_loop(reg)
     store.subscribe(health.offer)
     health.start()
@@ -482,7 +544,48 @@ def _print_parsed(result: Any, as_json: bool) -> None:
             print(f"{k:<16} {'-' if v is None else v}")
 
 
+def cmd_parse_kernel_log(args: argparse.Namespace) -> int:
+    """``parse kernel-log FILE``: streamed line by line (memory bounded by the events kept),
+    at most KERNEL_LOG_PARSE_LIMIT bytes."""
+    from hetero_exporter import kernel_log as kl
+    from hetero_exporter.sdk.kmsg import parse_lines
+    try:
+        if args.file == "-":
+            stream = sys.stdin.buffer
+        else:
+            stream = open(args.file, "rb")  # noqa: SIM115 - closed below
+            size = os.fstat(stream.fileno()).st_size
+            if size > KERNEL_LOG_PARSE_LIMIT:
+                stream.close()
+                print(f"hetero-exporter parse: {args.file} is {size} bytes, over the limit of "
+                      f"{KERNEL_LOG_PARSE_LIMIT} bytes ({KERNEL_LOG_PARSE_LIMIT >> 20} MiB) of parse kernel-log",
+                      file=sys.stderr)
+                return EXIT_FAIL
+    except OSError as e:
+        print(f"hetero-exporter parse: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return EXIT_FAIL
+    try:
+        events, n = parse_lines(kl.iter_lines(stream, KERNEL_LOG_PARSE_LIMIT, args.file))
+    except ValueError as e:
+        print(f"hetero-exporter parse: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    except OSError as e:
+        print(f"hetero-exporter parse: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return EXIT_FAIL
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    doc = {"schema": 1, "events": [e.to_dict() for e in events]}
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(kl.render_events({**doc, "lines": n}), end="")
+    return EXIT_OK
+
+
 def cmd_parse(args: argparse.Namespace) -> int:
+    if args.tool == KERNEL_LOG_TOOL:
+        return cmd_parse_kernel_log(args)
     try:
         fn = registry.parser(args.tool)
     except KeyError as e:

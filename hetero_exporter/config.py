@@ -12,6 +12,13 @@ Example (every key optional)::
       <collector>: {enabled: true, timeout: 5}   # a collector's name (``list-collectors``)
       <other>: {enabled: false}
     health: {mode: observe}  # observe | dry-run | enforce; see the health section of README
+    kernel_log:             # the kernel log as a health source (README: Kernel log)
+      enabled: true         # false: not followed
+      path: /dev/kmsg       # or a text log followed like tail -F (/var/log/kern.log)
+      state_dir: /var/lib/hetero-exporter   # cursor + boot id, so a restart neither replays nor misses
+      max_records_per_second: 5000
+      max_pending: 1024     # distinct (vendor, device, code) events held between cycles
+      dedup_seconds: 60     # a fault the vendor API also reports within this counts once
 """
 
 from __future__ import annotations
@@ -24,7 +31,10 @@ from typing import Any, Mapping, Optional
 import yaml
 
 KNOWN_KEYS = {"listen", "interval", "node_name", "log_format", "sysfs_root", "proc_root",
-              "collectors", "health", "kubeconfig", "attribution", "scoring", "default_timeout"}
+              "collectors", "health", "kubeconfig", "attribution", "scoring", "default_timeout",
+              "kernel_log"}
+KERNEL_LOG_KEYS = {"enabled", "path", "state_dir", "max_records_per_second", "max_pending", "dedup_seconds",
+                   "initial_bytes", "retry_seconds"}
 
 
 class ConfigError(ValueError):
@@ -45,6 +55,7 @@ class Config:
     health: Mapping[str, Any] = field(default_factory=dict)
     attribution: Mapping[str, Any] = field(default_factory=dict)
     scoring: Mapping[str, Any] = field(default_factory=dict)
+    kernel_log: Mapping[str, Any] = field(default_factory=dict)
 
     def collector_settings(self, name: str) -> Mapping[str, Any]:
         return self.collectors.get(name) or {}
@@ -84,11 +95,15 @@ def load(path: Optional[str]) -> Config:
             collectors={str(k): dict(v or {}) for k, v in (doc.get("collectors") or {}).items()},
             health=dict(doc.get("health") or {}),
             attribution=dict(doc.get("attribution") or {}),
-            scoring=dict(doc.get("scoring") or {}))
+            scoring=dict(doc.get("scoring") or {}),
+            kernel_log=dict(doc.get("kernel_log") or {}))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{path}: {e}") from None
     if cfg.interval <= 0:
         raise ConfigError(f"{path}: interval must be positive")
     if cfg.log_format not in ("json", "text"):
         raise ConfigError(f"{path}: log_format must be json or text")
+    unknown = sorted(set(cfg.kernel_log) - KERNEL_LOG_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys kernel_log.{unknown}; known: {sorted(KERNEL_LOG_KEYS)}")
     return cfg

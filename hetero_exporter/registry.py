@@ -18,7 +18,10 @@ ENTRY_POINT_GROUP = vendors.ENTRY_POINT_GROUP
 __all__ = ["CollectorEntry", "collector_entries", "collector_factory", "parsers", "parser", "pci_vendors"]
 
 # Parsers that are not a vendor's (TOOL -> "module:function")
-_CORE_PARSERS = {"cgroup": "hetero_exporter.attribution:parse_cgroup"}  # /proc/<pid>/cgroup -> CgroupInfo
+_CORE_PARSERS = {
+    "cgroup": "hetero_exporter.attribution:parse_cgroup",  # /proc/<pid>/cgroup -> CgroupInfo
+    "kernel-log": "hetero_exporter.sdk.kmsg:parse_text",  # dmesg / journalctl -k / /dev/kmsg -> events
+}
 
 
 def collector_entries() -> dict[str, CollectorEntry]:

@@ -79,6 +79,10 @@ def faulty_scenario(tmp: Path) -> Path:
     doc["node"] = FAULTY
     doc["faults"] = [{"at": 0, "vendor": "nvidia", "index": 1, "kind": "xid", "code": "79",
                       "message": "GPU has fallen off the bus"}]
+    # and an info-level event the kernel log states (a ring timeout the driver recovered from):
+    # the kernel-log panels have an event to show, and no second device fails
+    doc["kernel_log"] = [{"at": 0, "vendor": "amd", "index": 1,
+                          "line": "amdgpu {pci}: amdgpu: ring gfx_0.0.0 timeout, but soft recovered"}]
     path = tmp / "faulty.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric as PromMetric
 from prometheus_client.samples import Sample
@@ -187,3 +187,32 @@ class SnapshotCollector:
         age = GaugeMetricFamily(N.SNAPSHOT_AGE.family, N.SNAPSHOT_AGE.help)
         age.add_metric([], max(0.0, self._clock() - snap.time))
         yield age
+
+
+class KernelLogCollector:
+    """The kernel log follower's self-metrics; ``status()`` is ``kernel_log.Follower.status``
+    (a plain mapping: up, records, events {(vendor, code): n}, dropped {reason: n}, lag_seconds)."""
+
+    def __init__(self, status: Callable[[], Optional[Mapping[str, Any]]]):
+        self._status = status
+
+    def describe(self) -> Iterable[PromMetric]:
+        return []
+
+    def collect(self) -> Iterator[PromMetric]:
+        st = self._status()
+        if st is None:
+            return
+        yield GaugeMetricFamily(N.KERNEL_LOG_UP.name, N.KERNEL_LOG_UP.help, value=1.0 if st.get("up") else 0.0)
+        yield CounterMetricFamily(N.KERNEL_LOG_RECORDS.family, N.KERNEL_LOG_RECORDS.help,
+                                  value=float(st.get("records", 0)))
+        ev = CounterMetricFamily(N.KERNEL_LOG_EVENTS.family, N.KERNEL_LOG_EVENTS.help, labels=N.KERNEL_LOG_EVENTS.labels)
+        for (vendor, code), n in sorted((st.get("events") or {}).items()):
+            ev.add_metric([vendor, code], n)
+        yield ev
+        dropped = CounterMetricFamily(N.KERNEL_LOG_DROPPED.family, N.KERNEL_LOG_DROPPED.help,
+                                      labels=N.KERNEL_LOG_DROPPED.labels)
+        for reason, n in sorted((st.get("dropped") or {}).items()):
+            dropped.add_metric([reason], n)
+        yield dropped
+        yield GaugeMetricFamily(N.KERNEL_LOG_LAG.name, N.KERNEL_LOG_LAG.help, value=float(st.get("lag_seconds", 0.0)))

@@ -150,6 +150,19 @@ INTERCONNECT_LINKS = Metric("accelerator_interconnect_links", "gauge",
                             "Device interconnect links by type and state (active, inactive).",
                             DEV + ("link_type", "state"))
 
+# The kernel log follower (issue 14, hetero_exporter/kernel_log.py)
+KERNEL_LOG_UP = Metric("accelerator_kernel_log_up", "gauge",
+                       "1 when the kernel log (/dev/kmsg or the configured file) is being followed.", ())
+KERNEL_LOG_RECORDS = Metric("accelerator_kernel_log_records_total", "counter",
+                            "Kernel log records read since the agent started.", ())
+KERNEL_LOG_EVENTS = Metric("accelerator_kernel_log_events_total", "counter",
+                           "Device faults the kernel log stated, by vendor and code.", ("vendor", "code"))
+KERNEL_LOG_DROPPED = Metric("accelerator_kernel_log_dropped_total", "counter",
+                            "Kernel log records or events lost: overwritten in the ring buffer before "
+                            "they were read, or past the bounded queue in a storm (queue-full).", ("reason",))
+KERNEL_LOG_LAG = Metric("accelerator_kernel_log_lag_seconds", "gauge",
+                        "Seconds the follower has been behind the kernel log (0 when caught up).", ())
+
 ALL: tuple[Metric, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Metric))
 BY_NAME: dict[str, Metric] = {m.name: m for m in ALL}
 

@@ -31,6 +31,7 @@ from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
 
 STATE_RANK = {"ok": 0, "unknown": 0, "degraded": 1, "failed": 2}
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+EVIDENCE_SOURCE = "kmsg"  # Fault.source of the kernel log (hetero_exporter/kernel_log.py)
 
 
 @dataclass(frozen=True)
@@ -214,12 +215,16 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
     else:
         active_rules = set(s.active_rules)
 
-    # sticky faults start on their first occurrence, without debounce: they are events
+    # sticky faults start on their first occurrence, without debounce: they are events. A
+    # critical fault from the kernel log is sticky whatever its class: the line is printed once,
+    # so it holds until evidence (a reset, the lost device readable again, a boot)
     for code, f in list(critical.items()) + list(warning.items()):
         cp = policy.class_policy(f)
-        if cp.sticky and code not in sticky:
+        evidence_only = not cp.sticky and f.source == EVIDENCE_SOURCE and code in critical
+        if (cp.sticky or evidence_only) and code not in sticky:
             level = "failed" if code in critical else "degraded"
-            sticky[code] = StickyFault(f, f.first_seen or now, cp.clear_on, level, seen_lost=lost)
+            clear_on = frozenset({"boot", "reset", "readable"}) if evidence_only else cp.clear_on
+            sticky[code] = StickyFault(f, f.first_seen or now, clear_on, level, seen_lost=lost)
             warning.pop(code, None)
 
     # warning debounce: k of the last n readable polls

@@ -111,7 +111,7 @@ class VendorSpec:
     # "module:function" (host_root: str) -> VersionInfo, for driver/runtime discovery outside
     # the tool's own output (a version file of the runtime install); None when the tool says it
     versions: Optional[str] = None
-    kernel_log: Optional[str] = None  # "module:attr" of the kernel-log rules (when written)
+    kernel_log: Optional[str] = None  # kernel-log rules data file beside the fault table ("kernel_log.yaml"; sdk/kmsg.py)
 
     def data_path(self, relative: str) -> Path:
         """A data file of the vendor package (fault table, profiles)."""

@@ -192,6 +192,16 @@ class FaultSpec:
 
 
 @dataclass(frozen=True)
+class KernelLogLine:
+    """A line the simulated kernel prints at scenario time ``at`` (into the simulated ring
+    buffer that the kernel-log follower reads, simulate/kernel_log.py)."""
+
+    at: float
+    line: str
+    priority: int = 3  # syslog level (3 = err)
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     node: str
@@ -201,6 +211,7 @@ class Scenario:
     links: tuple[Mapping[str, Any], ...] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)  # vendor-keyed fake settings
     source: str = ""
+    kernel_log: tuple[KernelLogLine, ...] = ()
 
     def devices_of(self, vendor: str) -> list[DeviceSpec]:
         return [d for d in self.devices if d.vendor == vendor]
@@ -291,6 +302,38 @@ def _devices(group: Mapping[str, Any], where: str, scenario: str, next_index: di
     return out
 
 
+_PLACEHOLDERS = ("{pci}", "{bus}", "{uuid}", "{index}")
+
+
+def _kernel_log(entries: Any, devices: Sequence[DeviceSpec]) -> tuple[KernelLogLine, ...]:
+    """``kernel_log: [{at, line, vendor, index, priority}]``: ``{pci}`` (0000:18:00.0), ``{bus}``
+    (0000:18:00, as NVRM prints it), ``{uuid}`` and ``{index}`` in ``line`` are those of device
+    ``index`` of ``vendor``. Other braces (amdgpu's ``{12}`` event ids) stay as written."""
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        raise ScenarioError("kernel_log: a list of {at, line, vendor, index}")
+    out = []
+    for i, e in enumerate(entries):
+        where = f"kernel_log[{i}]"
+        if not isinstance(e, Mapping) or "at" not in e or not isinstance(e.get("line"), str):
+            raise ScenarioError(f"{where}: needs at and line")
+        try:
+            at, priority = float(e["at"]), int(e.get("priority", 3))
+        except (TypeError, ValueError):
+            raise ScenarioError(f"{where}: at is seconds, priority 0..7") from None
+        line = e["line"]
+        if any(p in line for p in _PLACEHOLDERS):
+            dev = next((d for d in devices if d.vendor == e.get("vendor") and d.index == e.get("index")), None)
+            if dev is None:
+                raise ScenarioError(f"{where}: the line names {{pci}}/{{bus}}/{{uuid}}/{{index}}: give the vendor "
+                                    f"and index of a scenario device (got {e.get('vendor')!r} {e.get('index')!r})")
+            line = (line.replace("{pci}", dev.pci_address).replace("{bus}", dev.pci_address.rsplit(".", 1)[0])
+                    .replace("{uuid}", dev.uuid).replace("{index}", str(dev.index)))
+        out.append(KernelLogLine(at=at, line=line, priority=priority & 7))
+    return tuple(sorted(out, key=lambda x: x.at))
+
+
 def from_dict(doc: Mapping[str, Any], source: str = "") -> Scenario:
     if not isinstance(doc, Mapping):
         raise ScenarioError(f"{source}: a scenario is a YAML mapping")
@@ -326,7 +369,8 @@ def from_dict(doc: Mapping[str, Any], source: str = "") -> Scenario:
                 raise ScenarioError(f"{d.vendor}[{d.index}] process {p.pid}: unknown pod {p.pod!r}")
     return Scenario(name=name, node=str(doc.get("node", "sim-node")), devices=tuple(devices),
                     faults=tuple(faults), pods=tuple(pods), links=tuple(doc.get("links") or ()),
-                    settings=dict(doc.get("settings") or {}), source=source)
+                    settings=dict(doc.get("settings") or {}), source=source,
+                    kernel_log=_kernel_log(doc.get("kernel_log"), devices))
 
 
 def builtin_names() -> list[str]:

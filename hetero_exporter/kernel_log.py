@@ -1,0 +1,766 @@
+"""The kernel log as a health source: a follower of /dev/kmsg (or of a text log such as
+/var/log/kern.log) and the sampler enricher that turns what it matched into faults on the
+devices the lines name.
+
+``Follower`` runs in its own thread and never blocks a collection cycle:
+
+- /dev/kmsg is opened non-blocking; each read returns one record as the kernel gives it
+  (``pri,seq,usec,flags;message`` and dictionary lines that start with a space, which are
+  ignored, as are continuation fragments, flag ``+``); ``EAGAIN`` means nothing new, ``EPIPE``
+  means the next records were overwritten: the gap (from the sequence numbers) is counted as
+  dropped (``overwritten``) and reading goes on.
+- The cursor (the last sequence number handed over, or a text file's inode and offset) and the
+  boot id (/proc/sys/kernel/random/boot_id) live in a small state file under ``state_dir``, so a
+  restart neither replays nor misses records; a new boot id starts from the ring buffer's start
+  (a fault since boot still counts).
+- A text file is followed like ``tail -F``: lines as they come, rotation (a new inode at the
+  path, or a truncated file) reopens it from its start. On a first start without state, only the
+  last ``initial_bytes`` are read, and lines before the last boot in them (``Linux version``) are
+  not faults of this boot.
+- A record storm is bounded: reading is rate-limited (``max_records_per_second``, token bucket;
+  the kernel then overwrites and the loss is counted), and pending events are coalesced by
+  (vendor, device, code) in a table of at most ``max_pending`` entries (more are dropped and
+  counted, ``queue-full``).
+- When /dev/kmsg cannot be opened (no CAP_SYSLOG, not mounted) it logs why once, reports
+  ``up`` 0, and retries quietly every ``retry_seconds``.
+
+Matching is ``hetero_exporter.sdk.kmsg`` (pure; each vendor's rules in its package).
+
+``KernelLogFaults`` is the sampler enricher (after PCI presence, before the health verdicts):
+it takes the follower's events each cycle and records them in a ``FaultLedger`` under the
+device they name (by uuid when the line gives one, else by PCI address, with the identities seen
+at that address earlier for a device gone from the snapshot), so they reach the health rules as
+fault occurrences with ``source: "kmsg"``, like the vendor APIs' events.
+
+- A fault that the device's collector also reports (NVML Xid 79 and the kernel's Xid 79) is
+  counted once: the same device, the same code, occurrences within ``dedup_seconds`` of each
+  other are paired and the pair counts one.
+- Node-level events (NVSwitch SXid: the switch is not a device the agent exports) become a fault
+  on every GPU of that vendor on the node: every GPU of an NVSwitch board moves its peer traffic
+  through the switches, a fatal SXid ends the jobs on all of them, and the fault class (fabric,
+  node-level in the policy) taints the node; a placeholder device instead would add a device
+  that is not one to the counts the scheduler and the expected-vs-present alert read.
+- Recovery only on evidence: a recovery event (a reset that succeeded) is recorded as a reset
+  code for its device (the rules clear the faults whose policy clears on reset); the device
+  readable again after being lost, and a new boot id, are the rules' own evidence. The rules
+  keep a critical kmsg fault sticky until one of them (health/rules.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import select
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+
+from hetero_exporter.model import DeviceIdentity, Fault, NodeSnapshot
+from hetero_exporter.sdk import pciaddr
+from hetero_exporter.sdk.ledger import FaultLedger
+
+log = logging.getLogger(__name__)
+
+KMSG = "/dev/kmsg"
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+STATE_FILE = "kernel-log.state.json"
+READ_SIZE = 8192  # one /dev/kmsg record with its dictionary fits (CONSOLE_EXT_LOG_MAX)
+MAX_LINE = 64 * 1024  # a text-log line longer than this is cut
+RESET_CODES = frozenset({"reset", "device-reset", "gpu-reset"})
+BOOT_MARKER = "Linux version "
+
+
+def read_boot_id(path: str = BOOT_ID_FILE) -> Optional[str]:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _kmsg_api() -> tuple[Callable, Callable]:
+    from hetero_exporter.sdk.kmsg import Matcher, split_record
+    return Matcher, split_record
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class KmsgSource:
+    """/dev/kmsg (or what ``opener()`` returns: a file-like object whose ``read(n)`` gives one
+    record, raises BlockingIOError when there is none and BrokenPipeError when the next one was
+    overwritten, as the kernel's does; tests and simulation use this)."""
+
+    kind = "kmsg"
+
+    def __init__(self, path: str = KMSG, opener: Optional[Callable[[], Any]] = None,
+                 wall_time: Optional[Callable[[int], Optional[float]]] = None):
+        self.path = path
+        self._opener = opener
+        self._wall_time = wall_time
+        self._fd: Optional[int] = None
+        self._f: Any = None
+        self._poll: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.path
+
+    def open(self, cursor: Optional[Mapping[str, Any]] = None) -> None:
+        """Open at the oldest record of the buffer (the cursor is applied by the follower,
+        which skips records up to it: /dev/kmsg seeks only to its start, end or clear point)."""
+        self.close()
+        if self._opener is not None:
+            self._f = self._opener()
+            return
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            self._poll = select.poll()
+            self._poll.register(self._fd, select.POLLIN)
+        except (AttributeError, OSError):
+            self._poll = None
+
+    def read(self) -> Optional[bytes]:
+        """One record; None when there is none now. BrokenPipeError: records were overwritten."""
+        try:
+            data = os.read(self._fd, READ_SIZE) if self._fd is not None else self._f.read(READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return None
+        return data or None
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a record; False when it cannot wait (the caller sleeps)."""
+        if self._poll is None:
+            return False
+        try:
+            self._poll.poll(max(0, int(timeout * 1000)))
+        except (OSError, InterruptedError):
+            pass
+        return True
+
+    def wall_time(self, usec: int) -> Optional[float]:
+        """Unix time of a record stamped ``usec`` after boot (printk's clock is monotonic)."""
+        if self._wall_time is not None:
+            return self._wall_time(usec)
+        if self._opener is not None:
+            return None
+        try:
+            return time.time() - (time.clock_gettime(time.CLOCK_MONOTONIC) - usec / 1e6)
+        except (AttributeError, OSError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+        if self._f is not None:
+            try:
+                self._f.close()
+            except Exception:  # noqa: BLE001 - a fake without close
+                pass
+            self._f = None
+        self._poll = None
+
+
+class FileSource:
+    """A text log followed like ``tail -F``: complete lines as they are written; a rotated or
+    truncated file is reopened from its start (after the rest of the old one was read)."""
+
+    kind = "file"
+
+    def __init__(self, path: str, initial_bytes: int = 8 << 20):
+        self.path = path
+        self.initial_bytes = initial_bytes
+        self._f: Any = None
+        self._inode: Optional[int] = None
+        self._offset = 0  # end of the last complete line read
+        self._partial = b""
+        self.catching_up = False  # reading what was there at open (not live lines)
+
+    @property
+    def name(self) -> str:
+        return self.path
+
+    def open(self, cursor: Optional[Mapping[str, Any]] = None) -> None:
+        self.close()
+        f = open(self.path, "rb")  # noqa: SIM115 - kept open while following
+        st = os.fstat(f.fileno())
+        self._f, self._inode, self._partial = f, st.st_ino, b""
+        if cursor and cursor.get("inode") == st.st_ino and 0 <= int(cursor.get("offset", -1)) <= st.st_size:
+            self._offset = int(cursor["offset"])
+            f.seek(self._offset)
+        elif cursor and cursor.get("inode") is not None:
+            self._offset = 0  # rotated while we were away: the new file from its start
+        else:
+            start = max(0, st.st_size - self.initial_bytes)
+            f.seek(start)
+            if start:
+                f.readline()  # the first line is cut
+            self._offset = f.tell()
+        self.catching_up = True
+
+    @property
+    def cursor(self) -> dict[str, Any]:
+        return {"inode": self._inode, "offset": self._offset}
+
+    def read(self) -> Optional[bytes]:
+        """The next complete line; None at the end (for now)."""
+        if self._f is None:
+            return None
+        chunk = self._f.readline(MAX_LINE)
+        if chunk:
+            if chunk.endswith(b"\n") or len(self._partial) + len(chunk) >= MAX_LINE:
+                line, self._partial = self._partial + chunk, b""
+                self._offset = self._f.tell()
+                return line
+            self._partial += chunk  # the writer is mid-line: keep it for the next read
+            return None
+        self.catching_up = False
+        self._check_rotation()
+        return None
+
+    def _check_rotation(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return  # moved away and not recreated yet: keep the old one open
+        pos = self._f.tell()
+        if st.st_ino != self._inode or st.st_size < pos:
+            try:
+                f = open(self.path, "rb")  # noqa: SIM115
+            except OSError:
+                return
+            self._f.close()
+            self._f, self._inode, self._offset, self._partial = f, os.fstat(f.fileno()).st_ino, 0, b""
+
+    def wait(self, timeout: float) -> bool:
+        return False
+
+    def wall_time(self, usec: int) -> Optional[float]:
+        return None
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+# --------------------------------------------------------------------------- follower
+
+
+@dataclass
+class Pending:
+    """Occurrences of one event (coalesced by vendor, device, code) not yet taken."""
+
+    event: Any
+    count: int
+    first: float
+    last: float
+    order: int
+
+
+def _kmsg_header(raw: bytes) -> tuple[Optional[int], int, str, str]:
+    """(seq, usec, flags, 'header;message') of a /dev/kmsg record, dictionary lines cut."""
+    text = raw.decode("utf-8", errors="replace")
+    first = text.split("\n", 1)[0]
+    head, sep, _msg = first.partition(";")
+    if not sep:
+        return None, 0, "", first
+    parts = head.split(",")
+    try:
+        seq = int(parts[1])
+        usec = int(parts[2]) if len(parts) > 2 else 0
+    except (IndexError, ValueError):
+        return None, 0, "", first
+    return seq, usec, parts[3] if len(parts) > 3 else "-", first
+
+
+class Follower:
+    """Follows one source in a thread; ``take()`` hands over the events matched since."""
+
+    def __init__(self, source: Any, *, state_dir: Optional[str] = None, boot_id: Optional[str] = None,
+                 matcher: Any = None, split: Optional[Callable[[str, int], Any]] = None,
+                 clock: Callable[[], float] = time.time, max_records_per_second: float = 5000.0,
+                 max_pending: int = 1024, wake: Optional[Callable[[], None]] = None,
+                 retry_seconds: float = 60.0, poll_seconds: float = 0.25):
+        self.source = source
+        self.state_dir = state_dir
+        self.boot_id = boot_id if boot_id is not None else read_boot_id()
+        if matcher is None or split is None:
+            Matcher, split_record = _kmsg_api()
+            matcher = matcher if matcher is not None else Matcher()
+            split = split if split is not None else split_record
+        self._matcher = matcher
+        self._split = split
+        self._clock = clock
+        self._rate = float(max_records_per_second)
+        self._tokens = self._rate
+        self._refilled = time.monotonic()
+        self._max_pending = int(max_pending)
+        self._wake = wake
+        self._retry = retry_seconds
+        self._poll = poll_seconds
+        self._lock = threading.Lock()
+        self._read_lock = threading.Lock()  # one reader at a time (thread, or a test's drain())
+        self._pending: "OrderedDict[tuple, Pending]" = OrderedDict()
+        self._order = 0
+        self.records = 0
+        self.events: dict[tuple[str, str], int] = {}
+        self.dropped: dict[str, int] = {"overwritten": 0, "queue-full": 0}
+        self.up = False
+        self.reason = "not started"
+        self._said_why = False
+        self._opened = False
+        self._seq: Optional[int] = None  # last kmsg sequence number read
+        self._cursor: dict[str, Any] = {}  # read cursor
+        self._committed: dict[str, Any] = {}  # cursor of what was handed over (saved)
+        self._saved: dict[str, Any] = {}
+        self._behind_since: Optional[float] = None
+        self._stop = threading.Event()
+        self._first = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._load_state()
+
+    # ---- state file
+
+    @property
+    def state_path(self) -> Optional[str]:
+        return os.path.join(self.state_dir, STATE_FILE) if self.state_dir else None
+
+    def _load_state(self) -> None:
+        path = self.state_path
+        if not path:
+            return
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            log.warning("kernel log state unreadable; starting from the buffer's start",
+                        extra={"path": path, "error": str(e)})
+            return
+        if not isinstance(doc, dict) or doc.get("source") != self.source.name:
+            return
+        if self.source.kind == "kmsg":
+            if doc.get("boot_id") != self.boot_id or not isinstance(doc.get("seq"), int):
+                return  # a new boot: the ring buffer is new, read it from its start
+            self._seq = doc["seq"]
+            self._cursor = {"seq": self._seq}
+        elif isinstance(doc.get("inode"), int) and isinstance(doc.get("offset"), int):
+            self._cursor = {"inode": doc["inode"], "offset": doc["offset"]}
+        self._committed = self._saved = dict(self._cursor)
+
+    def save_state(self) -> None:
+        """Write the handed-over cursor (atomically) when it moved."""
+        path = self.state_path
+        with self._lock:
+            cursor = dict(self._committed)
+        if not path or not cursor or cursor == self._saved:
+            return
+        doc = {"schema": 1, "source": self.source.name, "boot_id": self.boot_id, **cursor}
+        try:
+            os.makedirs(self.state_dir, exist_ok=True)
+            tmp = f"{path}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+            os.replace(tmp, path)
+            self._saved = cursor
+        except OSError as e:
+            if self._saved.get("_failed") is None:
+                log.warning("kernel log cursor not saved (a restart will read the buffer again)",
+                            extra={"path": path, "error": str(e)})
+            self._saved = {**cursor, "_failed": True}
+
+    # ---- reading
+
+    def _open(self) -> bool:
+        try:
+            self.source.open(self._cursor or None)
+        except OSError as e:
+            self.up = False
+            why = e.strerror or str(e)
+            if isinstance(e, PermissionError):
+                why += " (reading it needs CAP_SYSLOG, or kernel.dmesg_restrict=0)"
+            elif isinstance(e, FileNotFoundError):
+                why += " (not mounted into the container?)"
+            self.reason = f"cannot open {self.source.name}: {why}"
+            if not self._said_why:
+                log.warning("kernel log off: %s; the rest of the agent runs", self.reason,
+                            extra={"path": self.source.name})
+                self._said_why = True
+            return False
+        if self._said_why:
+            log.info("kernel log on", extra={"path": self.source.name})
+        self.up, self.reason, self._opened = True, "", True
+        return True
+
+    def _take_tokens(self) -> int:
+        now = time.monotonic()
+        self._tokens = min(self._rate, self._tokens + (now - self._refilled) * self._rate)
+        self._refilled = now
+        return int(self._tokens)
+
+    def drain(self, limit: Optional[int] = None) -> tuple[int, bool]:
+        """Read what is there now (at most ``limit`` records): (records read, caught up)."""
+        with self._read_lock:
+            if not self._opened and not self._open():
+                return 0, True
+            n = 0
+            caught_up = False
+            while limit is None or n < limit:
+                try:
+                    raw = self.source.read()
+                except BrokenPipeError:  # overwritten: the gap is counted from the next seq
+                    continue
+                except OSError as e:
+                    self.up, self._opened = False, False
+                    self.reason = f"read {self.source.name}: {e.strerror or e}"
+                    log.warning("kernel log read failed; reopening", extra={"error": self.reason})
+                    caught_up = True
+                    break
+                if raw is None:
+                    caught_up = True
+                    break
+                n += 1
+                self._record(raw)
+            now = self._clock()
+            with self._lock:
+                if caught_up:
+                    self._behind_since = None
+                    if not self._pending:
+                        self._committed = dict(self._cursor)
+                elif self._behind_since is None:
+                    self._behind_since = now
+            return n, caught_up
+
+    def _record(self, raw: bytes) -> None:
+        if self.source.kind == "kmsg":
+            seq, usec, flags, text = _kmsg_header(raw)
+            if seq is None:
+                return
+            if self._seq is not None:
+                if seq <= self._seq:
+                    return  # handed over before a restart
+                if seq > self._seq + 1:
+                    with self._lock:
+                        self.dropped["overwritten"] += seq - self._seq - 1
+            self._seq = seq
+            self._cursor = {"seq": seq}
+            self.records += 1
+            if "+" in flags:  # a continuation fragment (old kernels): not a whole message
+                return
+            self._handle(text, seq, self.source.wall_time(usec))
+        else:
+            self.records += 1
+            self._cursor = self.source.cursor
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            if self.source.catching_up and BOOT_MARKER in text:
+                with self._lock:  # what came before belongs to an earlier boot
+                    self._pending.clear()
+            self._handle(text, self.records, None)
+
+    def _handle(self, text: str, line: int, when: Optional[float]) -> None:
+        record = self._split(text, line)
+        if record is None:
+            return
+        try:
+            events = self._matcher.match(record)
+        except Exception:  # noqa: BLE001 - a rule bug must not stop the follower
+            log.exception("kernel log matcher failed on line %s", line)
+            return
+        if not events:
+            return
+        when = self._clock() if when is None else when
+        urgent = False
+        with self._lock:
+            for ev in events:
+                key = (ev.vendor, ev.pci_address, ev.uuid, ev.code, bool(ev.recovery), bool(ev.node_level))
+                self._order += 1
+                self.events[(ev.vendor, str(ev.code))] = self.events.get((ev.vendor, str(ev.code)), 0) + 1
+                p = self._pending.get(key)
+                if p is not None:
+                    p.count += 1
+                    p.last, p.order = max(p.last, when), self._order
+                    p.event = ev
+                elif len(self._pending) >= self._max_pending:
+                    self.dropped["queue-full"] += 1
+                    continue
+                else:
+                    self._pending[key] = Pending(ev, 1, when, when, self._order)
+                urgent = urgent or ev.severity == "critical" or bool(ev.recovery)
+        if urgent and self._wake is not None:
+            self._wake()
+
+    def take(self) -> list[Pending]:
+        """The events matched since the last call, oldest first; their records count as
+        handed over (the cursor saved next)."""
+        with self._lock:
+            out = sorted(self._pending.values(), key=lambda p: p.order)
+            self._pending.clear()
+            self._committed = dict(self._cursor)
+        return out
+
+    # ---- thread
+
+    def start(self, wait_first: float = 2.0) -> "Follower":
+        """Start following; wait up to ``wait_first`` seconds for the first read (the buffer as
+        it stands) so the first cycle sees it."""
+        self._thread = threading.Thread(target=self._loop, name="kernel-log", daemon=True)
+        self._thread.start()
+        self._first.wait(wait_first)
+        return self
+
+    def _loop(self) -> None:
+        first = True
+        while not self._stop.is_set():
+            if not self._opened and not self._open():
+                self._first.set()
+                self._stop.wait(self._retry)
+                continue
+            limit = None if first else self._take_tokens()
+            if limit == 0:
+                with self._lock:
+                    if self._behind_since is None:
+                        self._behind_since = self._clock()
+                self._stop.wait(1.0 / max(self._rate, 1.0))
+                continue
+            n, caught_up = self.drain(limit)
+            if not first:
+                self._tokens -= n
+            first = False
+            self._first.set()
+            self.save_state()
+            if caught_up and not self._stop.is_set():
+                if not self.source.wait(self._poll):
+                    self._stop.wait(self._poll)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        self.save_state()
+        self.source.close()
+
+    # ---- self-metrics
+
+    def status(self) -> dict[str, Any]:
+        now = self._clock()
+        with self._lock:
+            lag = 0.0 if self._behind_since is None else max(0.0, now - self._behind_since)
+            return {"up": self.up, "reason": self.reason, "source": self.source.kind, "path": self.source.name,
+                    "records": self.records, "events": dict(self.events), "dropped": dict(self.dropped),
+                    "pending": len(self._pending), "lag_seconds": lag}
+
+
+# --------------------------------------------------------------------------- enricher
+
+
+class _Pairing:
+    """Occurrences of one (device, code) from the kernel log and from the device's collector,
+    paired when within ``window`` seconds: a pair is one fault."""
+
+    def __init__(self, window: float):
+        self.window = window
+        self.kmsg: deque = deque(maxlen=64)  # unpaired [time, n]
+        self.collector: deque = deque(maxlen=64)
+        self.collector_seen = 0
+        self.pairs = 0
+        self.merged = 0
+
+    def _pair(self, when: float, n: int, other: deque) -> int:
+        """Pair ``n`` occurrences at ``when`` with ``other``'s; the unpaired rest."""
+        for item in other:
+            if n == 0:
+                break
+            if item[1] and abs(item[0] - when) <= self.window:
+                k = min(n, item[1])
+                item[1] -= k
+                n -= k
+                self.pairs += k
+        while other and other[0][1] == 0:
+            other.popleft()
+        return n
+
+    def add_kmsg(self, when: float, n: int) -> None:
+        rest = self._pair(when, n, self.collector)
+        if rest:
+            self.kmsg.append([when, rest])
+
+    def count(self, kmsg_total: int, collector: Fault, now: float) -> int:
+        """The one count of a fault both report."""
+        if collector.count < self.collector_seen:  # the collector restarted its ledger
+            self.collector_seen = collector.count
+        grown = collector.count - self.collector_seen
+        self.collector_seen = collector.count
+        if grown > 0:
+            when = collector.last_seen if collector.last_seen is not None else now
+            rest = self._pair(when, grown, self.kmsg)
+            if rest:
+                self.collector.append([when, rest])
+        for q in (self.kmsg, self.collector):
+            while q and q[0][0] < now - 10 * self.window:
+                q.popleft()
+        self.merged = max(self.merged, collector.count + kmsg_total - self.pairs)
+        return self.merged
+
+
+class KernelLogFaults:
+    """``Sampler(enrichers=[..., PciPresence, KernelLogFaults(follower), HealthVerdicts])``."""
+
+    __name__ = "kernel-log"
+
+    def __init__(self, follower: Any, *, reset_codes: Iterable[str] = RESET_CODES,
+                 dedup_seconds: float = 60.0, max_unresolved: int = 256):
+        self.follower = follower
+        self.reset_codes = frozenset(reset_codes)
+        self.dedup_seconds = dedup_seconds
+        self._max_unresolved = max_unresolved
+        self._ledger = FaultLedger()
+        self._lock = threading.Lock()
+        self._known: dict[str, DeviceIdentity] = {}  # PCI address -> identity seen there
+        self._pairing: dict[tuple[str, str], _Pairing] = {}
+        self._held: list[Pending] = []  # not resolved yet, or a recovery kept for the next cycle
+        self.unresolved_dropped = 0
+
+    def fault_code(self, ev: Any) -> str:
+        """A recovery is recorded as a reset code (the rules' evidence); a fault whose code is a
+        reset code but is no recovery (amdgpu "GPU reset begin!") must not read as one."""
+        code = str(ev.code)
+        if ev.recovery:
+            return code if code in self.reset_codes else "device-reset"
+        return f"{code}-begin" if code in self.reset_codes else code
+
+    def _fault(self, ev: Any, code: str) -> Fault:
+        msg = str(ev.message or "")
+        if ev.node_level and ev.pci_address:
+            msg = f"{msg} (reported at PCI {ev.pci_address}: node-level)"
+        if ev.recovery:
+            return Fault(code=code, fault_class="reset", action="none", severity="info", message=msg, source="kmsg")
+        return Fault(code=code, fault_class=str(ev.fault_class or "unknown"), action=str(ev.action or "none"),
+                     severity=str(ev.severity or "warning"), message=msg, source="kmsg")
+
+    def __call__(self, snapshot: NodeSnapshot) -> NodeSnapshot:
+        with self._lock:
+            return self._enrich(snapshot)
+
+    def _enrich(self, snapshot: NodeSnapshot) -> NodeSnapshot:
+        tops = [d for d in snapshot.devices if d.identity.parent is None and not d.identity.uuid.startswith("pci-")]
+        for d in tops:
+            if d.identity.pci_address:
+                addr = pciaddr.normalize(d.identity.pci_address)
+                if addr:
+                    self._known[addr] = d.identity
+        by_uuid = {d.identity.uuid: d for d in snapshot.devices}
+        by_pci: dict[str, str] = {}
+        by_bus: dict[str, str] = {}
+        for d in snapshot.devices:  # placeholders too: PCI presence's stand-ins for lost devices
+            addr = pciaddr.normalize(d.identity.pci_address) if d.identity.pci_address else None
+            if addr and d.identity.parent is None:
+                by_pci.setdefault(addr, d.identity.uuid)
+                by_bus.setdefault(addr.rsplit(".", 1)[0], d.identity.uuid)
+        for addr, ident in self._known.items():
+            by_pci.setdefault(addr, ident.uuid)
+        by_vendor: dict[str, list[str]] = {}
+        for d in tops:
+            by_vendor.setdefault(d.identity.vendor, []).append(d.identity.uuid)
+
+        batch = self._held + self.follower.take()
+        self._held = []
+        resolved: list[tuple[Pending, list[str]]] = []
+        for p in batch:
+            ev = p.event
+            if ev.node_level:
+                targets = by_vendor.get(ev.vendor, [])
+            elif ev.uuid and (ev.uuid in by_uuid or not ev.pci_address):
+                targets = [ev.uuid]
+            else:
+                addr = pciaddr.normalize(ev.pci_address) if ev.pci_address else None
+                uuid = by_pci.get(addr) or by_bus.get(addr.rsplit(".", 1)[0]) if addr else None
+                targets = [uuid] if uuid else ([ev.uuid] if ev.uuid else [])
+            if targets:
+                resolved.append((p, targets))
+            elif len(self._held) < self._max_unresolved:
+                self._held.append(p)  # its device has not been seen yet: try next cycle
+            else:
+                self.unresolved_dropped += 1
+        # a recovery after a fault of the same device in one batch waits a cycle, so the rules
+        # see the fault before the reset that cleared it
+        last_fault: dict[str, int] = {}
+        for p, targets in resolved:
+            if not p.event.recovery:
+                for u in targets:
+                    last_fault[u] = max(last_fault.get(u, 0), p.order)
+        touched: dict[tuple[str, str], None] = {}
+        for p, targets in resolved:
+            if p.event.recovery and any(last_fault.get(u, 0) and last_fault[u] < p.order for u in targets):
+                self._held.append(p)
+                continue
+            code = self.fault_code(p.event)
+            fault = self._fault(p.event, code)
+            for u in targets:
+                self._ledger.record(u, fault, p.first, 1)
+                if p.count > 1:
+                    self._ledger.record(u, fault, p.last, p.count - 1)
+                pairing = self._pairing.get((u, code))
+                if pairing is None:
+                    pairing = self._pairing[(u, code)] = _Pairing(self.dedup_seconds)
+                pairing.add_kmsg(p.last, p.count)
+                touched[(u, code)] = None
+
+        devices = list(snapshot.devices)
+        for i, d in enumerate(devices):
+            mine = self._ledger.faults(d.identity.uuid)
+            if not mine:
+                continue
+            out = list(d.faults)
+            where = {f.code: j for j, f in enumerate(out)}
+            for f in mine:
+                j = where.get(f.code)
+                if j is None:
+                    out.append(f)
+                    continue
+                c = out[j]
+                pairing = self._pairing[(d.identity.uuid, f.code)]
+                count = pairing.count(f.count, c, snapshot.time)
+                last = max(x for x in (c.last_seen, f.last_seen, 0.0) if x is not None)
+                out[j] = dataclasses.replace(c, count=count, last_seen=last or None,
+                                             message=c.message or f.message)
+            devices[i] = dataclasses.replace(d, faults=tuple(out))
+        return dataclasses.replace(snapshot, devices=tuple(devices))
+
+
+# --------------------------------------------------------------------------- parse kernel-log
+
+
+def iter_lines(stream: Any, limit_bytes: int, name: str) -> Iterator[str]:
+    """Lines of a binary stream, decoded; ValueError naming the limit past ``limit_bytes``."""
+    total = 0
+    for raw in stream:
+        total += len(raw)
+        if total > limit_bytes:
+            raise ValueError(f"{name}: more than {limit_bytes} bytes ({limit_bytes >> 20} MiB), the limit "
+                             "of parse kernel-log")
+        yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def render_events(doc: Mapping[str, Any]) -> str:
+    """The events of a ``parse kernel-log`` result as a table."""
+    events = list(doc.get("events") or [])
+    cols = ("line", "time", "vendor", "pci_address", "code", "severity", "action", "message")
+    heads = ("LINE", "TIME", "VENDOR", "PCI", "CODE", "SEVERITY", "ACTION", "MESSAGE")
+    rows = [[("-" if e.get(c) in (None, "") else str(e.get(c))) for c in cols] for e in events]
+    for r in rows:
+        r[-1] = r[-1][:80]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines.append(f"{len(events)} event(s)" + (f" in {doc['lines']} line(s)" if "lines" in doc else ""))
+    return "\n".join(lines) + "\n"

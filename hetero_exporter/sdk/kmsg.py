@@ -1,0 +1,516 @@
+"""Kernel-log records and the vendors' kernel-log rules: what a driver's kernel message says about a device.
+
+Pure: no I/O except reading the vendors' rule files (data beside each fault table,
+``collectors/<vendor>/kernel_log.yaml``, named by ``VendorSpec.kernel_log``). The /dev/kmsg
+follower, the health integration and the CLI live in ``hetero_exporter/kernel_log.py``.
+
+Capture formats (``split_record`` strips their prefix; never raises):
+
+* raw /dev/kmsg ``pri,seq,usec,flags[,...];message`` (continuation lines `` KEY=VALUE`` -> None)
+* dmesg ``[  12.345678] message``; dmesg -T ``[Sun Feb 23 16:24:18 2025] message``
+* dmesg --decode ``kern  :warn  : <time> message`` (time ``[  12.34]``, ISO 8601 or none)
+* journalctl -k / syslog ``Nov 01 16:52:04 host kernel: message`` (also ``Nov  1`` and
+  ``2025-01-21T04:41:44.283302+00:00 host kernel: message``), with or without an inner
+  ``[  12.345]`` stamp
+* bare lines (the whole line is the message)
+
+Rules file (``collectors/<vendor>/kernel_log.yaml``)::
+
+    vendor: nvidia
+    source: "where the message formats come from"
+    needles: ["NVRM", "nvswitch"]    # optional: a record without any of these is not this vendor's
+    devices:                         # optional: regexes whose (?P<pci>) groups name a device of the vendor
+      - 'amdgpu (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7])'
+    rules:
+      - name: xid
+        match: 'NVRM: Xid \\((?:PCI:)?(?P<pci>...)[^)]*\\): (?P<code>\\d+)'   # re.search on Record.text
+        code: "{code}"          # str.format over the named groups; "{block:lower}" lower-cases
+        decode: {code: int}     # group -> decoder (int, smca-status); adds "<group>_kind" for smca-status
+        nonzero: [count]        # groups that must be a number > 0 (all-clear lines print 0)
+        unless: 'no .* error'   # guard regex: a record it finds is not this rule's
+        fallback: "ras-{kind}"  # the fault-table row used when the code itself is not in the table
+        message: "{msg}"        # optional; default: the record's text
+        node_level: false       # a fault of the node's fabric (NVSwitch), not of one device
+        recovery: false         # evidence of recovery for the device at pci_address
+        learn: uuid             # this record maps (?P<pci>) to (?P<uuid>); it is no event
+        pci: only-device        # no address on the line: the vendor's only device seen so far, if one
+        duplicate_within: 16    # no event when the same vendor/address/code was emitted within N lines
+
+Severity, class and action come from the vendor's fault table (``health.faults.table``);
+codes the table does not know get the row named by ``fallback`` or the table's default.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import string
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+
+import yaml
+
+from hetero_exporter import vendors
+from hetero_exporter.health import faults
+from hetero_exporter.sdk import pciaddr
+from hetero_exporter.sdk.spec import VendorSpec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Record", "Event", "Matcher", "Rule", "VendorRules", "RulesError", "split_record",
+           "parse_lines", "parse_text", "load_rules", "decode_smca_status", "MAX_LINE_CHARS"]
+
+MAX_LINE_CHARS = 16384  # longer lines are cut (the kernel's own record limit is ~1 KiB)
+_MAX_MESSAGE = 512
+_MAX_DEVICES = 1024  # learned addresses / uuids kept per matcher (bounded whatever the input)
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+# ---------------------------------------------------------------------------------- records
+
+@dataclass(frozen=True)
+class Record:
+    """One kernel-log record, whatever the capture format."""
+
+    line: int  # 1-based line number in the input (or the kmsg sequence number when following /dev/kmsg)
+    text: str  # the message without the format's prefix
+    time: Optional[str] = None  # as printed (dmesg seconds, dmesg -T date, journal date, kmsg µs)
+    seq: Optional[int] = None  # /dev/kmsg sequence number
+    priority: Optional[int] = None  # syslog level 0..7 where the format says it
+
+
+_KMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),[^;,]*(?:,[^;]*)?;(.*)", re.S)
+_CONT = re.compile(r" [A-Za-z0-9_+.\-]+=")
+_DMESG = re.compile(r"\[\s*(\d+\.\d+)\]\s?(.*)", re.S)
+_DMESG_T = re.compile(r"\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(.*)", re.S)
+_ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+_DECODE = re.compile(r"([a-z0-9]+)\s*:\s*(emerg|alert|crit|err|warn|notice|info|debug)\s*: ?(.*)", re.S)
+_DECODE_ISO = re.compile(rf"({_ISO})\s(.*)", re.S)
+_JOURNAL = re.compile(r"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?)"
+                      r" \S+ kernel: ?(.*)", re.S)
+_JOURNAL_ISO = re.compile(rf"({_ISO}) \S+ kernel: ?(.*)", re.S)
+_LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "notice": 5, "info": 6, "debug": 7}
+
+
+def _inner_stamp(text: str) -> str:
+    """A syslog / journal line that still carries the kernel's ``[  12.345]`` stamp."""
+    m = _DMESG.match(text)
+    return m.group(2) if m else text
+
+
+def split_record(raw: str, line: int) -> Optional[Record]:
+    """The record a captured line holds; None for a /dev/kmsg continuation line (`` KEY=VALUE``)
+    and for an empty one. Never raises."""
+    try:
+        return _split(raw, line)
+    except Exception:  # noqa: BLE001 - a hostile line is a bare record, never an error
+        try:
+            return Record(line=line, text=str(raw)[:MAX_LINE_CHARS]) if raw else None
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def _split(raw: str, line: int) -> Optional[Record]:
+    if not isinstance(raw, str):
+        raw = str(raw)
+    raw = raw[:MAX_LINE_CHARS].rstrip("\r\n")
+    if not raw.strip():
+        return None
+    if _CONT.match(raw):
+        return None  # /dev/kmsg dictionary continuation (SUBSYSTEM=, DEVICE=)
+    m = _KMSG.fullmatch(raw)
+    if m:
+        return Record(line=line, text=m.group(4), time=m.group(3), seq=int(m.group(2)),
+                      priority=int(m.group(1)) & 7)
+    m = _DMESG.fullmatch(raw)
+    if m:
+        return Record(line=line, text=m.group(2), time=m.group(1))
+    m = _DMESG_T.fullmatch(raw)
+    if m:
+        return Record(line=line, text=m.group(2), time=m.group(1))
+    m = _JOURNAL.fullmatch(raw) or _JOURNAL_ISO.fullmatch(raw)
+    if m:
+        return Record(line=line, text=_inner_stamp(m.group(2)), time=m.group(1))
+    m = _DECODE.fullmatch(raw)
+    if m:
+        priority = _LEVELS.get(m.group(2))
+        rest = m.group(3)
+        t: Optional[str] = None
+        for pat in (_DECODE_ISO, _DMESG, _DMESG_T):
+            mm = pat.fullmatch(rest)
+            if mm:
+                t, rest = mm.group(1), mm.group(2)
+                break
+        return Record(line=line, text=rest, time=t, priority=priority)
+    return Record(line=line, text=raw.strip() if raw[:1].isspace() else raw)
+
+
+# ---------------------------------------------------------------------------------- events
+
+@dataclass(frozen=True)
+class Event:
+    """A fault the kernel log states (DESIGN.md "parse kernel-log" outline)."""
+
+    line: int
+    time: Optional[str]
+    vendor: str
+    pci_address: Optional[str]
+    uuid: Optional[str]
+    code: str
+    fault_class: str
+    action: str
+    severity: str
+    message: str
+    source: str = "kmsg"
+    node_level: bool = False  # e.g. an NVSwitch SXid: a fault of the node's fabric, not of one GPU
+    recovery: bool = False  # evidence of recovery (reset succeeded...) for the device at pci_address
+
+    def to_dict(self) -> dict:
+        return {"line": self.line, "time": self.time, "vendor": self.vendor,
+                "pci_address": self.pci_address, "uuid": self.uuid, "code": self.code,
+                "class": self.fault_class, "action": self.action, "severity": self.severity,
+                "source": self.source, "message": self.message,
+                "node_level": self.node_level, "recovery": self.recovery}
+
+
+# ---------------------------------------------------------------------------------- rules
+
+class RulesError(ValueError):
+    """A kernel-log rules file that cannot be used (named with the file and the rule)."""
+
+
+def _int(text: Optional[str]) -> Optional[str]:
+    if text is None:
+        return None
+    t = text.strip()
+    try:
+        return str(int(t, 16) if t.lower().startswith("0x") else int(t, 10))
+    except ValueError:
+        return None
+
+
+# SMCA / ACA MCA_STATUS bits (AMD's MCA architecture, as amdgpu's aca / umc_v12_0 code reads them)
+_VAL, _UC, _PCC, _TCC, _DEFERRED, _POISON = 1 << 63, 1 << 61, 1 << 57, 1 << 55, 1 << 44, 1 << 43
+
+
+def decode_smca_status(text: Optional[str]) -> Optional[str]:
+    """``uncorrectable`` (UC, PCC or TCC), ``deferred``, ``poison`` or ``correctable`` for a valid
+    MCA_STATUS value; None when the value is not valid (Val clear) or not a number."""
+    if text is None:
+        return None
+    try:
+        v = int(text.strip(), 16)
+    except ValueError:
+        return None
+    if not v & _VAL:
+        return None
+    if v & (_UC | _PCC | _TCC):
+        return "uncorrectable"
+    if v & _DEFERRED:
+        return "deferred"
+    if v & _POISON:
+        return "poison"
+    return "correctable"
+
+
+_DECODERS: dict[str, Callable[[Optional[str]], Optional[str]]] = {
+    "int": _int,
+    "smca-status": decode_smca_status,
+}
+
+
+class _Format(string.Formatter):
+    """str.format with ``:lower`` / ``:upper`` specs; a missing group is ''."""
+
+    def get_value(self, key: Any, args: Any, kwargs: Mapping[str, Any]) -> Any:
+        v = kwargs.get(key) if isinstance(key, str) else None
+        return "" if v is None else v
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if format_spec == "lower":
+            return str(value).lower()
+        if format_spec == "upper":
+            return str(value).upper()
+        return super().format_field(value, format_spec)
+
+
+_FMT = _Format()
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    vendor: str
+    match: re.Pattern
+    code: str = ""
+    unless: Optional[re.Pattern] = None
+    decode: Mapping[str, str] = field(default_factory=dict)
+    nonzero: tuple[str, ...] = ()
+    fallback: Optional[str] = None
+    message: Optional[str] = None
+    node_level: bool = False
+    recovery: bool = False
+    learn: Optional[str] = None
+    pci: Optional[str] = None
+    duplicate_within: int = 0
+
+
+@dataclass(frozen=True)
+class VendorRules:
+    vendor: str
+    source: str
+    rules: tuple[Rule, ...]
+    needles: tuple[str, ...] = ()
+    devices: tuple[re.Pattern, ...] = ()
+
+    def wants(self, text: str) -> bool:
+        return not self.needles or any(n in text for n in self.needles)
+
+
+_RULE_KEYS = {"name", "match", "code", "unless", "decode", "nonzero", "fallback", "message",
+              "node_level", "recovery", "learn", "pci", "duplicate_within"}
+
+
+def _compile(pattern: Any, where: str) -> re.Pattern:
+    if not isinstance(pattern, str) or not pattern:
+        raise RulesError(f"{where}: a regex string is needed")
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise RulesError(f"{where}: bad regex {pattern!r}: {e}") from None
+
+
+def parse_rules(doc: Any, where: str) -> VendorRules:
+    """A rules document (the YAML's content) -> VendorRules; RulesError names what is wrong."""
+    if not isinstance(doc, Mapping) or not doc.get("vendor") or not isinstance(doc.get("rules"), list):
+        raise RulesError(f"{where}: a kernel-log rules file needs 'vendor' and a list of 'rules'")
+    vendor = str(doc["vendor"])
+    out = []
+    for i, raw in enumerate(doc["rules"]):
+        w = f"{where}: rule {i}"
+        if not isinstance(raw, Mapping):
+            raise RulesError(f"{w}: a mapping is needed")
+        unknown = set(raw) - _RULE_KEYS
+        if unknown:
+            raise RulesError(f"{w}: unknown keys {sorted(unknown)}")
+        name = str(raw.get("name") or f"rule-{i}")
+        w = f"{where}: rule {name}"
+        match = _compile(raw.get("match"), f"{w}: match")
+        decode = dict(raw.get("decode") or {})
+        for g, d in decode.items():
+            if d not in _DECODERS:
+                raise RulesError(f"{w}: decoder {d!r} of {g!r} is not one of {sorted(_DECODERS)}")
+        learn = raw.get("learn")
+        if learn not in (None, "uuid"):
+            raise RulesError(f"{w}: learn {learn!r} is not 'uuid'")
+        if learn and not {"pci", "uuid"} <= set(match.groupindex):
+            raise RulesError(f"{w}: learn: uuid needs (?P<pci>) and (?P<uuid>) groups")
+        if not learn and not raw.get("code"):
+            raise RulesError(f"{w}: 'code' is needed")
+        if raw.get("pci") not in (None, "only-device"):
+            raise RulesError(f"{w}: pci {raw.get('pci')!r} is not 'only-device'")
+        nonzero = tuple(str(g) for g in (raw.get("nonzero") or ()))
+        for g in (*nonzero, *decode):
+            if g not in match.groupindex:
+                raise RulesError(f"{w}: group {g!r} is not in the match regex")
+        out.append(Rule(
+            name=name, vendor=vendor, match=match, code=str(raw.get("code") or ""),
+            unless=_compile(raw["unless"], f"{w}: unless") if raw.get("unless") else None,
+            decode=decode, nonzero=nonzero,
+            fallback=str(raw["fallback"]) if raw.get("fallback") else None,
+            message=str(raw["message"]) if raw.get("message") else None,
+            node_level=bool(raw.get("node_level", False)), recovery=bool(raw.get("recovery", False)),
+            learn=learn, pci=raw.get("pci"), duplicate_within=int(raw.get("duplicate_within") or 0)))
+    devices = tuple(_compile(p, f"{where}: devices") for p in (doc.get("devices") or ()))
+    for p in devices:
+        if "pci" not in p.groupindex:
+            raise RulesError(f"{where}: devices regex {p.pattern!r} needs a (?P<pci>) group")
+    needles = tuple(str(n) for n in (doc.get("needles") or ()))
+    return VendorRules(vendor, str(doc.get("source", "")), tuple(out), needles, devices)
+
+
+_cache: dict[tuple[str, str, int], VendorRules] = {}
+
+
+def load_rules(spec: VendorSpec) -> Optional[VendorRules]:
+    """The kernel-log rules of a vendor (None when its spec names none); RulesError when the
+    file is missing or malformed."""
+    if not spec.kernel_log:
+        return None
+    key = (spec.name, spec.kernel_log, vendors.generation())
+    got = _cache.get(key)
+    if got is not None:
+        return got
+    path = spec.data_path(spec.kernel_log)
+    if not path.is_file():
+        raise RulesError(f"{spec.name}: kernel-log rules {path} not found")
+    try:
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
+    except yaml.YAMLError as e:
+        raise RulesError(f"{path}: {e}") from None
+    rules = parse_rules(doc, str(path))
+    if rules.vendor != spec.name:
+        raise RulesError(f"{path}: vendor {rules.vendor!r} is not the spec's {spec.name!r}")
+    _cache[key] = rules
+    return rules
+
+
+# ---------------------------------------------------------------------------------- matching
+
+class Matcher:
+    """Matches records against the vendors' rules; stateful over one log: learns
+    ``NVRM: GPU at PCI:0000:9b:00: GPU-<uuid>`` lines (pci -> uuid) and each vendor's device
+    addresses (for rules whose lines name no device). Memory is bounded whatever the input."""
+
+    def __init__(self, specs: Optional[Iterable[VendorSpec]] = None,
+                 *, rules: Optional[Iterable[VendorRules]] = None):
+        loaded: list[VendorRules] = list(rules or ())
+        explicit = specs is not None
+        for s in (specs if explicit else vendors.specs().values()):
+            try:
+                r = load_rules(s)
+            except (RulesError, OSError) as e:
+                if explicit:
+                    raise
+                log.warning("kernel-log rules of %s not used: %s", s.name, e)
+                continue
+            if r is not None:
+                loaded.append(r)
+        self.vendor_rules: tuple[VendorRules, ...] = tuple(loaded)
+        self._uuids: OrderedDict[str, str] = OrderedDict()  # pci -> uuid
+        self._devices: dict[str, OrderedDict[str, None]] = {}  # vendor -> pci addresses seen
+        self._recent: deque[tuple[int, str, Optional[str], str]] = deque(maxlen=256)
+
+    # ---- state
+    def uuid_of(self, pci: Optional[str]) -> Optional[str]:
+        return self._uuids.get(pci) if pci else None
+
+    def _remember(self, vendor: str, pci: Optional[str]) -> None:
+        if not pci:
+            return
+        seen = self._devices.setdefault(vendor, OrderedDict())
+        seen[pci] = None
+        seen.move_to_end(pci)
+        while len(seen) > _MAX_DEVICES:
+            seen.popitem(last=False)
+
+    def _learn_uuid(self, pci: str, uuid: str) -> None:
+        self._uuids[pci] = uuid
+        self._uuids.move_to_end(pci)
+        while len(self._uuids) > _MAX_DEVICES:
+            self._uuids.popitem(last=False)
+
+    def _duplicate(self, line: int, vendor: str, pci: Optional[str], code: str, window: int) -> bool:
+        return any(v == vendor and p == pci and c == code and 0 <= line - ln <= window
+                   for ln, v, p, c in self._recent)
+
+    # ---- matching
+    def match(self, record: Record) -> list[Event]:
+        text = record.text
+        if not text:
+            return []
+        out: list[Event] = []
+        for vr in self.vendor_rules:
+            if not vr.wants(text):
+                continue
+            for pat in vr.devices:
+                m = pat.search(text)
+                if m:
+                    self._remember(vr.vendor, pciaddr.normalize(m.group("pci")))
+            for rule in vr.rules:
+                ev = self._apply(rule, record)
+                if ev is not None:
+                    out.append(ev)
+                    break  # one event per record and vendor: the first rule that states it
+        return out
+
+    def _apply(self, rule: Rule, record: Record) -> Optional[Event]:
+        text = record.text
+        m = rule.match.search(text)
+        if m is None or (rule.unless is not None and rule.unless.search(text)):
+            return None
+        groups: dict[str, Any] = {k: v for k, v in m.groupdict().items()}
+        for g in rule.nonzero:
+            n = _int(groups.get(g))
+            if n is None or int(n) <= 0:
+                return None
+        for g, d in rule.decode.items():
+            value = _DECODERS[d](groups.get(g))
+            if value is None:
+                return None
+            if d == "smca-status":
+                groups[f"{g}_kind"] = value
+            else:
+                groups[g] = value
+        pci = pciaddr.normalize(groups.get("pci")) if groups.get("pci") else None
+        if rule.learn == "uuid":
+            uuid = (groups.get("uuid") or "").strip()
+            if pci and uuid:
+                self._learn_uuid(pci, uuid)
+                self._remember(rule.vendor, pci)
+            return None
+        if pci is None and rule.pci == "only-device":
+            seen = self._devices.get(rule.vendor) or {}
+            if len(seen) == 1:
+                pci = next(iter(seen))
+        self._remember(rule.vendor, pci)
+        code = _FMT.vformat(rule.code, (), groups).strip()
+        if not code:
+            return None
+        if rule.duplicate_within and self._duplicate(record.line, rule.vendor, pci, code,
+                                                     rule.duplicate_within):
+            return None
+        table = faults.table(rule.vendor)
+        info = table.lookup(code)
+        if not info.known and rule.fallback:
+            fb = table.lookup(_FMT.vformat(rule.fallback, (), groups).strip())
+            if fb.known:
+                info = fb
+        groups["_text"] = text
+        message = _FMT.vformat(rule.message, (), groups) if rule.message else text
+        self._recent.append((record.line, rule.vendor, pci, code))
+        return Event(line=record.line, time=record.time, vendor=rule.vendor, pci_address=pci,
+                     uuid=self.uuid_of(pci), code=code, fault_class=info.fault_class,
+                     action=info.action, severity=info.severity,
+                     message=message.strip()[:_MAX_MESSAGE], node_level=rule.node_level,
+                     recovery=rule.recovery)
+
+
+# ---------------------------------------------------------------------------------- parsing
+
+def _lines(lines: Iterable[str]) -> Iterator[str]:
+    for raw in lines:
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "replace")
+        yield raw if len(raw) <= MAX_LINE_CHARS else raw[:MAX_LINE_CHARS]
+
+
+def parse_lines(lines: Iterable[str], *, max_events: int = 100_000,
+                matcher: Optional[Matcher] = None) -> tuple[list[Event], int]:
+    """(events, lines read) for a capture read line by line (a file object streams: memory is
+    bounded by ``max_events``, whatever the input size). Never raises on content."""
+    m = matcher if matcher is not None else Matcher()
+    events: list[Event] = []
+    n = 0
+    for n, raw in enumerate(_lines(lines), start=1):
+        rec = split_record(raw, n)
+        if rec is None:
+            continue
+        try:
+            got = m.match(rec)
+        except Exception as e:  # noqa: BLE001 - a rule that trips on a record skips that record
+            log.debug("kernel-log line %d not matched: %s", n, e)
+            continue
+        for ev in got:
+            if len(events) < max_events:
+                events.append(ev)
+    return events, n
+
+
+def parse_text(text: str) -> dict:
+    """What ``hetero-exporter parse kernel-log FILE --json`` prints."""
+    events, _ = parse_lines(io.StringIO(text))
+    return {"schema": 1, "events": [e.to_dict() for e in events]}
