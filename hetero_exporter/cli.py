@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import os
+import stat
 import signal
 import socket
 import sys
@@ -554,7 +555,13 @@ def cmd_parse_kernel_log(args: argparse.Namespace) -> int:
             stream = sys.stdin.buffer
         else:
             stream = open(args.file, "rb")  # noqa: SIM115 - closed below
-            size = os.fstat(stream.fileno()).st_size
+            st = os.fstat(stream.fileno())
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                stream.close()  # /dev/zero never ends, /dev/kmsg blocks at its end: a capture is a file
+                print(f"hetero-exporter parse: {args.file} is a device, not a capture; save it first "
+                      f"(dmesg > FILE, or cat /dev/kmsg with a timeout) and parse the file", file=sys.stderr)
+                return EXIT_FAIL
+            size = st.st_size
             if size > KERNEL_LOG_PARSE_LIMIT:
                 stream.close()
                 print(f"hetero-exporter parse: {args.file} is {size} bytes, over the limit of "
