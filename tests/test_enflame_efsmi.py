@@ -250,7 +250,7 @@ def test_a_hung_fake_times_out_cleanly(enflame, tmp_path):
     doc["settings"] = {**(doc.get("settings") or {}), "enflame": {"mode": "hang"}}
     sc = contract.write_scenario(doc, tmp_path)
     c = registry.collector_factory(registry.collector_entries()["efsmi"])(
-        contract.options(sc, tmp_path, ManualClock(), timeout=1.0))
+        contract.options(sc, tmp_path, ManualClock(), timeout=4.0))  # time for the fake to start and hang, even on a loaded machine
     with pytest.raises((CliTimeout, TimeoutError)):
         c.collect()
     pids = (tmp_path / "efsmi.hung.pids").read_text().split()

@@ -255,7 +255,7 @@ def test_a_hung_fake_times_out_cleanly(iluvatar, tmp_path):
     doc["settings"] = {**(doc.get("settings") or {}), "iluvatar": {"mode": "hang"}}
     sc = contract.write_scenario(doc, tmp_path)
     c = registry.collector_factory(registry.collector_entries()["ixsmi"])(
-        contract.options(sc, tmp_path, ManualClock(), timeout=1.0))
+        contract.options(sc, tmp_path, ManualClock(), timeout=4.0))  # time for the fake to start and hang, even on a loaded machine
     with pytest.raises(TimeoutError):
         c.collect()
     pids = (tmp_path / "ixsmi.hung.pids")

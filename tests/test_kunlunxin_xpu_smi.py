@@ -228,7 +228,7 @@ def test_the_compact_layout_round_trips(tmp_path):
 def test_a_hung_xpu_smi_is_killed_and_the_next_cycle_works(tmp_path):
     sc = scenario(tmp_path, [{"at": 0, "until": 100, "vendor": "kunlunxin", "index": 0, "kind": "hang"}])
     clock = ManualClock()
-    c = collector(sc, tmp_path, clock, timeout=2.0)
+    c = collector(sc, tmp_path, clock, timeout=4.0)  # time for the fake to start and hang, even on a loaded machine
     with pytest.raises(CliTimeout, match="killed its process group"):
         c.collect()
     pids = [int(x) for x in (tmp_path / "work" / "xpu_smi.hung.pids").read_text().split()]

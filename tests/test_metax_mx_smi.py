@@ -277,7 +277,7 @@ def test_hung_fake_times_out_cleanly(metax, tmp_path):
     doc = contract.scenario_doc(metax)
     doc["settings"] = {**(doc.get("settings") or {}), "metax": {"mode": "hang"}}
     sc = contract.write_scenario(doc, tmp_path)
-    opts = contract.options(sc, tmp_path, ManualClock(), timeout=1.0)
+    opts = contract.options(sc, tmp_path, ManualClock(), timeout=4.0)  # time for the fake to start and hang, even on a loaded machine
     c = registry.collector_factory(registry.collector_entries()["mx_smi"])(opts)
     with pytest.raises(Exception) as e:
         c.collect()
