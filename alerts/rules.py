@@ -1,9 +1,12 @@
-"""The Prometheus alert rules, written from Python so that metric names come from
+"""The Prometheus alert and recording rules, written from Python so that metric names come from
 ``hetero_exporter.exposition.names`` and are never retyped.
 
     python alerts/rules.py           # write alerts/hetero-exporter.rules.yml and deploy/base/prometheusrule.yaml
     python alerts/rules.py --check   # exit 1 when either is out of date
 
+The recording rules (group hetero-exporter.finops, issue 19) give cost per hour by namespace,
+pod, vendor and model, compute units held, their cost on the reference device and the saving
+against it, and idle cost; FINOPS_RULES below spells out the arithmetic.
 Unit tests for every rule are in alerts/tests/ (``promtool test rules``); tests/test_alerts.py runs
 them, and tests/test_prometheus_integration.py loads the rules into a real Prometheus.
 Every rule carries the labels ``severity`` (critical | warning) and ``component``, and the
@@ -194,9 +197,77 @@ AGENT_RULES = [
                  "deliberately long, raise this rule's threshold."),
 ]
 
+# --------------------------------------------------------------------------- FinOps recording rules
+#
+# Cost per hour, in the currency of the finops info series (N.FINOPS_INFO), named level:metric:operations
+# (https://prometheus.io/docs/practices/rules/). With S the share of a device a container holds,
+# P the device's price per hour, CU its compute units and U its utilization:
+#   cost            = sum S * P
+#   compute units   = sum S * CU
+#   reference cost  = sum S * CU * R, R = the node's reference price per compute unit (below)
+#   saving          = reference cost - cost
+#   idle cost       = sum S * P over devices with U < IDLE_UTILIZATION
+# A device shared by two containers has shares summing to at most 1, so it is charged once.
+# Joins are on (node, uuid): node comes from the scrape's relabelling and matches where absent.
+
+IDLE_UTILIZATION = 0.1  # an allocated device busy less than this is idle
+PREFIX = N.DEVICE_INFO.name.split("_")[0]  # "accelerator": recording rules are PREFIX_<metric>
+_ON = "on(node, uuid) group_left()"
+
+
+@dataclass(frozen=True)
+class Record:
+    """A recording rule: ``level:metric:operations`` (``record``) = ``expr``."""
+    level: str
+    metric: str
+    operations: str
+    expr: str
+
+    @property
+    def record(self) -> str:
+        return f"{self.level}:{PREFIX}_{self.metric}:{self.operations}"
+
+    def to_dict(self) -> dict:
+        return {"record": self.record, "expr": self.expr}
+
+
+SHARE, PRICE, UNITS = N.ALLOCATION_SHARE.name, N.PRICE_PER_HOUR.name, N.COMPUTE_UNITS.name
+SHARE_COST = f"{SHARE} * {_ON} {PRICE}"  # per container and device: its part of the device's price
+# The reference price per compute unit, per node. First the reference device itself where the node
+# has one (its price over its compute units: the device info model equals finops_info's reference);
+# else any device priced on basis="cost-weight", whose price is reference price * cost_weight (the
+# reference profile's cost_weight is 1 and its compute units 1: the A100-SXM4-80GB of profiles.yaml).
+# A node with neither (every device priced in the config, none of them the reference) has none,
+# and its reference cost and saving are absent rather than wrong.
+REFERENCE_DEVICE = (f'label_replace({N.DEVICE_INFO.name}, "reference", "$1", "model", "(.+)")'
+                    f" * on(node, reference) group_left() {N.FINOPS_INFO.name}")
+REFERENCE_PRICE = Record(
+    "node", "reference_price_per_compute_unit_hour", "max",
+    f"max by (node) ({PRICE} / {_ON} {UNITS} * {_ON} ({REFERENCE_DEVICE}))"
+    f' or max by (node) ({PRICE}{{basis="cost-weight"}} / {_ON} {N.COST_WEIGHT.name})')
+COST = Record("namespace", "cost_per_hour", "sum", f"sum by (namespace) ({SHARE_COST})")
+UNITS_HELD = Record("namespace", "compute_units", "sum", f"sum by (namespace) ({SHARE} * {_ON} {UNITS})")
+REFERENCE_COST = Record(
+    "namespace", "reference_cost_per_hour", "sum",
+    f"sum by (namespace) ({SHARE} * {_ON} {UNITS} * on(node) group_left() {REFERENCE_PRICE.record})")
+
+FINOPS_RULES = [
+    REFERENCE_PRICE,
+    COST,
+    Record("namespace_pod", "cost_per_hour", "sum", f"sum by (namespace, pod) ({SHARE_COST})"),
+    Record("vendor_model", "cost_per_hour", "sum",
+           f"sum by (vendor, model) ({SHARE_COST} * on(node, uuid) group_left(model) {N.DEVICE_INFO.name})"),
+    UNITS_HELD,
+    REFERENCE_COST,
+    Record("namespace", "cost_savings_per_hour", "sum", f"{REFERENCE_COST.record} - {COST.record}"),
+    Record("namespace", "idle_cost_per_hour", "sum",
+           f"sum by (namespace) ({SHARE_COST} * {_ON} ({N.UTILIZATION.name} < bool {IDLE_UTILIZATION}))"),
+]
+
 GROUPS = [("hetero-exporter.devices", DEVICE_RULES), ("hetero-exporter.nodes", NODE_RULES),
-          ("hetero-exporter.agent", AGENT_RULES)]
-ALL_RULES = [r for _, rules in GROUPS for r in rules]
+          ("hetero-exporter.agent", AGENT_RULES), ("hetero-exporter.finops", FINOPS_RULES)]
+ALL_RULES = [r for _, rules in GROUPS for r in rules if isinstance(r, Rule)]  # the alerts
+RECORDING_RULES = [r for _, rules in GROUPS for r in rules if isinstance(r, Record)]
 
 
 def rule_groups() -> dict:

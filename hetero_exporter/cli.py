@@ -202,6 +202,14 @@ class Wiring:
             import shutil
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def finops(self) -> Any:
+        """The configured FinOps settings, with the reference profile's cost weight, so that a
+        device without a price costs reference price x cost_weight / reference cost_weight."""
+        from hetero_exporter import profiles
+        fin = self.cfg.finops
+        prof = profiles.table().lookup(fin.reference)
+        return fin.with_reference_cost_weight(None if prof is None else prof.cost_weight)
+
     def enabled_collectors(self) -> list[registry.CollectorEntry]:
         entries = registry.collector_entries()
         if self.scenario is not None:
@@ -446,7 +454,7 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     w = Wiring(args, extra)
     store = SnapshotStore()
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(SnapshotCollector(store.latest, clock=w.clock))
+    reg.register(SnapshotCollector(store.latest, clock=w.clock, finops=w.finops()))
     server = MetricsServer(w.cfg.listen, reg, store.latest).start()
     sampler = w.sampler()
     if w.kernel_log is not None:

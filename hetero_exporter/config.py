@@ -19,6 +19,11 @@ Example (every key optional)::
       max_records_per_second: 5000
       max_pending: 1024     # distinct (vendor, device, code) events held between cycles
       dedup_seconds: 60     # a fault the vendor API also reports within this counts once
+    finops:                 # prices for accelerator_price_per_hour (README: FinOps)
+      currency: USD
+      reference: A100-SXM4-80GB   # a profile model; it must have a price below
+      prices:               # profile model -> price per device-hour; an EXAMPLE, override it
+        A100-SXM4-80GB: 2.0 # a model without a price: reference price x its profile's cost_weight
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
+from hetero_exporter import finops as finops_mod
+
 KNOWN_KEYS = {"listen", "interval", "node_name", "log_format", "sysfs_root", "proc_root",
               "collectors", "health", "kubeconfig", "attribution", "scoring", "default_timeout",
-              "kernel_log"}
+              "kernel_log", "finops"}
 KERNEL_LOG_KEYS = {"enabled", "path", "state_dir", "max_records_per_second", "max_pending", "dedup_seconds",
                    "initial_bytes", "retry_seconds"}
 
@@ -56,6 +63,7 @@ class Config:
     attribution: Mapping[str, Any] = field(default_factory=dict)
     scoring: Mapping[str, Any] = field(default_factory=dict)
     kernel_log: Mapping[str, Any] = field(default_factory=dict)
+    finops: finops_mod.FinOps = field(default_factory=finops_mod.FinOps)
 
     def collector_settings(self, name: str) -> Mapping[str, Any]:
         return self.collectors.get(name) or {}
@@ -106,4 +114,8 @@ def load(path: Optional[str]) -> Config:
     unknown = sorted(set(cfg.kernel_log) - KERNEL_LOG_KEYS)
     if unknown:
         raise ConfigError(f"{path}: unknown keys kernel_log.{unknown}; known: {sorted(KERNEL_LOG_KEYS)}")
+    try:
+        cfg = dataclasses.replace(cfg, finops=finops_mod.parse(doc.get("finops")))
+    except finops_mod.FinOpsError as e:
+        raise ConfigError(f"{path}: {e}") from None
     return cfg

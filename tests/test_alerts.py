@@ -4,6 +4,7 @@ Alertmanager config passes amtool and routes critical alerts to on-call."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -40,6 +41,8 @@ def test_every_rule_has_severity_summary_description_and_runbook():
     assert len(names) == len(set(names))
     for group in rules.rule_groups()["groups"]:
         for r in group["rules"]:
+            if "record" in r:
+                continue  # recording rules: test_recording_rules_*
             assert r["labels"]["severity"] in ("critical", "warning"), r["alert"]
             ann = r["annotations"]
             assert set(ann) == {"summary", "description", "runbook"}, r["alert"]
@@ -59,6 +62,9 @@ def test_metric_names_in_rules_and_unit_tests_exist_in_names_py():
     for r in rules.ALL_RULES:
         assert problems(r.expr, allowed) == [], r.alert
         assert problems(r.description, allowed) == [], r.alert
+    recorded = {f"{rules.PREFIX}_{r.metric}" for r in rules.RECORDING_RULES}
+    for r in rules.RECORDING_RULES:
+        assert problems(r.expr, allowed | recorded) == [], r.record
     for path in TESTS:
         for t in yaml.safe_load(path.read_text())["tests"]:
             for s in t["input_series"]:
@@ -75,11 +81,27 @@ def test_every_rule_has_a_unit_test_that_fires_and_one_that_stays_quiet():
     assert names - quiet == set(), "rules without a quiet unit test"
 
 
+def test_recording_rules_are_named_level_metric_operations_and_unique():
+    """https://prometheus.io/docs/practices/rules/: level (the labels kept), metric, operations."""
+    records = [r.record for r in rules.RECORDING_RULES]
+    assert len(records) == len(set(records)) and records
+    for r in rules.RECORDING_RULES:
+        assert re.fullmatch(r"[a-z_]+:%s_[a-z_]+:[a-z_]+" % rules.PREFIX, r.record), r.record
+        derived = any(o.record in r.expr for o in rules.RECORDING_RULES if o is not r)
+        assert derived or f"by ({', '.join(r.level.split('_'))})" in r.expr, r.record
+
+
+def test_every_recording_rule_has_a_unit_test_with_expected_values():
+    tested = {case["expr"].split()[0] for t in _unit_tests() for case in t.get("promql_expr_test", [])
+              if case.get("exp_samples")}
+    assert {r.record for r in rules.RECORDING_RULES} - tested == set(), "recording rules without a unit test"
+
+
 def test_promtool_check_rules():
     promtool = require_tool("promtool")
     res = run(promtool, "check", "rules", str(rules.RULES_FILE))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"SUCCESS: {len(rules.ALL_RULES)} rules found" in res.stdout
+    assert f"SUCCESS: {len(rules.ALL_RULES) + len(rules.RECORDING_RULES)} rules found" in res.stdout
 
 
 def test_promtool_unit_tests_pass():

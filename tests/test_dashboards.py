@@ -35,10 +35,10 @@ def test_committed_json_is_what_the_definitions_generate():
     assert rendered == DASHBOARDS
 
 
-def test_the_five_dashboards_exist_with_unique_uids():
-    assert set(DASHBOARDS) == {"fleet-overview", "node", "workloads", "health", "exporter"}
+def test_the_six_dashboards_exist_with_unique_uids():
+    assert set(DASHBOARDS) == {"fleet-overview", "node", "workloads", "health", "exporter", "cost"}
     uids = [d["uid"] for d in DASHBOARDS.values()]
-    assert len(set(uids)) == 5 and all(uids)
+    assert len(set(uids)) == 6 and all(uids)
 
 
 def test_definitions_never_spell_a_metric_name():

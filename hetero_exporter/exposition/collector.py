@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.samples import Sample
 
 from hetero_exporter import fields as F
+from hetero_exporter import finops as finops_mod
 from hetero_exporter.exposition import names as N
 from hetero_exporter.model import HEALTH_STATES, NodeSnapshot
 
@@ -61,8 +62,9 @@ class _Families:
         return [self._by_name[m.name] for m in N.ALL if m.name in self._by_name]
 
 
-def build_families(snap: NodeSnapshot) -> list[PromMetric]:
-    """Every family of DESIGN.md's table that the snapshot has data for."""
+def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = None) -> list[PromMetric]:
+    """Every family of DESIGN.md's table that the snapshot has data for; the FinOps families
+    (prices, shares) only with ``finops`` settings."""
     fam = _Families()
     info, field_status, quality_info = fam.sink(N.DEVICE_INFO), fam.sink(N.FIELD_STATUS), fam.sink(N.QUALITY_INFO)
     health, reason = fam.sink(N.HEALTH_STATUS), fam.sink(N.HEALTH_REASON)
@@ -148,6 +150,8 @@ def build_families(snap: NodeSnapshot) -> list[PromMetric]:
             errors({"collector": c.name, "kind": kind}, count)
         if not c.ok:
             error_info({"collector": c.name, "kind": _s(c.error_kind), "reason": _s(c.error)[:200]}, 1)
+    if finops is not None:
+        _finops_families(fam, snap, finops)
     up, stale = fam.sink(N.ATTRIBUTION_SOURCE_UP), fam.sink(N.ATTRIBUTION_SOURCE_STALE)
     src_last, src_items = fam.sink(N.ATTRIBUTION_SOURCE_LAST_SUCCESS), fam.sink(N.ATTRIBUTION_SOURCE_ITEMS)
     for src in snap.attribution_sources:
@@ -160,12 +164,27 @@ def build_families(snap: NodeSnapshot) -> list[PromMetric]:
     return fam.ordered()
 
 
+def _finops_families(fam: _Families, snap: NodeSnapshot, fin: finops_mod.FinOps) -> None:
+    fam.sink(N.FINOPS_INFO)({"currency": fin.currency, "reference": fin.reference}, 1)
+    price = fam.sink(N.PRICE_PER_HOUR)
+    for d in snap.devices:
+        p = finops_mod.price(d, fin)
+        if p is not None:
+            price({"vendor": d.identity.vendor, "uuid": d.identity.uuid, "basis": p[1]}, p[0])
+    share = fam.sink(N.ALLOCATION_SHARE)
+    for (vendor, uuid), shares in finops_mod.node_shares(snap).items():
+        for (ns, pod, container), s in sorted(shares.items()):
+            share({"vendor": vendor, "uuid": uuid, "namespace": ns, "pod": pod, "container": container}, s)
+
+
 class SnapshotCollector:
     """Register with a CollectorRegistry; reads ``latest()`` at every scrape."""
 
     def __init__(self, latest: Callable[[], Optional[NodeSnapshot]],
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time,
+                 finops: Optional[finops_mod.FinOps] = None):
         self._latest = latest
+        self._finops = finops
         self._clock = clock
         self._lock = threading.Lock()
         self._cached_for: Optional[NodeSnapshot] = None
@@ -180,7 +199,7 @@ class SnapshotCollector:
             return
         with self._lock:
             if self._cached_for is not snap:
-                self._cached = build_families(snap)
+                self._cached = build_families(snap, self._finops)
                 self._cached_for = snap
             families = self._cached
         yield from families

@@ -75,6 +75,18 @@ PROCESS_UTILIZATION = Metric("accelerator_process_utilization_ratio", "gauge",
 ALLOCATION = Metric("accelerator_allocation_info", "gauge",
                     "Device allocated to a container by the kubelet; always 1.",
                     DEV + ("namespace", "pod", "container"))
+PRICE_PER_HOUR = Metric("accelerator_price_per_hour", "gauge",
+                        "Price of the device per hour, in the currency of accelerator_finops_info; "
+                        "basis=configured (priced in finops.prices) or cost-weight (reference price x "
+                        "the profile's cost weight). Partition children are priced on their parent.",
+                        DEV + ("basis",))
+FINOPS_INFO = Metric("accelerator_finops_info", "gauge",
+                     "Currency of the prices and the reference profile model; always 1.",
+                     ("currency", "reference"))
+ALLOCATION_SHARE = Metric("accelerator_allocation_share_ratio", "gauge",
+                          "Share of the device a container holds (1 for a whole device; shared devices "
+                          "split by memory used; MIG children on the parent's uuid); sums to at most 1.",
+                          DEV + ("namespace", "pod", "container"))
 UNATTRIBUTED_MEMORY = Metric("accelerator_unattributed_memory_bytes", "gauge",
                              "Device memory in use that no reported process explains, bytes.", DEV)
 ATTRIBUTION_SOURCE_UP = Metric("accelerator_attribution_source_up", "gauge",
