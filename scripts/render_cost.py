@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,9 +26,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from agent_proc import Agent  # noqa: E402
-from prometheus_proc import Prometheus  # noqa: E402
-from render_overview import legend, substitute  # noqa: E402
+from render_overview import legend, scrape  # noqa: E402
 
 DASHBOARD = ROOT / "dashboards" / "json" / "cost.json"
 STATS = ["Cost per hour", "Saving per hour", "Idle cost per hour", "Compute units held"]
@@ -44,32 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", default="3", help="agent collection interval, seconds (default 3)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "img" / "cost.png"))
     args = ap.parse_args(argv)
-    binary = shutil.which("prometheus")
-    if binary is None:
-        print("prometheus not installed (apt-get install prometheus)", file=sys.stderr)
-        return 1
-    dash = json.loads(DASHBOARD.read_text())
-    panels = {p["title"]: p for p in dash["panels"]}
-
-    with Agent(["--simulate", "--interval", args.interval]) as agent:
-        agent.wait_metrics(lambda text: "accelerator_device_info{" in text)
-        node = json.loads(agent.get("/snapshot")[1])["node"]
-        with Prometheus(binary, {node: agent.base.split("//")[1]}) as prom:
-            start = time.time()
-            time.sleep(args.seconds)
-            end = time.time()
-            stats = {}
-            for title in STATS:
-                res = prom.query(substitute(panels[title]["targets"][0]["expr"]), at=end)
-                stats[title] = float(res[0]["value"][1]) if res else None
-            series = {title: [(legend(t["legendFormat"], r["metric"]),
-                               [(float(ts) - start, float(v)) for ts, v in r["values"]])
-                              for t in panels[title]["targets"]
-                              for r in prom.query_range(substitute(t["expr"]), start, end, 2)]
-                      for title in SERIES}
-            top = panels[BARS]["targets"][0]
-            pods = sorted(((legend(top["legendFormat"], r["metric"]), float(r["value"][1]))
-                           for r in prom.query(substitute(top["expr"]), at=end)), key=lambda x: x[1])
+    node, stats, series, points = scrape(DASHBOARD, STATS, SERIES, [BARS], args.seconds, args.interval)
+    panels = {p["title"]: p for p in json.loads(DASHBOARD.read_text())["panels"]}
+    fmt = panels[BARS]["targets"][0]["legendFormat"]
+    pods = sorted(((legend(fmt, m), v) for m, v in points[BARS]), key=lambda x: x[1])
 
     fig = plt.figure(figsize=(16, 13), dpi=100)
     fig.suptitle(f"Accelerators / Cost — simulated node {node}, {args.seconds:.0f} s of data (per hour)",

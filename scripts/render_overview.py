@@ -45,6 +45,37 @@ def legend(fmt: str, labels: dict) -> str:
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt).strip() or str(labels)
 
 
+def scrape(dashboard: Path, stats: list[str], series: list[str], instant: list[str], seconds: float,
+           interval: str) -> tuple[str, dict, dict, dict]:
+    """A simulated agent scraped by a Prometheus of its own for ``seconds``; then the panels'
+    own first expressions: (node, {stat title: value or None}, {series title: [(legend, [(t, v)])]},
+    {instant title: [(labels, value)]}), all read from ``dashboard``'s JSON."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise SystemExit("prometheus not installed (apt-get install prometheus)")
+    panels = {p["title"]: p for p in json.loads(dashboard.read_text())["panels"]}
+    with Agent(["--simulate", "--interval", interval]) as agent:
+        agent.wait_metrics(lambda text: "accelerator_device_info{" in text)
+        node = json.loads(agent.get("/snapshot")[1])["node"]
+        with Prometheus(binary, {node: agent.base.split("//")[1]}) as prom:
+            start = time.time()
+            time.sleep(seconds)
+            end = time.time()
+            values = {}
+            for title in stats:
+                res = prom.query(substitute(panels[title]["targets"][0]["expr"]), at=end)
+                values[title] = float(res[0]["value"][1]) if res else None
+            lines = {title: [(legend(t["legendFormat"], r["metric"]),
+                              [(float(ts) - start, float(v)) for ts, v in r["values"]])
+                             for t in panels[title]["targets"]
+                             for r in prom.query_range(substitute(t["expr"]), start, end, 2)]
+                     for title in series}
+            points = {title: [(r["metric"], float(r["value"][1]))
+                              for r in prom.query(substitute(panels[title]["targets"][0]["expr"]), at=end)]
+                      for title in instant}
+    return node, values, lines, points
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=300, help="how long to let Prometheus scrape (default 300)")
@@ -53,33 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", default="3", help="agent collection interval, seconds (default 3)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "img" / "overview.png"))
     args = ap.parse_args(argv)
-    binary = shutil.which("prometheus")
-    if binary is None:
-        print("prometheus not installed (apt-get install prometheus)", file=sys.stderr)
-        return 1
     panels = {p["title"]: p for p in json.loads(DASHBOARD.read_text())["panels"]}
-
-    with Agent(["--simulate", "--interval", args.interval]) as agent:
-        agent.wait_metrics(lambda text: "accelerator_device_info{" in text)
-        node = json.loads(agent.get("/snapshot")[1])["node"]
-        with Prometheus(binary, {node: agent.base.split("//")[1]}) as prom:
-            start = time.time()
-            time.sleep(args.seconds)
-            end = time.time()
-            stats = {}
-            for title in STATS:
-                res = prom.query(substitute(panels[title]["targets"][0]["expr"]), at=end)
-                stats[title] = float(res[0]["value"][1]) if res else None
-            series = {}
-            for title in SERIES:
-                p = panels[title]
-                series[title] = [(legend(t["legendFormat"], r["metric"]),
-                                  [(float(ts) - start, float(v)) for ts, v in r["values"]])
-                                 for t in p["targets"]
-                                 for r in prom.query_range(substitute(t["expr"]), start, end, 2)]
-            table = panels["Devices by vendor and model"]["targets"][0]
-            inventory = [(f"{r['metric']['vendor']}\n{r['metric']['model']}", float(r["value"][1]))
-                         for r in prom.query(substitute(table["expr"]), at=end)]
+    node, stats, series, points = scrape(DASHBOARD, STATS, SERIES, ["Devices by vendor and model"],
+                                         args.seconds, args.interval)
+    inventory = [(f"{m['vendor']}\n{m['model']}", v) for m, v in points["Devices by vendor and model"]]
 
     fig = plt.figure(figsize=(16, 15), dpi=100)
     fig.suptitle(f"Accelerators / Fleet overview — simulated node {node}, {args.seconds:.0f} s of data",
