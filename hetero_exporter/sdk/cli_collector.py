@@ -20,7 +20,7 @@ import dataclasses
 import os
 import shutil
 import time
-from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequence
 
 from hetero_exporter import pci, vendors
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
@@ -28,7 +28,7 @@ from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.sdk.spec import ToolSpec
 from hetero_exporter.health import faults as fault_tables
-from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, Quality, Reading
+from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, ProcessSample, Quality, Reading
 
 Runner = Callable[..., Any]  # runner.run's signature: (argv, timeout, *, env=...) -> CliResult
 
@@ -114,6 +114,19 @@ class Readings(dict):
         if value is not None:
             value = value / 100.0 if percent else value * scale
         self[name] = reading(self._quality, name, value, age)
+
+
+def process_samples(rows: Iterable[Any], uuid: str, *, name: str = "name", memory: str = "memory_bytes",
+                    scale: float = 1.0) -> tuple[ProcessSample, ...]:
+    """The ProcessSamples of one device from a tool's process rows: ``pid``, the attribute
+    ``name`` as the process name, the attribute ``memory`` times ``scale`` as bytes (the tool's
+    unit to bytes; absent when the tool printed none)."""
+    out = []
+    for p in rows:
+        raw = getattr(p, memory)
+        out.append(ProcessSample(pid=p.pid, device_uuid=uuid, name=getattr(p, name) or None,
+                                 memory_bytes=None if raw is None else int(raw * scale)))
+    return tuple(out)
 
 
 def table_fault(vendor: str, code: str, message: str, source: str) -> Fault:

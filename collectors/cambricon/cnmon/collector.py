@@ -30,7 +30,7 @@ from typing import Any, Mapping, Optional, Sequence
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
-from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, Readings, build, table_fault,
+from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault,
                                                worst_state)
 from hetero_exporter.sdk.schedule import DetailSchedule
 from hetero_exporter.collectors.cambricon.cnmon.parse import (  # noqa: F401 - the parsers are part of this API
@@ -128,9 +128,8 @@ def _owner(p: MluProcess, cards: Sequence[MluCard]) -> Optional[MluCard]:
 
 
 def _processes(table: CnmonTable, c: MluCard, uuid: str) -> tuple[ProcessSample, ...]:
-    return tuple(ProcessSample(pid=p.pid, device_uuid=uuid, name=p.command or None,
-                               memory_bytes=None if p.memory_mib is None else p.memory_mib * MIB)
-                 for p in table.processes if _owner(p, table.cards) is c)
+    return process_samples((p for p in table.processes if _owner(p, table.cards) is c), uuid,
+                           name="command", memory="memory_mib", scale=MIB)
 
 
 def _inited_faults(c: MluCard) -> tuple[Fault, ...]:

@@ -23,7 +23,7 @@ from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample,
                                    Quality, Reading)
-from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, Readings, build, table_fault,
+from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault,
                                                worst_state)
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 
@@ -126,9 +126,7 @@ def detail_conditions(d: GcuDevice, detail: Optional[GcuDetail]) -> list[Fault]:
 
 
 def _processes(t: EfsmiTable, d: GcuDevice, uuid: str) -> tuple[ProcessSample, ...]:
-    return tuple(ProcessSample(pid=p.pid, device_uuid=uuid, name=p.name or None,
-                               memory_bytes=None if p.memory_mib is None else int(p.memory_mib * MIB))
-                 for p in t.processes if p.dev == d.index)
+    return process_samples((p for p in t.processes if p.dev == d.index), uuid, memory="memory_mib", scale=MIB)
 
 
 def table_snapshot(t: EfsmiTable, details: Sequence[GcuDetail] = (), node: str = "", now: float = 0.0) -> NodeSnapshot:

@@ -28,7 +28,7 @@ from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample,
                                    Quality, Reading)
-from hetero_exporter.sdk.cli_collector import CliCollector, ParsedOutput, Readings, build, table_fault, worst_state
+from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault, worst_state
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 
 from .parse import (CSV_FIELDS, DEFAULT_FIELDS, MIB, TOOL, IxGpu, IxsmiOutput, detect,  # noqa: F401 - API
@@ -119,9 +119,7 @@ def identity_of(g: IxGpu, out: IxsmiOutput, uuid: Optional[str] = None, numa: Op
 
 
 def _processes(out: IxsmiOutput, g: IxGpu, uuid: str) -> tuple[ProcessSample, ...]:
-    return tuple(ProcessSample(pid=p.pid, device_uuid=uuid, name=p.name or None,
-                               memory_bytes=None if p.memory_bytes is None else int(p.memory_bytes))
-                 for p in out.processes if p.gpu == g.index)
+    return process_samples((p for p in out.processes if p.gpu == g.index), uuid)
 
 
 def snapshot(out: IxsmiOutput, node: str = "", now: float = 0.0) -> NodeSnapshot:

@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample, Quality, Reading
-from hetero_exporter.sdk.cli_collector import CliCollector, Readings, build, table_fault, worst_state
+from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault, worst_state
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 
 from .parse import MIB, TOOL, XpuDevice, XpuSmi, detect, parse  # noqa: F401 - part of this API
@@ -137,9 +137,7 @@ def conditions(d: XpuDevice) -> list[Fault]:
 
 
 def processes_of(t: XpuSmi, d: XpuDevice, uuid: str) -> tuple[ProcessSample, ...]:
-    return tuple(ProcessSample(pid=p.pid, device_uuid=uuid, name=p.command or None,
-                               memory_bytes=None if p.memory_bytes is None else int(p.memory_bytes))
-                 for p in t.processes if p.index == d.index)
+    return process_samples((p for p in t.processes if p.index == d.index), uuid, name="command")
 
 
 def snapshot(t: XpuSmi, node: str = "", now: float = 0.0) -> NodeSnapshot:

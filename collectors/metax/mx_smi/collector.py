@@ -27,7 +27,7 @@ from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot, ProcessSample,
                                    Quality, Reading)
-from hetero_exporter.sdk.cli_collector import CliCollector, ParsedOutput, Readings, build, table_fault, worst_state
+from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault, worst_state
 from hetero_exporter.sdk.contract import CollectorOptions
 from hetero_exporter.sdk.schedule import DetailSchedule
 
@@ -94,9 +94,7 @@ def identity_of(g: MxGpu, t: MxTable, numa: Optional[int] = None) -> DeviceIdent
 
 
 def processes_of(t: MxTable, g: MxGpu, uuid: str) -> tuple[ProcessSample, ...]:
-    return tuple(ProcessSample(pid=p.pid, device_uuid=uuid, name=p.name or None,
-                               memory_bytes=None if p.memory_mib is None else p.memory_mib * MIB)
-                 for p in t.processes if p.gpu == g.index)
+    return process_samples((p for p in t.processes if p.gpu == g.index), uuid, memory="memory_mib", scale=MIB)
 
 
 def links_of(topo: Optional[MxTopo], uuids: Mapping[int, str]) -> dict[str, tuple[Link, ...]]:

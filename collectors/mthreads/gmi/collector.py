@@ -22,7 +22,7 @@ from typing import Optional
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample, Quality, Reading
-from hetero_exporter.sdk.cli_collector import CliCollector, Readings, build, table_fault, worst_state
+from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault, worst_state
 from hetero_exporter.sdk.contract import CollectorOptions
 
 from .parse import MIB, TOOL, GmiDevice, GmiProcess, GmiTable, detect, parse_table  # noqa: F401 - part of this API
@@ -83,9 +83,7 @@ def conditions(d: GmiDevice) -> list[Fault]:
 
 
 def processes_of(t: GmiTable, d: GmiDevice, uuid: str) -> tuple[ProcessSample, ...]:
-    return tuple(ProcessSample(pid=p.pid, device_uuid=uuid, name=p.name or None,
-                               memory_bytes=None if p.memory_bytes is None else int(p.memory_bytes))
-                 for p in t.processes if p.gpu == d.index)
+    return process_samples((p for p in t.processes if p.gpu == d.index), uuid)
 
 
 def table_snapshot(t: GmiTable, node: str = "", now: float = 0.0) -> NodeSnapshot:
