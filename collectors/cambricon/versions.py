@@ -12,6 +12,7 @@ import os
 import re
 
 from hetero_exporter.sdk.spec import VersionInfo
+from hetero_exporter.sdk.versions import write_version_file
 
 CANDIDATES = ("usr/local/neuware/version.txt", "usr/local/neuware/version", "usr/local/neuware/VERSION")
 _VERSION = re.compile(r"\bv?(\d+\.\d+(?:\.\d+){0,2}(?:[-.][0-9A-Za-z]+)?)")
@@ -34,7 +35,4 @@ def discover(host_root: str = "/") -> VersionInfo:
 
 def write_fake(root: str, neuware: str) -> None:
     """The Neuware version file below ``root`` (the fakes and tests)."""
-    d = os.path.join(root, "usr/local/neuware")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "version.txt"), "w") as f:
-        f.write(f"Neuware Version: {neuware}\n")
+    write_version_file(root, CANDIDATES[0], f"Neuware Version: {neuware}")
