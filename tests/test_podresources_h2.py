@@ -3,18 +3,17 @@ gRPC server (grpcio) and against servers that misbehave."""
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 
 import pytest
+from hyperframe.frame import DataFrame, GoAwayFrame, RstStreamFrame, SettingsFrame
 from hypothesis import given, settings, strategies as st
 
 from hetero_exporter.podresources import h2, wire
 from hetero_exporter.podresources.mapping import ContainerDevices
 
 grpc = pytest.importorskip("grpc")
-from hetero_exporter.podresources import api_pb2  # noqa: E402
 from hetero_exporter.podresources.server import PodResourcesServer, response_from_records  # noqa: E402
 
 RECORDS = [ContainerDevices("ml", "train-0", "trainer", "nvidia.com/gpu", ("GPU-a", "GPU-b")),
@@ -29,12 +28,13 @@ def sock(tmp_path):
 
 def test_a_large_answer_crosses_frames_and_flow_control(sock):
     many = [ContainerDevices("ns", f"pod-{i}", "c", "nvidia.com/gpu", tuple(f"GPU-{i}-{j}" for j in range(8)))
-            for i in range(3000)]  # ~300 KB: far past the 64 KiB default window and 16 KiB frames
+            for i in range(20000)]  # ~2.4 MB: twice the 1 MiB window the client grants, 16 KiB frames
     with PodResourcesServer(sock, many):
-        raw = h2.unary_call(sock, "/v1.PodResourcesLister/List", b"", 5.0, 16 << 20)
+        raw = h2.unary_call(sock, "/v1.PodResourcesLister/List", b"", 10.0, 16 << 20)
+    assert len(raw) > 2 * h2.RECEIVE_WINDOW_BYTES  # so the server waited on our WINDOW_UPDATEs
     resp = wire.decode_list_response(raw)
-    assert len(resp.pod_resources) == 3000
-    assert resp.pod_resources[2999].containers[0].devices[0].device_ids[7] == "GPU-2999-7"
+    assert len(resp.pod_resources) == 20000
+    assert resp.pod_resources[19999].containers[0].devices[0].device_ids[7] == "GPU-19999-7"
 
 
 def test_decoding_matches_the_protobuf_runtime(sock):
@@ -88,14 +88,18 @@ def _rogue_server(path: str, answer: bytes, hold: bool = False) -> threading.Thr
     return t
 
 
+SETTINGS = SettingsFrame(0).serialize()  # a server's first frame
+
+
 @pytest.mark.parametrize("answer, hold, fragment", [
     (b"", False, "closed by the server"),
-    (b"HTTP/1.1 400 Bad Request\r\n\r\n", False, "is this an HTTP/2 gRPC server"),
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n", False, "not an HTTP/2 gRPC server"),
     (b"", True, "DEADLINE_EXCEEDED"),
-    (h2._frame(h2.GOAWAY, 0, 0, bytes(8)), False, "GOAWAY"),
-    (h2._frame(h2.RST_STREAM, 0, 1, (2).to_bytes(4, "big")), False, "RST_STREAM"),
-    (h2._frame(h2.DATA, h2.END_STREAM, 1, b"\x00\x00\x00\x00\x09ab"), False, "grpc-status"),
-])
+    (SETTINGS + GoAwayFrame(0).serialize(), False, "GOAWAY"),
+    (SETTINGS + RstStreamFrame(1, error_code=2).serialize(), False, "RST_STREAM"),
+    (SETTINGS + DataFrame(1, data=b"\x00\x00\x00\x00\x09ab", flags=["END_STREAM"]).serialize(), False,
+     "protocol error"),  # DATA before any HEADERS
+], ids=["closed", "http1", "silent", "goaway", "rst-stream", "data-first"])
 def test_misbehaving_servers_give_a_clear_error(sock, answer, hold, fragment):
     t = _rogue_server(sock, answer, hold)
     with pytest.raises(h2.CallError, match=fragment):

@@ -50,11 +50,16 @@ def records_from_response(resp: Any) -> list[ContainerDevices]:
 
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
+INSTALL_HINT = "pip install 'hetero-exporter[attribution]'"
 
 
 def _list(socket_path: str, timeout: float) -> list[ContainerDevices]:
-    """One ``List`` call over the socket (h2.py: no grpc runtime in the agent)."""
-    from hetero_exporter.podresources import h2, wire
+    """One ``List`` call over the socket (h2.py: no grpc runtime in the agent). The HTTP/2
+    library is imported here, on the first call, so a node without the socket never loads it."""
+    try:
+        from hetero_exporter.podresources import h2, wire
+    except ImportError as e:
+        raise PodResourcesError(f"the HTTP/2 library '{e.name or e}' is missing ({INSTALL_HINT})") from None
     try:
         # ListPodResourcesRequest has no fields: its serialization is empty
         raw = h2.unary_call(socket_path, LIST_METHOD, b"", timeout, MAX_MESSAGE_BYTES)
@@ -113,15 +118,10 @@ class PodResourcesPoller:
                     "(mount /var/lib/kubelet/pod-resources read-only into the agent)")
             records = tuple(_list(self.socket_path, self.timeout))
         except PodResourcesError as e:
-            with self._lock:
-                if self._error != str(e):
-                    log.warning("kubelet PodResources unavailable", extra={"error": str(e)})
-                self._error = str(e)
+            self._failed(str(e))
             return False
         except Exception as e:  # noqa: BLE001 - a bad answer must not end the poller
-            with self._lock:
-                self._error = f"{type(e).__name__}: {e}"
-            log.warning("kubelet PodResources failed", exc_info=True)
+            self._failed(f"{type(e).__name__}: {e}", unexpected=True)
             return False
         with self._lock:
             self._records = records
@@ -131,6 +131,18 @@ class PodResourcesPoller:
                 log.info("kubelet PodResources answering again", extra={"socket": self.socket_path})
             self._error = None
         return True
+
+    def _failed(self, error: str, unexpected: bool = False) -> None:
+        """Keep ``error`` for the status; one warning line when it is new, debug while it
+        persists (a kubelet down for an hour must not fill the log). A traceback only for an
+        error this module did not foresee, and only the first time."""
+        with self._lock:
+            fresh = self._error != error
+            self._error = error
+        if fresh:
+            log.warning("kubelet PodResources unavailable", extra={"error": error}, exc_info=unexpected)
+        else:
+            log.debug("kubelet PodResources still unavailable", extra={"error": error})
 
     def _loop(self) -> None:
         while not self._stop.is_set():
