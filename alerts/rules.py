@@ -187,6 +187,19 @@ AGENT_RULES = [
          runbook="Read dmesg on the node for a message storm (a flapping device, a looping driver); "
                  "compare with the devices' health. overwritten: the agent was down or too slow; queue-full: "
                  "a storm, raise kernel_log.max_pending if it is legitimate."),
+    # The gauge is absent in observe mode (no cluster access expected there), 0 in dry-run/enforce
+    # when the agent has no credentials or its requests fail: only the modes that act can fire.
+    Rule("AcceleratorHealthKubernetesDown",
+         f"{N.HEALTH_KUBERNETES_UP.name} == 0", "warning", for_="10m",
+         summary="hetero-exporter on node {{ $labels.node }} cannot reach the Kubernetes API",
+         description="The health loop on node {{ $labels.node }} runs in dry-run or enforce mode but has had no "
+                     "working Kubernetes API access for 10 minutes: a failed accelerator gets no taint, no "
+                     "AcceleratorUnhealthy condition and no event, and pods keep being scheduled onto it.",
+         runbook="Read the agent's log on the node: 'health loop writes nothing' names the missing credentials "
+                 "(no kubeconfig, no in-cluster service account); 'cannot read the node' an unreachable API "
+                 "server or a denied request (the ClusterRole in deploy/base/rbac.yaml; the node-restriction "
+                 "admission policy needs the node name in the service account token, Kubernetes 1.30+). "
+                 "Set health.mode to observe where the agent is not meant to act."),
     Rule("AcceleratorSnapshotStale",
          f"{N.SNAPSHOT_AGE.name} > {STALE_SNAPSHOT_SECONDS}", "warning", for_="2m",
          summary="hetero-exporter on node {{ $labels.node }} serves a stale snapshot",

@@ -30,6 +30,13 @@ OPERATOR_GROUP = "monitoring.coreos.com/v1"
 ENDPOINT_FIELDS = {"port", "path", "interval", "scrapeTimeout", "honorLabels", "relabelings",
                    "metricRelabelings", "scheme", "tlsConfig", "bearerTokenSecret", "authorization"}
 RELABEL_FIELDS = {"action", "sourceLabels", "targetLabel", "regex", "replacement", "separator", "modulus"}
+# Objects whose API is younger than the oldest supported version: validated from the first version
+# that serves it (kubernetes-validate has no schema for them before). admissionregistration.k8s.io/v1
+# ValidatingAdmissionPolicy is GA in 1.30; on older clusters drop node-restriction.yaml (its header).
+FIRST_VERSION = {("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): "1.30.0",
+                 ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): "1.30.0"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}
 
 
 def _kubectl() -> str:
@@ -66,7 +73,8 @@ def test_builtin_objects_validate_against_the_kubernetes_schemas(rendered):
     for obj in objs:
         if obj["apiVersion"].startswith("monitoring.coreos.com/"):
             continue  # CRDs: checked by structure below
-        for version in KUBE_VERSIONS:
+        first = FIRST_VERSION.get((obj["apiVersion"], obj["kind"]), KUBE_VERSIONS[0])
+        for version in sorted({first, KUBE_VERSIONS[-1]}):
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as e:
@@ -78,9 +86,8 @@ def test_namespaced_objects_and_rbac_subjects_share_the_namespace(rendered):
     if target == "extender":
         pytest.skip("the extender's own layout")
     ns = one(objs, "Namespace")["metadata"]["name"]
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
     for o in objs:
-        if o["kind"] not in cluster_scoped:
+        if o["kind"] not in CLUSTER_SCOPED:
             assert o["metadata"].get("namespace") == ns, f"{o['kind']}/{o['metadata']['name']}"
     sa = one(objs, "ServiceAccount")["metadata"]["name"]
     binding = one(objs, "ClusterRoleBinding")
@@ -94,14 +101,153 @@ def test_rbac_allows_what_the_health_loop_and_attribution_do(rendered):
         pytest.skip("the extender's own RBAC")
     granted = {(g, r, v) for rule in one(objs, "ClusterRole")["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
-    needed = {("", "nodes", "patch"), ("", "nodes", "list"), ("", "nodes", "watch"), ("", "nodes/status", "patch"),
+    needed = {("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes", "list"), ("", "nodes/status", "patch"),
               ("", "events", "create"), ("", "pods", "list"), ("", "pods", "watch")}
-    assert needed <= granted
-    assert not any(v in ("delete", "*") for _, _, v in granted)
+    assert granted == needed  # nothing more: no nodes watch (the extender's), no update, no delete
 
 
 def _daemonset(objs: list[dict]) -> dict:
     return one(objs, "DaemonSet")
+
+
+NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
+WRITE_OPERATION = {"patch": "UPDATE", "update": "UPDATE", "create": "CREATE", "delete": "DELETE"}
+
+
+def _agent_objects(rendered) -> list[dict]:
+    target, objs = rendered
+    if target == "extender":
+        pytest.skip("no agent here")
+    return objs
+
+
+def test_node_restriction_policy_fails_closed_and_covers_every_write_rbac_grants(rendered):
+    objs = _agent_objects(rendered)
+    vap, binding = one(objs, "ValidatingAdmissionPolicy"), one(objs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
+    spec = vap["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    matched = {(op, res) for rule in spec["matchConstraints"]["resourceRules"] if rule["apiGroups"] == [""]
+               for op in rule["operations"] for res in rule["resources"]}
+    writes = {(WRITE_OPERATION[v], r) for rule in one(objs, "ClusterRole")["rules"] for r in rule["resources"]
+              for v in rule["verbs"] if v in WRITE_OPERATION}
+    assert writes == {("UPDATE", "nodes"), ("UPDATE", "nodes/status"), ("CREATE", "events")}
+    assert writes <= matched  # RBAC cannot name the node: every write it grants goes through the policy
+    # structure, without a CEL library: the caller is the agent's ServiceAccount, the node comes
+    # from its token, and the node written must be that one
+    sa = one(objs, "ServiceAccount")["metadata"]["name"]
+    (cond,) = spec["matchConditions"]
+    assert "request.userInfo.username" in cond["expression"] and f":{sa}$" in cond["expression"]
+    (var,) = spec["variables"]
+    assert var["name"] == "nodeName" and f"request.userInfo.extra['{NODE_NAME_KEY}']" in var["expression"]
+    checks = " ".join(v["expression"] for v in spec["validations"])
+    assert "object.metadata.name == variables.nodeName" in checks
+    assert "object.involvedObject.name == variables.nodeName" in checks
+    assert all(v.get("message") or v.get("messageExpression") for v in spec["validations"])
+
+
+class AdmissionPolicy:
+    """A ValidatingAdmissionPolicy evaluated as the API server does for one request (cel-python):
+    outside matchConstraints or matchConditions it does not apply; otherwise every validation must
+    hold, and an evaluation error denies (failurePolicy Fail)."""
+
+    def __init__(self, vap: dict):
+        import celpy
+        self._celpy = celpy
+        env = celpy.Environment()
+        spec = vap["spec"]
+        assert spec["failurePolicy"] == "Fail"
+        self.rules = spec["matchConstraints"]["resourceRules"]
+        compile_ = lambda e: env.program(env.compile(e))  # noqa: E731
+        self.conditions = [compile_(c["expression"]) for c in spec["matchConditions"]]
+        self.variables = [(v["name"], compile_(v["expression"])) for v in spec["variables"]]
+        self.validations = [compile_(v["expression"]) for v in spec["validations"]]
+
+    def _matches(self, request: dict) -> bool:
+        res = request["resource"]["resource"] + (f"/{request['subResource']}" if request.get("subResource") else "")
+        return any(request["resource"]["group"] in r["apiGroups"] and request["operation"] in r["operations"]
+                   and res in r["resources"] for r in self.rules)
+
+    def admits(self, request: dict, obj: dict) -> bool:
+        celpy = self._celpy
+        if not self._matches(request):
+            return True
+        act = {"request": celpy.json_to_cel(request), "object": celpy.json_to_cel(obj)}
+        if not all(bool(c.evaluate(act)) for c in self.conditions):
+            return True
+        try:
+            act["variables"] = celpy.json_to_cel({name: p.evaluate(act) for name, p in self.variables})
+            return all(bool(v.evaluate(act)) is True for v in self.validations)
+        except celpy.CELEvalError:
+            return False  # failurePolicy: Fail
+
+
+def _request(user: str, op: str, resource: str, namespace: str = "", sub: str = "",
+             node: str | None = None) -> dict:
+    extra = {NODE_NAME_KEY: [node], "authentication.kubernetes.io/pod-name": ["hetero-exporter-x7k2q"]} if node else {}
+    return {"operation": op, "resource": {"group": "", "version": "v1", "resource": resource},
+            "subResource": sub, "namespace": namespace, "userInfo": {"username": user, "extra": extra,
+                                                                      "groups": ["system:serviceaccounts"]}}
+
+
+def _node(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {}}}
+
+
+def _event(node: str, kind: str = "Node", namespace: str = "default") -> dict:
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{node}.abc", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": kind, "name": node, "uid": node}}
+
+
+def test_node_restriction_lets_the_agent_write_only_its_own_node(rendered):
+    pytest.importorskip("celpy", reason="cel-python evaluates the policy's CEL (pip install cel-python)")
+    objs = _agent_objects(rendered)
+    policy = AdmissionPolicy(one(objs, "ValidatingAdmissionPolicy"))
+    sa = one(objs, "ServiceAccount")["metadata"]
+    agent = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"  # the overlay's namespace too
+
+    def node_write(user, name, sub="", node="gpu-node-7"):
+        return policy.admits(_request(user, "UPDATE", "nodes", sub=sub, node=node), _node(name))
+
+    def event(user, ev, node="gpu-node-7"):
+        return policy.admits(_request(user, "CREATE", "events", ev["metadata"]["namespace"], node=node), ev)
+
+    assert node_write(agent, "gpu-node-7") and node_write(agent, "gpu-node-7", "status")
+    assert not node_write(agent, "gpu-node-8") and not node_write(agent, "gpu-node-8", "status")
+    assert not node_write(agent, "gpu-node-7", node=None)  # a token that names no node: refused
+    assert event(agent, _event("gpu-node-7"))
+    assert not event(agent, _event("gpu-node-8"))
+    assert not event(agent, _event("gpu-node-7", namespace="kube-system"))
+    assert not event(agent, _event("train-0", kind="Pod", namespace="default"))
+    assert not event(agent, {**_event("gpu-node-7"), "involvedObject": {"name": "gpu-node-7"}})  # no kind
+    assert not event(agent, _event("gpu-node-7"), node=None)
+    # other callers are not this policy's business (the kubelet, the extender, an admin)
+    for user in ("system:node:gpu-node-8", f"system:serviceaccount:{sa['namespace']}:{sa['name']}-extender",
+                 "kubernetes-admin"):
+        assert node_write(user, "gpu-node-8", node=None) and event(user, _event("gpu-node-8"), node=None)
+    # reads and other resources pass through untouched
+    assert policy.admits(_request(agent, "CREATE", "pods", "ml", node="gpu-node-7"), {"metadata": {"name": "p"}})
+
+
+def assert_ingress_only_from(netpol: dict, workload: dict, namespace: str, pod_labels: dict) -> None:
+    """``netpol`` selects the workload's pods and admits, to their container ports only, the pods
+    labelled ``pod_labels`` in ``namespace``: one peer holding both selectors (two peers would be OR)."""
+    template = workload["spec"]["template"]
+    assert netpol["spec"]["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    assert netpol["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = netpol["spec"]["ingress"]
+    (c,) = template["spec"]["containers"]
+    assert rule["ports"] == [{"port": p["containerPort"], "protocol": "TCP"} for p in c["ports"]]
+    (peer,) = rule["from"]
+    assert peer == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                    "podSelector": {"matchLabels": pod_labels}}
+
+
+def test_the_network_policy_admits_only_prometheus_to_the_metrics_port(rendered):
+    objs = _agent_objects(rendered)
+    # kube-prometheus-stack's defaults (networkpolicy.yaml says to adjust them)
+    assert_ingress_only_from(one(objs, "NetworkPolicy"), _daemonset(objs), "monitoring",
+                             {"app.kubernetes.io/name": "prometheus"})
 
 
 def test_daemonset_probes_env_tolerations_and_resources(rendered):

@@ -120,6 +120,53 @@ def test_snapshot_age_is_computed_at_scrape_time():
     assert "accelerator_snapshot_age_seconds 65.0" in render(snap, now=snap.time + 65)
 
 
+def _samples(text: str, family: str) -> dict[str, float]:
+    """``{labels text: value}`` of one family's samples in an exposition."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(family + "{"):
+            labels, value = line[len(family):].rsplit(" ", 1)
+            out[labels] = float(value)
+    return out
+
+
+def test_collector_errors_are_exported_at_zero_for_every_kind_from_the_start():
+    """DESIGN: counters whose label sets are known are there before the first failure."""
+    from hetero_exporter.exposition.collector import COLLECTOR_ERROR_KINDS
+    errors = _samples(render(golden_snapshot()), N.COLLECTOR_ERRORS.name)
+    expected = {f'{{collector="{c}",kind="{k}"}}': (2.0 if (c, k) == ("npu_smi", "timeout") else 0.0)
+                for c in ("nvml", "npu_smi") for k in COLLECTOR_ERROR_KINDS}
+    assert errors == expected  # the healthy nvml collector too, at 0 for each kind
+
+
+def test_the_zeroed_error_kinds_are_every_kind_the_sampler_gives():
+    from hetero_exporter.exposition.collector import COLLECTOR_ERROR_KINDS
+    from hetero_exporter.sampling import classify
+    from hetero_exporter.sdk.contract import ParseError, Unavailable
+    kinds = {classify(e) for e in (Unavailable("no lib"), ParseError("tool", "bad"), TimeoutError(),
+                                   RuntimeError("boom"), KeyError("k"))} | {"busy"}  # busy: the sampler's own
+    assert kinds == set(COLLECTOR_ERROR_KINDS)
+    assert all(k in N.COLLECTOR_ERRORS.help for k in kinds)
+
+
+def test_health_actions_are_exported_at_zero_for_every_action_and_result():
+    from hetero_exporter.health.metrics import ACTIONS, RESULTS, HealthMetrics
+    assert set(ACTIONS) == {"taint", "untaint", "condition", "event", "cordon", "device-taint", "pod-condition"}
+    metrics = HealthMetrics()
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(metrics)
+    fresh = _samples(generate_latest(reg).decode(), N.HEALTH_ACTIONS.name)
+    assert fresh == {f'{{action="{a}",result="{r}"}}': 0.0 for a in ACTIONS for r in RESULTS}
+    metrics.action("taint", "ok")
+    metrics.action("uncordon", "ok")  # not a known action: appears once counted
+    later = _samples(generate_latest(reg).decode(), N.HEALTH_ACTIONS.name)
+    assert later['{action="taint",result="ok"}'] == 1.0 and later['{action="uncordon",result="ok"}'] == 1.0
+    assert later['{action="taint",result="error"}'] == 0.0 and len(later) == len(fresh) + 1
+    assert metrics.actions() == {("taint", "ok"): 1, ("uncordon", "ok"): 1}  # the counts themselves
+    # the health loop's gauges stay absent until they know something (absent, never a made-up 0)
+    assert N.HEALTH_KUBERNETES_UP.name not in generate_latest(reg).decode()
+
+
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=10) as r:

@@ -85,3 +85,10 @@ def test_scheduler_configuration_registers_the_extender_as_it_speaks(objs):
     assert {device_resource(v, "") for v in vendor_names() if v != "ascend"} <= set(names)
     assert {"huawei.com/Ascend910", "huawei.com/Ascend310P", "huawei.com/Ascend310"} <= set(names)
     assert all(m["ignoredByScheduler"] is False for m in ext["managedResources"])  # kube-scheduler still counts them
+
+
+def test_the_network_policy_admits_only_kube_scheduler_to_the_extender_port(objs):
+    from test_deploy import assert_ingress_only_from
+    # scheduler pods in kube-system, not anything in kube-system
+    assert_ingress_only_from(one(objs, "NetworkPolicy"), one(objs, "Deployment"), "kube-system",
+                             {"component": "kube-scheduler"})

@@ -1,6 +1,7 @@
-"""deploy/base/rbac.yaml grants every request the agent makes, and no more than its rules say:
+"""deploy/base/rbac.yaml grants every request the agent makes, and nothing it does not make:
 the health loop (and the pod cache) run against the loopback API server, which records each
-request; each one maps to an RBAC (apiGroup, resource, verb) that the ClusterRole must grant."""
+request; each one maps to an RBAC (apiGroup, resource, verb) that the ClusterRole must grant, and
+every grant of the ClusterRole must be one of them (least privilege: no unused verb)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def test_health_loop_requests_are_granted(kube_api, make_agent):
     assert needed <= _granted(), needed - _granted()
 
 
-def test_pod_cache_requests_are_granted(kube_api, tmp_path):
+def _run_pod_cache(kube_api, tmp_path) -> None:
+    """The attribution pod cache until it has listed and started its watch (bounded)."""
     from hetero_exporter.k8s.client import connect
     from hetero_exporter.k8s.pods import PodCache
     kube_api.seed_pod("ml", "train-0", "gpu-node-7")
@@ -61,6 +63,20 @@ def test_pod_cache_requests_are_granted(kube_api, tmp_path):
             time.sleep(0.05)
     finally:
         cache.close()
+
+
+def test_pod_cache_requests_are_granted(kube_api, tmp_path):
+    _run_pod_cache(kube_api, tmp_path)
     needed = _needed(kube_api.requests)
-    assert ("", "pods", "list") in needed
+    assert {("", "pods", "list"), ("", "pods", "watch")} <= needed
     assert needed <= _granted(), needed - _granted()
+
+
+def test_every_grant_is_used_by_the_health_loop_or_the_pod_cache(kube_api, make_agent, tmp_path):
+    """The other direction: a verb the agent never uses (nodes watch, once) is not granted."""
+    agent = make_agent("health-xid79.yaml", health={"cordon": True})
+    kube_api.seed_node(agent.node)
+    agent.run(0, 200)
+    _run_pod_cache(kube_api, tmp_path)
+    unused = _granted() - _needed(kube_api.requests)
+    assert unused == set(), f"granted but never requested: {sorted(unused)}"

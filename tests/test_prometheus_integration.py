@@ -46,11 +46,9 @@ ONE_DEVICE_KIND = {"node": HEALTHY, "vendor": "nvidia", "model": "H100-SXM5-80GB
 # is reported as a warning.
 NO_DATA_YET = {
     # Not a gap: these need something outside the agent, or a failure the scenarios do not stage.
-    "hetero-health/Health actions": "the health loop acts on a cluster only (observe mode, no API server here)",
-    "hetero-health/Kubernetes API reachable": "emitted once the health loop talks to an API server; none here",
+    "hetero-health/Kubernetes API reachable": "absent in observe mode (no cluster access expected); both agents observe",
     "hetero-health/Taint budget#A": "node counts come from the API server; none here",
     "hetero-health/Nodes with the accelerator taint": "kube-state-metrics series; no cluster here",
-    "hetero-exporter-self/Collector errors": "no collector fails in these scenarios",
     "hetero-exporter-self/Why collectors fail": "no collector fails in these scenarios",
     "hetero-node/Retired pages and remapped rows#A": "page retirement predates Ampere: the simulated H100s remap rows",
     "hetero-node/Memory repairs pending or failed#A": "page retirement predates Ampere: the simulated H100s remap rows",

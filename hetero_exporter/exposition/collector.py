@@ -21,6 +21,10 @@ from hetero_exporter.exposition import names as N
 from hetero_exporter.model import HEALTH_STATES, NodeSnapshot
 
 _EMPTY = ""
+# Every kind sampling.classify (and the sampler's "busy") can give a failed cycle: each collector's
+# errors counter is exported at 0 for all of them from the start (DESIGN: known label sets), so
+# rate()/increase() have a series before the first failure.
+COLLECTOR_ERROR_KINDS = ("unavailable", "timeout", "busy", "parse", "exception")
 
 
 def _s(v: object) -> str:
@@ -146,8 +150,8 @@ def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = Non
         duration({"collector": c.name}, c.duration_seconds)
         if c.last_success is not None:
             last_success({"collector": c.name}, c.last_success)
-        for kind, count in sorted(c.errors_total.items()):
-            errors({"collector": c.name, "kind": kind}, count)
+        for kind in _error_kinds(c.errors_total):
+            errors({"collector": c.name, "kind": kind}, c.errors_total.get(kind, 0))
         if not c.ok:
             error_info({"collector": c.name, "kind": _s(c.error_kind), "reason": _s(c.error)[:200]}, 1)
     if finops is not None:
@@ -162,6 +166,11 @@ def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = Non
         if src.last_success is not None:
             src_last(labels, src.last_success)
     return fam.ordered()
+
+
+def _error_kinds(counted: Mapping[str, int]) -> list[str]:
+    """The known kinds and any other kind counted, sorted."""
+    return sorted(set(COLLECTOR_ERROR_KINDS) | set(counted))
 
 
 def _finops_families(fam: _Families, snap: NodeSnapshot, fin: finops_mod.FinOps) -> None:

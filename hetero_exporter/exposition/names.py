@@ -130,7 +130,8 @@ HEALTH_BUDGET_NODES = Metric("accelerator_health_budget_nodes", "gauge",
 HEALTH_NODE_UNHEALTHY = Metric("accelerator_health_node_unhealthy", "gauge",
                                "1 when the node policy finds the node unhealthy (whatever the mode).", ())
 HEALTH_KUBERNETES_UP = Metric("accelerator_health_kubernetes_up", "gauge",
-                              "1 when the health loop's last Kubernetes round trip succeeded.", ())
+                              "1 when the health loop's last Kubernetes round trip succeeded; 0 also in "
+                              "dry-run or enforce mode without cluster access; absent in observe mode.", ())
 
 # Device memory health, PCIe link, clock-event reasons, interconnect links (issue 3)
 ECC_VOLATILE_ERRORS = Metric("accelerator_ecc_volatile_errors_total", "counter",

@@ -13,6 +13,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from hetero_exporter.exposition import names as N
 
 RESULTS = ("ok", "error", "conflict", "refused", "dry-run", "exists")
+# The actions DESIGN.md names: each (action, result) is exported at 0 from the start, so dashboards
+# and rate() alerts see a healthy node's series. Other actions (uncordon, labels, ...) appear when counted.
+ACTIONS = ("taint", "untaint", "condition", "event", "cordon", "device-taint", "pod-condition")
 
 
 class HealthMetrics:
@@ -53,7 +56,8 @@ class HealthMetrics:
 
     def collect(self) -> Iterator:
         with self._lock:
-            actions = dict(self._actions)
+            actions = dict.fromkeys(((a, r) for a in ACTIONS for r in RESULTS), 0)
+            actions.update(self._actions)
             exhausted, nodes, unhealthy, up = self._budget_exhausted, self._budget_nodes, self._unhealthy, self._up
         c = CounterMetricFamily(N.HEALTH_ACTIONS.family, N.HEALTH_ACTIONS.help, labels=N.HEALTH_ACTIONS.labels)
         for (action, result), v in sorted(actions.items()):

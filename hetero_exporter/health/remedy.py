@@ -73,6 +73,10 @@ class Remedy:
         on = cluster is not None and cluster.enabled and cfg.mode != "observe"
         self._nodes = Nodes(cluster) if on else None
         self._events = Events(cluster) if on else None
+        if not on and cfg.mode != "observe":
+            # dry-run/enforce with no cluster access: it writes nothing, which must show (and alert)
+            # as an API it cannot reach; observe expects no access, so the gauge stays absent there
+            self.metrics.kubernetes_up(False)
         self._delivered: set[str] = set()
         self.restored = not on  # sticky faults read back from the Node (or nothing to read)
         # Skip the API round trip when nothing the plan depends on changed since the last
