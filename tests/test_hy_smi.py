@@ -3,6 +3,7 @@ and the agent serving AMD and Hygon devices while a hung hy-smi is killed."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,8 @@ def test_a_hung_hy_smi_is_killed_and_the_rest_is_served(tmp_path):
     scenario = str(ROOT / "fixtures" / "scenarios" / "hygon-hung-cli.yaml")
     config = _config(tmp_path, {"collectors": {"hy_smi": {"timeout": 1.0}}})
     with Agent(["--simulate", scenario, "--interval", "1", "--config", config]) as agent:
-        text = agent.wait_metrics(lambda t: 'accelerator_collector_errors_total{collector="hy_smi",kind="timeout"}' in t
+        # the counter is exported at 0 from the start: wait for it to count
+        text = agent.wait_metrics(lambda t: re.search(r'accelerator_collector_errors_total\{collector="hy_smi",kind="timeout"\} [1-9]', t)
                                   and 'accelerator_collector_success{collector="amdsmi"} 1.0' in t)
         assert 'accelerator_collector_success{collector="hy_smi"} 0.0' in text
         assert 'vendor="amd"' in text and agent.get("/healthz")[0] == 200
