@@ -10,7 +10,9 @@ precomputes only when a node's annotation text changed, so the kubelet's status 
 cost a string comparison.
 
 Sink protocol: ``replace([(name, text)])`` after a list, ``update(name, text)``,
-``remove(name)``; ``text`` is None for a node without the annotation.
+``remove(name)``; ``text`` is None for a node without the annotation. A sink is expected to
+take any text (``NodeTable`` fails the node with the reason); should ``update`` raise anyway,
+that node's event is logged and skipped, and the watch goes on with the others.
 """
 
 from __future__ import annotations
@@ -92,10 +94,16 @@ def list_pages(list_fn: Callable[..., dict], *, page_size: int, timeout: float,
         if label_selector:
             kwargs["label_selector"] = label_selector
         doc = list_fn(timeout=timeout, **kwargs)
-        items.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
-        meta = doc.get("metadata") or {}
-        rv = str(meta["resourceVersion"]) if meta.get("resourceVersion") else rv
-        token = meta.get("continue") or None
+        if not isinstance(doc, dict):
+            raise K8sError(f"node list page is not a NodeList but {type(doc).__name__}")
+        page, meta = doc.get("items"), doc.get("metadata")
+        page, meta = [] if page is None else page, {} if meta is None else meta
+        if not isinstance(page, list) or not isinstance(meta, dict):
+            raise K8sError("node list page is not a NodeList (items a list, metadata an object)")
+        items.extend(i for i in page if isinstance(i, dict))
+        version, token = meta.get("resourceVersion"), meta.get("continue")
+        rv = str(version) if version and isinstance(version, (str, int)) else rv
+        token = token if token and isinstance(token, str) else None
         if not token:
             return items, rv
     raise K8sError(f"node list did not end after {MAX_PAGES} pages")
@@ -161,20 +169,18 @@ class NodeCache:
             for event in w.stream(self._core().list_node, **kwargs):
                 if self._stop.is_set():
                     break
-                etype, obj = event.get("type"), event.get("raw_object")
+                etype, obj = (event.get("type"), event.get("raw_object")) if isinstance(event, dict) else (None, None)
                 if not isinstance(obj, dict):
                     continue
-                rv = (obj.get("metadata") or {}).get("resourceVersion")
-                if rv:
+                meta = obj.get("metadata")
+                rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+                if rv and isinstance(rv, (str, int)):
                     self._rv = str(rv)
                 if etype in ("ADDED", "MODIFIED", "DELETED"):
                     name, text = annotation_of(obj, self.annotation)
                     if name is None:
                         continue
-                    if etype == "DELETED":
-                        self.sink.remove(name)
-                    else:
-                        self.sink.update(name, text)
+                    self._apply(etype, name, text)
                 self.error = None
         except ApiException as e:
             if e.status == 410:
@@ -182,6 +188,17 @@ class NodeCache:
             raise
         finally:
             self._watch = None
+
+    def _apply(self, etype: str, name: str, text: Optional[str]) -> None:
+        """One node's event into the sink; a sink failing on it costs that node only."""
+        try:
+            if etype == "DELETED":
+                self.sink.remove(name)
+            else:
+                self.sink.update(name, text)
+        except Exception:  # noqa: BLE001 - one node must not stop the watch of the others
+            log.exception("node cache: could not take a node's annotation; skipped",
+                          extra={"node": name[:253], "event": etype})
 
     def _run(self) -> None:
         list_then_watch(self._stop, self.list_once, self._watch_once, self._failed, self._backoff)

@@ -7,11 +7,16 @@ node table). ``/filter`` answers an ``ExtenderFilterResult`` (``Nodes`` or ``Nod
 ``{"Host", "Score"}`` with scores 0..10. Every evaluation is kept under its trace id for
 ``/explain``. A malformed request raises ``BadRequest``; a pod whose accelerator request cannot
 be read is not a bad request: every node fails with that reason, so the pod's events say it.
+
+Input is hostile: bodies decode with ``jsonsafe`` (depth limit, no NaN), names longer than
+Kubernetes allows are clipped in logs and /explain (a node so named fails), and the /explain
+ring is bounded in bytes as well as in calls.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import secrets
@@ -20,16 +25,20 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from hetero_exporter.scoring import explain
+from hetero_exporter.scoring import explain, jsonsafe
 from hetero_exporter.scoring.nodes import NodeState
 from hetero_exporter.scoring.nodetable import NodeTable
-from hetero_exporter.scoring.request import DEFAULT_DOMAIN, Request, RequestError, request_from_pod
+from hetero_exporter.scoring.request import (DEFAULT_DOMAIN, NAME_CHARS, Request, RequestError, clip_name, pod_name,
+                                             request_from_pod)
 from hetero_exporter.scoring.scorer import NO_ACCELERATOR, Decision, Scorer, extender_score
 
 log = logging.getLogger(__name__)
 
 _POINTS = [f"{p}}}" for p in range(11)]
 REASON_LIMIT = 600  # characters of a FailedNodes reason (the full one is in /explain)
+LOG_TEXT_LIMIT = 600  # characters of a request description or error in a log line
+RING_BYTES = 8 * 2**20  # the /explain ring's estimated size; the oldest calls go first
+NODE_BYTES = 100  # estimated memory a kept call holds per node, besides its name
 
 
 class BadRequest(ValueError):
@@ -69,24 +78,42 @@ def _field(doc: dict, name: str) -> Any:
 
 
 def _missing(name: str) -> Decision:
-    return Decision(False, reason=f"{name} is not in the extender's node cache (no annotation seen yet)")
+    return Decision(False, reason=f"{clip_name(name)} is not in the extender's node cache (no annotation seen yet)")
+
+
+def _misnamed(name: str) -> NodeState:
+    return NodeState(name=clip_name(name), time=0.0, groups={},
+                     error=f"node name of {len(name)} characters, over the {NAME_CHARS} Kubernetes allows")
+
+
+def _clip(text: str, limit: int = LOG_TEXT_LIMIT) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _ring_cost(ev: Evaluation, names_chars: int) -> int:
+    """Estimated bytes an evaluation holds in the /explain ring (names, request, references)."""
+    request = len(ev.request.key) if ev.request is not None else len(ev.request_error or "")
+    return 1000 + request + len(ev.pod) + names_chars + NODE_BYTES * len(ev.names)
 
 
 class Extender:
     """Filter and prioritize over a Scorer. ``table``: the watch-backed node table (None:
-    nodes-in-request mode only). ``clock``: Unix seconds, for staleness."""
+    nodes-in-request mode only). ``clock``: Unix seconds, for staleness. ``traces`` and
+    ``ring_bytes`` bound the /explain ring in calls and in estimated bytes."""
 
     def __init__(self, scorer: Scorer, table: Optional[NodeTable] = None, *,
                  annotation: str = "hetero-exporter.io/devices", domain: str = DEFAULT_DOMAIN,
-                 traces: int = 256, clock: Callable[[], float] = time.time):
+                 traces: int = 256, ring_bytes: int = RING_BYTES, clock: Callable[[], float] = time.time):
         self.scorer = scorer
         self.table = table
         self.annotation = annotation
         self.domain = domain
         self.clock = clock
         self.decoded = NodeTable(scorer, annotation)  # nodes-in-request mode: decode on change only
-        self._traces: "collections.OrderedDict[str, Evaluation]" = collections.OrderedDict()
+        self._traces: "collections.OrderedDict[str, tuple[Evaluation, int]]" = collections.OrderedDict()
         self._traces_max = traces
+        self._ring_max = ring_bytes
+        self.ring_bytes = 0  # estimated bytes the ring holds now
         self._lock = threading.Lock()
         self._host_json: dict[str, str] = {}  # node name -> its JSON object's head, for /prioritize
 
@@ -94,8 +121,8 @@ class Extender:
 
     def _args(self, body: bytes) -> tuple[dict, Optional[dict], Optional[list[str]]]:
         try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as e:
+            doc = jsonsafe.loads(body)
+        except jsonsafe.JSONRefused as e:
             raise BadRequest(f"body is not JSON: {e}") from None
         if not isinstance(doc, dict):
             raise BadRequest(f"expected ExtenderArgs (a JSON object with Pod and Nodes or NodeNames), "
@@ -128,13 +155,32 @@ class Extender:
             ann = meta.get("annotations") or {}
             text = ann.get(self.annotation) if isinstance(ann, dict) else None
             names.append(name)
+            if len(name) > NAME_CHARS:  # not a node Kubernetes can have: fails, never cached
+                states.append(_misnamed(name))
+                continue
             states.append(self.decoded.state_for(name, text if isinstance(text, str) else None))
         return names, states
 
+    def _remember(self, ev: Evaluation) -> None:
+        """Keep ``ev`` for /explain, names clipped, dropping the oldest beyond the bounds."""
+        lengths = list(map(len, ev.names))  # in C: /prioritize over 5,000 names stays cheap
+        if max(lengths, default=0) > NAME_CHARS:
+            ev = dataclasses.replace(ev, names=[clip_name(n) for n in ev.names])
+            lengths = list(map(len, ev.names))
+        cost = _ring_cost(ev, sum(lengths))
+        with self._lock:
+            old = self._traces.pop(ev.trace, None)
+            if old is not None:
+                self.ring_bytes -= old[1]
+            self._traces[ev.trace] = (ev, cost)
+            self.ring_bytes += cost
+            while len(self._traces) > 1 and (len(self._traces) > self._traces_max
+                                             or self.ring_bytes > self._ring_max):
+                _, (_, dropped) = self._traces.popitem(last=False)
+                self.ring_bytes -= dropped
+
     def evaluate(self, verb: str, body: bytes, trace: str) -> tuple[Evaluation, Optional[dict]]:
         pod, nodes, names = self._args(body)
-        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-        pod_name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
         try:
             req: Optional[Request] = request_from_pod(pod, self.domain)
             error = None
@@ -160,13 +206,16 @@ class Extender:
             decisions = [(st.memo.get(key) or decide(req, st, key)) if st is not None else
                          (NO_ACCELERATOR if req.count == 0 else _missing(n))
                          for n, st in zip(node_names, opt_states)]
-        ev = Evaluation(trace, verb, mode, pod_name, req, error, node_names, opt_states, decisions,
-                        self.clock(), (req.policy if req and req.policy else self.scorer.policy))
-        with self._lock:
-            self._traces[trace] = ev
-            while len(self._traces) > self._traces_max:
-                self._traces.popitem(last=False)
+        ev = Evaluation(trace, verb, mode, pod_name(pod.get("metadata")), req, error, node_names, opt_states,
+                        decisions, self.clock(), (req.policy if req and req.policy else self.scorer.policy))
+        self._remember(ev)
         return ev, nodes
+
+    @staticmethod
+    def _log(verb: str, ev: Evaluation, **extra: Any) -> None:
+        what = ev.request.describe() if ev.request else (ev.request_error or "")
+        log.info(verb, extra={"trace": ev.trace, "pod": ev.pod, "mode": ev.mode, "nodes": len(ev.names),
+                              **extra, "request": _clip(what)})
 
     def filter(self, body: bytes, trace: str) -> tuple[dict, Evaluation]:
         ev, nodes = self.evaluate("filter", body, trace)
@@ -188,8 +237,7 @@ class Extender:
             result["Nodes"] = {**nodes, "items": [items[i] for i in passing]}
         else:
             result["NodeNames"] = [ev.names[i] for i in passing]
-        log.info("filter", extra={"trace": trace, "pod": ev.pod, "mode": ev.mode, "nodes": len(ev.names),
-                                  "passed": len(passing), "request": ev.request.describe() if ev.request else ev.request_error})
+        self._log("filter", ev, passed=len(passing))
         return result, ev
 
     def prioritize(self, body: bytes, trace: str) -> tuple[bytes, Evaluation]:
@@ -211,11 +259,12 @@ class Extender:
                 points = extender_score(d.score * conf_of(now - st.time))
             head = hosts.get(name)
             if head is None:
-                head = hosts[name] = '{"Host":%s,"Score":' % json.dumps(name)
+                head = '{"Host":%s,"Score":' % json.dumps(name)
+                if len(name) <= NAME_CHARS:  # a real node name: worth keeping
+                    hosts[name] = head
             items.append(head + _POINTS[points])
         out = ("[" + ",".join(items) + "]").encode()
-        log.info("prioritize", extra={"trace": trace, "pod": ev.pod, "mode": ev.mode, "nodes": len(ev.names),
-                                      "request": ev.request.describe() if ev.request else ev.request_error})
+        self._log("prioritize", ev)
         return out, ev
 
     # ------------------------------------------------------------------ explain
@@ -225,10 +274,11 @@ class Extender:
         with self._lock:
             if not trace:
                 return {"traces": [{"trace": e.trace, "verb": e.verb, "pod": e.pod, "time": e.now,
-                                    "nodes": len(e.names)} for e in reversed(self._traces.values())]}
-            ev = self._traces.get(trace)
-        if ev is None:
+                                    "nodes": len(e.names)} for e, _ in reversed(self._traces.values())]}
+            kept = self._traces.get(trace)
+        if kept is None:
             return None
+        ev = kept[0]
         rows = explain.node_rows(ev.names, ev.states, ev.decisions, ev.now, self.scorer)
         return explain.document(ev.request, ev.request_error, ev.policy, ev.now, rows,
                                 trace=ev.trace, verb=ev.verb, mode=ev.mode, pod=ev.pod)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from hetero_exporter import profiles
-from hetero_exporter.model import (HOST_LINK_TYPES, DeviceSample, NodeSnapshot, SchemaError, snapshot_from_doc,
-                                   snapshot_from_json)
+from hetero_exporter.model import HOST_LINK_TYPES, DeviceSample, NodeSnapshot, SchemaError, snapshot_from_doc
+from hetero_exporter.scoring import jsonsafe
 from hetero_exporter.scoring.resources import device_resource
 from hetero_exporter.scoring.versions import VersionKey, version_key
 
@@ -30,6 +30,13 @@ NOT_LINKS = frozenset(("", "unknown"))  # pair kinds that are no reported link
 SWITCH_SCORE = HOST_LINK_SCORE["pcie-switch"]
 UNKNOWN_LINK = 0.25  # no link reported and NUMA unknown: between same- and cross-NUMA
 DOWN_LINK_STATES = frozenset(("down", "inactive", "disabled", "error", "failed"))
+
+# Bounds on what a node annotation may hold; beyond them the node fails with the reason.
+MAX_ANNOTATION_CHARS = 256 * 1024  # Kubernetes caps all annotations of an object together at 256 KiB
+MAX_DEVICES = 64  # whole devices of one node (no server has more; choosing among them costs ~n^3)
+# the longest text a field may hold: names and versions the scorer compares and words into reasons
+TEXT_CHARS = {"vendor": 64, "model": 256, "uuid": 256, "link type": 64, "version": 128}
+REASON_CHARS = 1000  # of an unreadable annotation's reason (paths name keys from the text)
 
 
 def is_fabric(link_type: str) -> bool:
@@ -117,11 +124,38 @@ class NodeState:
         return "; ".join(g.describe() for g in self.groups.values()) or "no accelerators"
 
 
-def _dev(d: DeviceSample) -> Dev:
+def _text(value: Optional[str], what: str, where: str) -> Optional[str]:
+    limit = TEXT_CHARS[what]
+    if value is not None and len(value) > limit:
+        raise SchemaError(f"{where}: {len(value)} characters, over {limit} for a {what}")
+    return value
+
+
+def _version(text: Optional[str], where: str) -> Optional[VersionKey]:
+    return version_key(_text(text, "version", where))  # bounded first: int() of 5,000 digits fails
+
+
+def _not_negative(value: Optional[float], where: str) -> Optional[float]:
+    if value is not None and value < 0:
+        raise SchemaError(f"{where}: {value:g} is negative")
+    return value
+
+
+def _dev(d: DeviceSample, where: str) -> Dev:
     ident = d.identity
-    total = d.value("memory_total_bytes")
+    for what in ("vendor", "model", "uuid"):
+        _text(getattr(ident, what), what, f"{where}.identity.{what}")
+    for at, link in enumerate(d.links):
+        _text(link.type, "link type", f"{where}.links[{at}].type")
+        _text(link.peer, "uuid", f"{where}.links[{at}].peer")
+    total = _not_negative(d.value("memory_total_bytes"), f"{where}.readings.memory_total_bytes")
     prof = d.profile or profiles.profile_for(ident.vendor, ident.model, kind=ident.kind,
                                              memory_total_bytes=total)
+    _text(prof.model, "model", f"{where}.profile.model")
+    for name in ("compute_units", "cost_weight", "memory_bytes"):
+        _not_negative(getattr(prof, name), f"{where}.profile.{name}")
+    for name in ("memory_free_bytes", "memory_used_bytes", "utilization_ratio"):
+        _not_negative(d.value(name), f"{where}.readings.{name}")
     if total is None and prof.memory_bytes:
         total = float(prof.memory_bytes)
     free = d.value("memory_free_bytes")
@@ -137,8 +171,10 @@ def _dev(d: DeviceSample) -> Dev:
                health=d.health.state, compute_units=float(prof.compute_units),
                cost_weight=float(prof.cost_weight), features=frozenset(prof.features),
                memory_total=total, memory_free=free, load=min(1.0, max(shares, default=0.0)),
-               driver=ident.driver_version, driver_key=version_key(ident.driver_version),
-               runtime=runtime, runtime_key=version_key(runtime), numa=ident.numa_node)
+               driver=ident.driver_version,
+               driver_key=_version(ident.driver_version, f"{where}.identity.driver_version"),
+               runtime=runtime, runtime_key=_version(runtime, f"{where}.identity.runtime_version"),
+               numa=ident.numa_node)
 
 
 def _links(devs: list[Dev], samples: list[DeviceSample]) -> tuple[list[list[float]], list[list[str]], bool]:
@@ -233,18 +269,24 @@ def _why_excluded(d: Dev) -> Optional[str]:
 
 
 def node_state(name: str, snapshot: NodeSnapshot) -> NodeState:
-    """Precompute the scorer's view of a node from its snapshot."""
+    """Precompute the scorer's view of a node from its snapshot (SchemaError beyond the bounds
+    above, or for a number a device cannot have)."""
     samples: dict[str, list[DeviceSample]] = {}
-    for d in snapshot.devices:
+    position: dict[int, int] = {}  # id(sample) -> its index in $.devices, for error paths
+    for at, d in enumerate(snapshot.devices):
         if d.identity.parent is not None:  # partitions (identity.parent) are not whole devices
             continue
+        position[id(d)] = at
         samples.setdefault(device_resource(d.identity.vendor, d.identity.model), []).append(d)
+    if len(position) > MAX_DEVICES:
+        raise SchemaError(f"$.devices: {len(position)} whole devices, over the {MAX_DEVICES} this extender "
+                          "scores on one node")
     groups = {}
     for resource, group_samples in sorted(samples.items()):
         group_samples.sort(key=lambda s: s.identity.index)
         devs, cand_samples, excluded = [], [], []
         for s in group_samples:
-            dev = _dev(s)
+            dev = _dev(s, f"$.devices[{position[id(s)]}]")
             why = _why_excluded(dev)
             if why is None:
                 devs.append(dev)
@@ -262,23 +304,31 @@ def node_state(name: str, snapshot: NodeSnapshot) -> NodeState:
     return NodeState(name=name, time=snapshot.time, groups=groups)
 
 
+def _unreadable(name: str, why: str) -> NodeState:
+    if len(why) > REASON_CHARS:
+        why = why[:REASON_CHARS - 3] + "..."
+    return NodeState(name=name, time=0.0, groups={}, error=f"annotation unreadable: {why}")
+
+
 def from_annotation(name: str, text: Optional[str], annotation: str = "hetero-exporter.io/devices") -> NodeState:
-    """The state of a node from its annotation text; an unreadable or missing annotation
-    gives a state whose ``error`` says why (never an exception)."""
+    """The state of a node from its annotation text; an unreadable, oversized or out-of-bounds
+    annotation gives a state whose ``error`` says why (never an exception)."""
     if text is None:
         return NodeState(name=name, time=0.0, groups={},
                          error=f"no {annotation} annotation (is the hetero-exporter agent running there?)")
+    if len(text) > MAX_ANNOTATION_CHARS:
+        return _unreadable(name, f"$: {len(text)} characters, over the {MAX_ANNOTATION_CHARS} Kubernetes "
+                                 "allows for all annotations of a node")
     try:
-        snapshot = snapshot_from_json(text)
-    except SchemaError as e:
-        return NodeState(name=name, time=0.0, groups={}, error=f"annotation unreadable: {e}")
-    return node_state(name, snapshot)
+        doc = jsonsafe.loads(text)
+    except jsonsafe.JSONRefused as e:
+        return _unreadable(name, f"$: not valid JSON: {e}")
+    return from_document(name, doc)
 
 
 def from_document(name: str, doc: Any) -> NodeState:
     """Like ``from_annotation`` for an already parsed document (``score --nodes``)."""
     try:
-        snapshot = snapshot_from_doc(doc)
+        return node_state(name, snapshot_from_doc(doc))
     except SchemaError as e:
-        return NodeState(name=name, time=0.0, groups={}, error=f"annotation unreadable: {e}")
-    return node_state(name, snapshot)
+        return _unreadable(name, str(e))

@@ -7,11 +7,14 @@ arrives again with every scheduling cycle and is decoded only when it changed.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Callable, Iterable, Mapping, Optional
 
 from hetero_exporter.scoring.nodes import NodeState, from_annotation
 from hetero_exporter.scoring.scorer import Scorer
+
+log = logging.getLogger(__name__)
 
 ANNOTATION = "hetero-exporter.io/devices"
 
@@ -52,8 +55,7 @@ class NodeTable:
         with self._lock:
             if name in self._states and self._texts.get(name) == mark:
                 return self._states[name]
-        state = from_annotation(name, text, self.annotation)
-        self.scorer.precompute(state)
+        state = self._decode(name, text)
         with self._lock:
             if len(self._states) >= self.limit and name not in self._states:
                 self._states.clear()  # a bound, not an eviction policy: the cache refills itself
@@ -61,6 +63,19 @@ class NodeTable:
             self._states[name] = state
             self._texts[name] = mark
         return state
+
+    def _decode(self, name: str, text: Optional[str]) -> NodeState:
+        """The node's state, precomputed; never raises: one node's annotation, whatever it
+        holds, must not stop the table from taking the others (a bug shows in the log)."""
+        try:
+            state = from_annotation(name, text, self.annotation)
+            self.scorer.precompute(state)
+            return state
+        except Exception as e:  # noqa: BLE001 - the node fails alone, with the reason
+            log.exception("node annotation could not be scored", extra={"node": name[:253]})
+            return NodeState(name=name, time=0.0, groups={},
+                             error=f"annotation unreadable: {type(e).__name__} while scoring it; "
+                                   "see the extender log")
 
     def update(self, name: str, text: Optional[str]) -> None:
         self.state_for(name, text)

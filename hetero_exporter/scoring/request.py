@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from hetero_exporter import vendors as vendor_specs
+from hetero_exporter.scoring import jsonsafe
 from hetero_exporter.scoring.resources import parse_resource
 from hetero_exporter.scoring.versions import VersionKey, version_key
 
@@ -45,6 +46,9 @@ TOPOLOGY_ALIASES = {"same-nvlink-domain": "same-fabric"}  # older names, still a
 ACCEPTED_TOPOLOGIES = ("same-node", "same-switch", *TOPOLOGY_ALIASES, "same-fabric")
 POLICIES = ("binpack", "spread")
 MAX_COUNT = 64  # more devices than any node has: a typo, not a request
+MAX_ANNOTATION_CHARS = 256 * 1024  # Kubernetes caps all annotations of an object together at 256 KiB
+MAX_VERSION_CHARS = 128
+NAME_CHARS = 253  # the longest Kubernetes object name (DNS subdomain); longer ones are clipped in logs
 
 _ANNOTATION_KEYS = ("count", "vendors", "compute_units", "memory_per_device", "features", "topology",
                     "min_driver_version", "min_runtime_version", "policy", "shared")
@@ -57,6 +61,23 @@ def canonical_topology(name: str) -> str:
 
 class RequestError(ValueError):
     """A pod's accelerator request cannot be read (message says where and why)."""
+
+
+def clip_name(value: Any, default: str = "?") -> str:
+    """An object name as logs and explanations show it: ``default`` if it is not a non-empty
+    string, cut to ``NAME_CHARS`` with a marker saying how much was left out if longer."""
+    if not isinstance(value, str) or not value:
+        return default
+    if len(value) <= NAME_CHARS:
+        return value
+    return f"{value[:NAME_CHARS]}...(+{len(value) - NAME_CHARS} chars)"
+
+
+def pod_name(meta: Any) -> str:
+    """``namespace/name`` of a pod's metadata (``generateName`` when it has no name yet)."""
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name") or meta.get("generateName")
+    return f"{clip_name(meta.get('namespace'), 'default')}/{clip_name(name)}"
 
 
 @dataclass(frozen=True)
@@ -264,6 +285,8 @@ def _min_versions(value: Any, where: str) -> tuple[tuple[str, str], ...]:
     else:
         raise RequestError(f"{where}: expected a version string or {{vendor: version}}")
     for vendor, text in pairs:
+        if isinstance(text, str) and len(text) > MAX_VERSION_CHARS:
+            raise RequestError(f"{where}: {len(text)} characters, over {MAX_VERSION_CHARS} for a version")
         if not isinstance(text, str) or version_key(text) is None:
             raise RequestError(f"{where}: {text!r:.40} is not a version (like 550.54 or 24.1.rc2)")
     return tuple(sorted(pairs))
@@ -272,15 +295,19 @@ def _min_versions(value: Any, where: str) -> tuple[tuple[str, str], ...]:
 def _annotation(text: Any, where: str) -> dict[str, Any]:
     if not isinstance(text, str):
         raise RequestError(f"{where}: annotation values are strings, got {type(text).__name__}")
+    if len(text) > MAX_ANNOTATION_CHARS:
+        raise RequestError(f"{where}: {len(text)} characters, over the {MAX_ANNOTATION_CHARS} Kubernetes "
+                           "allows for all annotations of a pod")
     try:
-        doc = json.loads(text)
-    except ValueError as e:
+        doc = jsonsafe.loads(text)
+    except jsonsafe.JSONRefused as e:
         raise RequestError(f"{where}: not valid JSON: {e}") from None
     if not isinstance(doc, dict):
         raise RequestError(f"{where}: expected a JSON object, got {type(doc).__name__}")
     unknown = sorted(set(doc) - set(_ANNOTATION_KEYS))
     if unknown:
-        raise RequestError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_ANNOTATION_KEYS)}")
+        listed = ", ".join(clip_name(k, "''")[:40] for k in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise RequestError(f"{where}: unknown key(s) {listed}; known: {', '.join(_ANNOTATION_KEYS)}")
     out: dict[str, Any] = {}
     w = lambda k: f"{where}.{k}"  # noqa: E731 - local shorthand for error paths
     if "count" in doc:
@@ -328,7 +355,7 @@ def request_from_pod(pod: Any, domain: str = DEFAULT_DOMAIN) -> Request:
         raise RequestError(f"Pod: expected an object, got {type(pod).__name__}")
     meta = _mapping(pod.get("metadata"), "metadata")
     spec = _mapping(pod.get("spec"), "spec")
-    name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or meta.get('generateName') or '?'}"
+    name = pod_name(meta)
     annotations = _mapping(meta.get("annotations"), "metadata.annotations")
     key = f"{domain}/request"
     ann = _annotation(annotations[key], f"metadata.annotations['{key}']") if key in annotations else {}

@@ -423,10 +423,14 @@ class Scorer:
         w_topo, w_fill = self.weights["topology"], self.weights["fill"]
         n = max(1, len(g.devices))
         best: dict[int, tuple[float, tuple[int, ...]]] = {}
+        seen: set[tuple[int, ...]] = set()  # seeds often grow the same set: score it once
         for pool in _pools(g, elig, topology):
             if len(pool) < k:
                 continue
             for combo in _greedy(g, pool, k, vals, topology):
+                if combo in seen:
+                    continue
+                seen.add(combo)
                 pairs = list(itertools.combinations(combo, 2))
                 t = sum(g.pair[a][b] for a, b in pairs) / len(pairs) if pairs else 1.0
                 fill = _fill(g.load_total, sum(g.loads[i] for i in combo), k, n, shared)
@@ -522,21 +526,37 @@ def _largest(g: Group, elig: tuple[int, ...], topology: str) -> int:
 
 
 def _greedy(g: Group, pool: tuple[int, ...], k: int, vals: list[float], topology: str):
-    """Candidate sets grown from each seed by the best marginal gain (for large groups)."""
+    """Candidate sets grown from each seed by the best marginal gain (for large groups).
+
+    Each candidate's sum of closeness to the chosen devices (added in the order they were
+    chosen, as a fresh sum would) and whether it is under one switch with all of them are kept
+    up to date as devices are added: a seed costs O(k * len(pool)), not O(k^2 * len(pool))."""
+    if k == len(pool) and topology != "same-switch":  # nothing to choose: every seed grows to all
+        yield tuple(sorted(pool))
+        return
+    pair = g.pair
+    switch = topology == "same-switch"
     for seed in pool:
         chosen = [seed]
+        taken = {seed}
+        sums = {j: pair[j][seed] for j in pool}
+        near = {j: pair[j][seed] >= SWITCH_SCORE for j in pool} if switch else None
         while len(chosen) < k:
             best_j, best_gain = None, -1.0
+            m = len(chosen)
             for j in pool:
-                if j in chosen:
+                if j in taken or (near is not None and not near[j]):
                     continue
-                if topology == "same-switch" and any(g.pair[j][c] < SWITCH_SCORE for c in chosen):
-                    continue
-                gain = sum(g.pair[j][c] for c in chosen) / len(chosen) + vals[j]
+                gain = sums[j] / m + vals[j]
                 if gain > best_gain:
                     best_j, best_gain = j, gain
             if best_j is None:
                 break
             chosen.append(best_j)
+            taken.add(best_j)
+            for j in pool:
+                sums[j] += pair[j][best_j]
+                if near is not None and pair[j][best_j] < SWITCH_SCORE:
+                    near[j] = False
         if len(chosen) == k:
             yield tuple(sorted(chosen))
