@@ -24,28 +24,200 @@ Example (every key optional)::
       reference: A100-SXM4-80GB   # a profile model; it must have a price below
       prices:               # profile model -> price per device-hour; an EXAMPLE, override it
         A100-SXM4-80GB: 2.0 # a model without a price: reference price x its profile's cost_weight
+
+Every key is checked (hetero_exporter/validate.py): an unknown key, a wrong type (``enabled:
+"false"`` is a string, not a boolean) or a value out of range is refused with one line
+``FILE: FIELD: what is wrong; allowed: ...`` and the command exits 2. Bounds: ``interval``
+0.1 s .. 1 day; every timeout finite, 0.01 s .. 1 day.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import yaml
 
 from hetero_exporter import finops as finops_mod
+from hetero_exporter import validate as v
+from hetero_exporter.validate import ValidationError
 
-KNOWN_KEYS = {"listen", "interval", "node_name", "log_format", "sysfs_root", "proc_root",
-              "collectors", "health", "kubeconfig", "attribution", "scoring", "default_timeout",
-              "kernel_log", "finops"}
-KERNEL_LOG_KEYS = {"enabled", "path", "state_dir", "max_records_per_second", "max_pending", "dedup_seconds",
-                   "initial_bytes", "retry_seconds"}
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few KiB; a bigger file is a mistake
+INTERVAL_MIN, INTERVAL_MAX = 0.1, 86400.0  # seconds: below 0.1 s a cycle is a busy loop
+TIMEOUT_MIN, TIMEOUT_MAX = 0.01, 86400.0  # seconds: a deadline must be finite and positive
+CADENCE_MAX = 7 * 86400.0  # seconds between slow per-device calls (0 = off)
+
+Check = Callable[[str, Any], Any]
 
 
-class ConfigError(ValueError):
+class ConfigError(ValidationError):
     """The configuration cannot be used (message names the key)."""
+
+
+def interval(path: str, value: Any) -> float:
+    """Seconds between collection cycles (``interval``, ``--interval``)."""
+    return v.number(path, value, minimum=INTERVAL_MIN, maximum=INTERVAL_MAX, unit="seconds")
+
+
+def timeout(path: str, value: Any) -> float:
+    """A deadline in seconds: finite and positive."""
+    return v.number(path, value, minimum=TIMEOUT_MIN, maximum=TIMEOUT_MAX, unit="seconds")
+
+
+def _seconds(maximum: float, minimum: float = 0.0) -> Check:
+    return lambda p, x: v.number(p, x, minimum=minimum, maximum=maximum, unit="seconds")
+
+
+def _integer(minimum: int, maximum: int) -> Check:
+    return lambda p, x: v.number(p, x, minimum=minimum, maximum=maximum, integer=True)
+
+
+def _path(p: str, x: Any) -> str:
+    return v.string(p, x, non_empty=True)
+
+
+def _args(p: str, x: Any) -> Any:
+    """A tool's options: one string (split like a shell) or a list of strings."""
+    return v.string(p, x) if isinstance(x, str) else v.list_of(p, x, v.string, max_items=64)
+
+
+def _cadences(p: str, x: Any) -> dict:
+    return {k: _seconds(CADENCE_MAX)(v.join(p, k), c) for k, c in v.mapping(p, x, max_items=64).items()}
+
+
+def _section(path: str, value: Any, table: Mapping[str, Check]) -> dict:
+    """A mapping whose keys are in ``table``, each value checked by its entry (null = absent)."""
+    doc = v.mapping(path, value, table)
+    return {k: table[k](v.join(path, k), x) for k, x in doc.items() if x is not None}
+
+
+# Settings a collector reads from its section (the SDK's and the built-in collectors'; README:
+# Collectors). enabled and timeout are the agent's.
+COLLECTOR_SETTINGS: dict[str, Check] = {
+    "enabled": v.boolean, "timeout": timeout, "cli_timeout": timeout,
+    "path": _path, "host_root": _path, "sysfs_root": _path, "args": _args, "runtime_version": v.string,
+    "fallback": v.boolean, "events": v.boolean,
+    "parallel_calls": _integer(1, 64), "budget_fraction": lambda p, x: v.number(p, x, minimum=0.05, maximum=1.0),
+    "detail_calls_per_cycle": _integer(0, 1000), "health_calls_per_cycle": _integer(0, 1000),
+    "info_calls_per_cycle": _integer(0, 1000), "detail_intervals": _cadences,
+    "topo_interval": _seconds(CADENCE_MAX), "info_interval": _seconds(CADENCE_MAX),
+    "query_interval": _seconds(CADENCE_MAX),
+    "ecc_uncorrected_threshold": lambda p, x: v.number(p, x, minimum=0),
+    "fault_hold_seconds": _seconds(86400.0), "event_hold_seconds": _seconds(86400.0),
+    "event_wait_ms": _integer(1, 60000),
+}
+
+KERNEL_LOG: dict[str, Check] = {
+    "enabled": v.boolean, "path": _path, "state_dir": _path,
+    "max_records_per_second": lambda p, x: v.number(p, x, minimum=1, maximum=1e6),
+    "max_pending": _integer(1, 1 << 20), "dedup_seconds": _seconds(86400.0),
+    "initial_bytes": _integer(0, 1 << 30), "retry_seconds": _seconds(86400.0, 0.1),
+}
+KERNEL_LOG_KEYS = set(KERNEL_LOG)
+
+
+def _vendor(p: str, x: Any) -> str:
+    from hetero_exporter import vendors
+    return v.string(p, x, choices=sorted(vendors.specs()))
+
+
+ATTRIBUTION: dict[str, Check] = {
+    "proc_root": _path, "pod_cache": v.boolean, "pod_cache_wait": _seconds(600.0),
+    "podresources": v.boolean, "podresources_socket": _path, "podresources_timeout": timeout,
+    "podresources_interval": interval,
+    # extra resource name or domain -> vendor
+    "resources": lambda p, x: {k: _vendor(v.join(p, k), n) for k, n in v.mapping(p, x).items()},
+}
+
+
+def _collectors(path: str, value: Any) -> dict:
+    from hetero_exporter import registry
+    doc = v.mapping(path, value, registry.collector_entries())
+    return {k: _section(v.join(path, k), s, COLLECTOR_SETTINGS) if s is not None else {} for k, s in doc.items()}
+
+
+_BY_TYPE: dict[str, Check] = {"bool": v.boolean, "str": v.string, "int": _integer(0, 1 << 20),
+                              "float": lambda p, x: v.number(p, x, minimum=0, maximum=1e9)}
+
+
+def _health_table() -> dict[str, Check]:
+    """The health section: RemedyConfig's fields (typed by their annotations) and the others."""
+    from hetero_exporter.health.plan import MODES, RemedyConfig
+    table = {f.name: _BY_TYPE.get(str(f.type), v.plain) for f in dataclasses.fields(RemedyConfig)}
+    table.update({name: _seconds(7 * 86400.0, 1.0) for name in table if name.endswith("_seconds")})
+    table.update(
+        mode=lambda p, x: v.string(p, x, choices=MODES),
+        domain=v.dns_subdomain,
+        budget_max_fraction=lambda p, x: v.number(p, x, minimum=0, maximum=1),
+        inventory_max_bytes=_integer(1024, 1 << 18),
+        policy=_policy_overrides, pci_presence=v.boolean, udev=v.boolean)
+    return table
+
+
+def _text_list(p: str, x: Any) -> list:
+    return v.list_of(p, x, v.string, max_items=1024)
+
+
+def _of(check: Check) -> Check:
+    """A mapping of any names to values ``check`` accepts."""
+    return lambda p, x: {k: check(v.join(p, k), y) for k, y in v.mapping(p, x).items()}
+
+
+def _table(table: Mapping[str, Check]) -> Check:
+    return lambda p, x: _section(p, x, table)
+
+
+_CLASS_POLICY = _table({"sticky": v.boolean, "node_level": v.boolean, "clear_on": _text_list})
+# health.policy (health/policy.yaml): the shape of each key; the policy parser checks the rest
+POLICY: dict[str, Check] = {
+    "debounce": _table({"k": _integer(1, 100), "n": _integer(1, 100)}),
+    "recovery_polls": _integer(1, 1000),
+    "classes": _of(_CLASS_POLICY), "actions": _of(_CLASS_POLICY),
+    "reset_codes": _text_list, "reset_counters": _text_list,
+    "overrides": _of(_of(lambda p, x: v.mapping(p, v.plain(p, x)))),  # vendor -> code -> fields
+    "readings": lambda p, x: v.list_of(p, x, lambda p2, r: v.mapping(p2, v.plain(p2, r)), max_items=256),
+    "escalation": _table({"count": _integer(1, 1000), "window_seconds": _seconds(366 * 86400.0, 1.0),
+                          "action": v.string}),
+    "min_healthy_fraction": lambda p, x: v.number(p, x, minimum=0, maximum=1),
+    "reason_prefix": _of(v.string),
+}
+
+
+def _policy_overrides(path: str, value: Any) -> dict:
+    """``health.policy``: overrides of the shipped policy (its keys, each of its shape)."""
+    from hetero_exporter.health import policy as policy_mod
+    table = {k: POLICY.get(k, v.plain) for k in policy_mod._shipped()}
+    return _section(path, value, table)
+
+
+def _health(path: str, value: Any) -> dict:
+    from hetero_exporter.health import policy as policy_mod
+    from hetero_exporter.health.plan import RemedyConfig
+    doc = _section(path, value, _health_table())
+    try:
+        policy_mod.load(doc.get("policy"))
+        RemedyConfig.from_mapping(doc)
+    except ValueError as e:  # PolicyError and the remedy checks name their key themselves
+        raise ValidationError("", str(e)) from None
+    return doc
+
+
+def _scoring(path: str, value: Any) -> dict:
+    # the extender and `score` take their settings from flags; nothing is read here yet
+    return v.mapping(path, value, ())
+
+
+TOP: dict[str, Check] = {
+    "listen": v.host_port, "interval": interval,
+    "node_name": lambda p, x: v.string(p, x, non_empty=True, max_length=253),
+    "log_format": lambda p, x: v.string(p, x, choices=("json", "text")),
+    "sysfs_root": _path, "proc_root": _path, "kubeconfig": _path, "default_timeout": timeout,
+    "collectors": _collectors, "health": _health, "attribution": lambda p, x: _section(p, x, ATTRIBUTION),
+    "scoring": _scoring, "kernel_log": lambda p, x: _section(p, x, KERNEL_LOG),
+    "finops": lambda p, x: x,  # finops.parse checks it
+}
+KNOWN_KEYS = set(TOP)
 
 
 @dataclass(frozen=True)
@@ -76,46 +248,31 @@ class Config:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+def from_dict(doc: Any, source: str = "") -> Config:
+    """A parsed config document -> Config; ConfigError (one line, from ``source``) otherwise."""
+    try:
+        if doc is None:
+            doc = {}
+        checked = _section("", doc, TOP)
+        fin = finops_mod.parse(doc.get("finops"))
+    except ValidationError as e:
+        raise e.rebased(ConfigError, source) from None
+    except finops_mod.FinOpsError as e:  # its messages name the finops.* key
+        raise ConfigError("", str(e), source=source) from None
+    checked.pop("finops", None)
+    return Config(**{**checked, "finops": fin})
+
+
 def load(path: Optional[str]) -> Config:
     if not path:
         return Config()
     try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        text = v.read_text(path, MAX_CONFIG_BYTES, "config")
+        doc = yaml.safe_load(text)
     except OSError as e:
-        raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: the config is a YAML mapping")
-    unknown = sorted(set(doc) - KNOWN_KEYS)
-    if unknown:
-        raise ConfigError(f"{path}: unknown keys {unknown}; known: {sorted(KNOWN_KEYS)}")
-    try:
-        cfg = Config(
-            listen=str(doc.get("listen", Config.listen)),
-            interval=float(doc.get("interval", Config.interval)),
-            node_name=doc.get("node_name"),
-            log_format=str(doc.get("log_format", Config.log_format)),
-            sysfs_root=str(doc.get("sysfs_root", Config.sysfs_root)),
-            proc_root=str(doc.get("proc_root", Config.proc_root)),
-            kubeconfig=doc.get("kubeconfig"),
-            default_timeout=float(doc.get("default_timeout", Config.default_timeout)),
-            collectors={str(k): dict(v or {}) for k, v in (doc.get("collectors") or {}).items()},
-            health=dict(doc.get("health") or {}),
-            attribution=dict(doc.get("attribution") or {}),
-            scoring=dict(doc.get("scoring") or {}),
-            kernel_log=dict(doc.get("kernel_log") or {}))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{path}: {e}") from None
-    if cfg.interval <= 0:
-        raise ConfigError(f"{path}: interval must be positive")
-    if cfg.log_format not in ("json", "text"):
-        raise ConfigError(f"{path}: log_format must be json or text")
-    unknown = sorted(set(cfg.kernel_log) - KERNEL_LOG_KEYS)
-    if unknown:
-        raise ConfigError(f"{path}: unknown keys kernel_log.{unknown}; known: {sorted(KERNEL_LOG_KEYS)}")
-    try:
-        cfg = dataclasses.replace(cfg, finops=finops_mod.parse(doc.get("finops")))
-    except finops_mod.FinOpsError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    return cfg
+        raise ConfigError("", f"cannot read config {path}: {e.strerror}") from None
+    except ValidationError as e:
+        raise e.rebased(ConfigError) from None
+    except (yaml.YAMLError, ValueError) as e:  # ValueError: an integer too long to convert
+        raise ConfigError("", f"not valid YAML: {e}", source=path) from None
+    return from_dict(doc, path)

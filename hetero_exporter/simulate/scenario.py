@@ -17,35 +17,57 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import yaml
 
+from hetero_exporter import validate as v
 from hetero_exporter import vendors
+from hetero_exporter.validate import ValidationError
 
 # libyaml's loader when PyYAML has it: same safe subset, ~10x faster on our data files
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 BUILTIN_DIR = Path(__file__).with_name("scenarios")
 
-_SIZE = re.compile(r"^\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.I)
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+\.)\s*([KMGT]i?B|B)?\s*$", re.I)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
+# Caps: a scenario describes one node; these are far above any real one and keep a wrong file
+# (count: 1000000) from taking minutes and gigabytes.
+MAX_SCENARIO_BYTES = 4 << 20
+MAX_DEVICES_PER_VENDOR = 64
+MAX_GROUPS = 256
+MAX_PROCESSES_PER_GROUP = 64
+MAX_PROCESSES = 4096  # over all devices
+MAX_PODS = 1024
+MAX_FAULTS = 1024
+MAX_LINKS = 4096
+MAX_KERNEL_LOG_LINES = 10000
+MAX_LINE = 4096  # characters of a kernel-log line
+MAX_STEPS = 10000  # [t, value] pairs of one steps signal
+MAX_VALUES = 256  # value fields of one device group
+MAX_T = 10 * 365 * 86400.0  # scenario seconds
+PID_MAX = 4194304  # Linux's largest pid_max
+MAX_NUMA = 1023
 
-class ScenarioError(ValueError):
-    """A scenario file that cannot be used (message says where and why)."""
+
+class ScenarioError(ValidationError):
+    """A scenario file that cannot be used (one line: where and why)."""
 
 
-def parse_size(v: Any, where: str) -> float:
-    """A number, or a string like '80GiB' / '512 MiB', to a number of bytes."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
-    if isinstance(v, str):
-        m = _SIZE.match(v)
+def parse_size(v_: Any, where: str) -> float:
+    """A finite number, or a string like '80GiB' / '512 MiB' / '1755e6', to a number of bytes."""
+    if isinstance(v_, (int, float)) and not isinstance(v_, bool):
+        return v.number(where, v_)
+    if isinstance(v_, str):
+        m = _SIZE.match(v_)
         if m:
-            return float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()]
-    raise ScenarioError(f"{where}: expected a number or a size like '80GiB', got {v!r}")
+            value = float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()]
+            if math.isfinite(value):
+                return value
+    raise ScenarioError(where, f"expected a number or a size, got {v.describe(v_)}", "a number, or a size like 80GiB")
 
 
 # --------------------------------------------------------------------------- signals
@@ -97,27 +119,46 @@ class Signal:
     def from_yaml(spec: Any, where: str, key: str = "") -> "Signal":
         if isinstance(spec, (int, float, str)) and not isinstance(spec, bool):
             return Signal("const", {"value": parse_size(spec, where)}, key)
-        if isinstance(spec, Mapping) and len([k for k in spec if k not in ("min", "max")]) == 1:
-            kind = next(k for k in spec if k not in ("min", "max"))
-            body = spec[kind]
-            clamps = {k: parse_size(spec[k], where) for k in ("min", "max") if k in spec}
-            if kind == "steps":
-                pts = [(float(a), parse_size(b, where)) for a, b in body]
-                if not pts:
-                    raise ScenarioError(f"{where}: steps needs at least one [t, value] pair")
-                return Signal("steps", {"points": sorted(pts), **clamps}, key)
-            if kind in ("sine", "ramp", "noise") and isinstance(body, Mapping):
-                params = {k: parse_size(v, f"{where}.{k}") for k, v in body.items()}
-                if kind == "sine" and "phase" not in params:
-                    # devices of one group should not move in lockstep: phase from the key
-                    h = hashlib.blake2b(key.encode(), digest_size=4).digest()
-                    params["phase"] = 2 * math.pi * int.from_bytes(h, "big") / 2**32
-                required = {"sine": ("mean",), "ramp": ("from", "to"), "noise": ("mean",)}[kind]
-                for r in required:
-                    if r not in params:
-                        raise ScenarioError(f"{where}: {kind} needs {r!r}")
-                return Signal(kind, {**params, **clamps}, key)
-        raise ScenarioError(f"{where}: not a value: {spec!r} (number, size, sine, ramp, steps, noise)")
+        kinds = [k for k in spec if k not in ("min", "max")] if isinstance(spec, Mapping) else []
+        if len(kinds) != 1 or kinds[0] not in _SIGNAL_PARAMS:
+            raise ScenarioError(where, f"not a value: {v.describe(spec)}",
+                                "a number, a size, or one of {sine|ramp|steps|noise: ...} with min/max")
+        kind = kinds[0]
+        body, at = spec[kind], v.join(where, kind)
+        clamps = {k: parse_size(spec[k], v.join(where, k)) for k in ("min", "max") if k in spec}
+        if kind == "steps":
+            pts = v.list_of(at, body, _step, max_items=MAX_STEPS, min_items=1)
+            return Signal("steps", {"points": sorted(pts), **clamps}, key)
+        allowed, required = _SIGNAL_PARAMS[kind]
+        params = {k: parse_size(x, v.join(at, k)) for k, x in v.mapping(at, body, allowed).items()}
+        for r in required:
+            if r not in params:
+                raise ScenarioError(at, f"{kind} needs {r!r}", ", ".join(allowed))
+        for r in ("period", "every"):  # divisors of scenario time
+            if r in params and params[r] <= 0:
+                raise ScenarioError(v.join(at, r), f"must be positive, got {params[r]!r}", "seconds > 0")
+        if kind == "sine" and "phase" not in params:
+            # devices of one group should not move in lockstep: phase from the key
+            h = hashlib.blake2b(key.encode(), digest_size=4).digest()
+            params["phase"] = 2 * math.pi * int.from_bytes(h, "big") / 2**32
+        return Signal(kind, {**params, **clamps}, key)
+
+
+# kind -> (its parameters, the required ones)
+_SIGNAL_PARAMS = {"sine": (("mean", "amplitude", "period", "phase"), ("mean",)),
+                  "ramp": (("from", "to", "period"), ("from", "to")),
+                  "noise": (("mean", "spread", "every"), ("mean",)),
+                  "steps": ((), ())}
+
+
+def _step(where: str, pair: Any) -> tuple[float, float]:
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise ScenarioError(where, f"expected a [t, value] pair, got {v.describe(pair)}", "[seconds, value]")
+    return _seconds(f"{where}[0]", pair[0]), parse_size(pair[1], f"{where}[1]")
+
+
+def _seconds(where: str, x: Any) -> float:
+    return v.number(where, x, minimum=0, maximum=MAX_T, unit="scenario seconds")
 
 
 # --------------------------------------------------------------------------- scenario
@@ -240,34 +281,77 @@ def _uuid(vendor: str, scenario: str, index: int) -> str:
     return f"{spec.uuid_prefix if spec is not None else ''}{core}"
 
 
+_PCI = re.compile(r"([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
+
+
 def _pci(base: str, offset: int, where: str) -> str:
-    m = re.match(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$", base.lower())
+    m = _PCI.fullmatch(base.lower())
     if not m:
-        raise ScenarioError(f"{where}: pci_address {base!r} is not like 0000:18:00.0")
+        raise ScenarioError(where, f"pci_address {base!r} is not like 0000:18:00.0", "DDDD:BB:DD.F")
     bus = int(m.group(2), 16) + offset
     if bus > 0xFF:
-        raise ScenarioError(f"{where}: pci bus overflows past ff")
+        raise ScenarioError(where, "pci bus overflows past ff", "fewer devices or a smaller pci_stride")
     return f"{m.group(1)}:{bus:02x}:{m.group(3)}.{m.group(4)}"
 
 
+def _text(where: str, x: Any) -> str:
+    """A name or version: a string, or a number written unquoted (``driver_version: 6.7``)."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return str(x)
+    return v.string(where, x, max_length=256)
+
+
+def _vendor(where: str, x: Any) -> str:
+    return v.string(where, x, pattern=r"[a-z0-9][a-z0-9_-]*", max_length=64)
+
+
+def _int(lo: int, hi: int) -> Callable[[str, Any], int]:
+    return lambda where, x: v.number(where, x, minimum=lo, maximum=hi, integer=True)
+
+
+_PROCESS_KEYS = ("pid", "name", "memory", "utilization", "pod", "container", "cgroup")
+
+
 def _process(spec: Mapping[str, Any], where: str, key: str) -> ProcessSpec:
-    try:
-        pid = int(spec["pid"])
-    except (KeyError, TypeError, ValueError):
-        raise ScenarioError(f"{where}: a process needs an integer pid") from None
+    """A process of a group's device (its keys checked by _group, its pid already offset)."""
     util = spec.get("utilization")
     return ProcessSpec(
-        pid=pid, name=str(spec.get("name", "python")),
+        pid=spec["pid"], name=v.optional(spec, where, "name", _text, "python"),
         memory=Signal.from_yaml(spec.get("memory", 0), f"{where}.memory", f"{key}:mem"),
         utilization=None if util is None else Signal.from_yaml(util, f"{where}.utilization", f"{key}:util"),
-        pod=spec.get("pod"), container=spec.get("container"), cgroup=spec.get("cgroup"))
+        pod=v.optional(spec, where, "pod", v.string), container=v.optional(spec, where, "container", v.string),
+        cgroup=v.optional(spec, where, "cgroup", v.string, max_length=65536))
+
+
+_GROUP: dict[str, Callable[[str, Any], Any]] = {
+    "vendor": _vendor, "count": _int(1, MAX_DEVICES_PER_VENDOR),
+    "product": _text, "model": _text, "uuid": _text, "driver_version": _text, "firmware_version": _text,
+    "serial_base": _int(0, 10**18), "pci_address": v.string, "pci_stride": _int(1, 255),
+    "numa_nodes": lambda w, x: v.list_of(w, x, _int(-1, MAX_NUMA), max_items=64, min_items=1),
+    "memory_total": lambda w, x: v.number(w, parse_size(x, w), minimum=0),
+    "values": lambda w, x: v.mapping(w, x, max_items=MAX_VALUES),
+    "unsupported": lambda w, x: v.list_of(w, x, v.string, max_items=MAX_VALUES),
+    "processes": lambda w, x: v.list_of(w, x, lambda w2, p: v.mapping(w2, p, _PROCESS_KEYS),
+                                        max_items=MAX_PROCESSES_PER_GROUP),
+    "extra": lambda w, x: v.mapping(w, v.plain(w, x)),
+}
+
+
+def _group(where: str, raw: Any) -> dict:
+    """A device group's keys, checked (null = absent); ``vendor`` is required."""
+    group = {k: _GROUP[k](v.join(where, k), x) for k, x in v.mapping(where, raw, _GROUP).items() if x is not None}
+    if "vendor" not in group:
+        raise ScenarioError(where, "'vendor' is required", "vendor: a vendor name (nvidia, amd, ...)")
+    for j, p in enumerate(group.get("processes") or ()):
+        if "pid" in p:
+            _int(1, PID_MAX - 100 * (group.get("count", 1) - 1))(f"{where}.processes[{j}].pid", p["pid"])
+    return group
 
 
 def _devices(group: Mapping[str, Any], where: str, scenario: str, next_index: dict) -> list[DeviceSpec]:
-    vendor = group.get("vendor")
-    if not isinstance(vendor, str):
-        raise ScenarioError(f"{where}: 'vendor' is required")
-    count = int(group.get("count", 1))
+    vendor = group["vendor"]
+    count = group.get("count", 1)
+    numa = group.get("numa_nodes", [0])
     out = []
     for n in range(count):
         index = next_index.get(vendor, 0)
@@ -276,26 +360,25 @@ def _devices(group: Mapping[str, Any], where: str, scenario: str, next_index: di
         key = f"{scenario}/{vendor}/{index}"
         values = {name: Signal.from_yaml(spec, f"{w}.values.{name}", f"{key}:{name}")
                   for name, spec in (group.get("values") or {}).items()}
-        per_proc = group.get("processes") or []
         procs = []
-        for j, p in enumerate(per_proc):
+        for j, p in enumerate(group.get("processes") or ()):
             p = dict(p)
             # pids differ per device in a group: pid + 100 * position in the group
-            p["pid"] = int(p.get("pid", 1000)) + 100 * n
+            p["pid"] = p.get("pid", 1000) + 100 * n
             if isinstance(p.get("pod"), str) and "{n}" in p["pod"]:
                 p["pod"] = p["pod"].replace("{n}", str(n))
             procs.append(_process(p, f"{w}.processes[{j}]", f"{key}:p{j}"))
-        mem_total = parse_size(group.get("memory_total", "16GiB"), f"{w}.memory_total")
+        mem_total = group.get("memory_total", 16 << 30)
         values.setdefault("memory_total_bytes", Signal("const", {"value": mem_total}))
         out.append(DeviceSpec(
-            vendor=vendor, index=index, product=str(group.get("product", group.get("model", "unknown"))),
-            uuid=str(group.get("uuid") if count == 1 and group.get("uuid") else _uuid(vendor, scenario, index)),
-            serial=str(int(group.get("serial_base", 1650000000000)) + index),
-            pci_address=_pci(str(group.get("pci_address", "0000:18:00.0")), n * int(group.get("pci_stride", 16)), w),
-            numa_node=int(group.get("numa_nodes", [0])[n % len(group.get("numa_nodes", [0]))]),
+            vendor=vendor, index=index, product=group.get("product", group.get("model", "unknown")),
+            uuid=group["uuid"] if count == 1 and group.get("uuid") else _uuid(vendor, scenario, index),
+            serial=str(group.get("serial_base", 1650000000000) + index),
+            pci_address=_pci(group.get("pci_address", "0000:18:00.0"), n * group.get("pci_stride", 16), w),
+            numa_node=numa[n % len(numa)],
             memory_total_bytes=mem_total,
-            driver_version=str(group.get("driver_version", "")),
-            firmware_version=str(group.get("firmware_version", "")),
+            driver_version=group.get("driver_version", ""),
+            firmware_version=group.get("firmware_version", ""),
             values=values, unsupported=frozenset(group.get("unsupported") or ()),
             processes=tuple(procs),
             extra=dict(group.get("extra") or {})))
@@ -303,6 +386,7 @@ def _devices(group: Mapping[str, Any], where: str, scenario: str, next_index: di
 
 
 _PLACEHOLDERS = ("{pci}", "{bus}", "{uuid}", "{index}")
+_KERNEL_LOG_KEYS = ("at", "line", "vendor", "index", "priority")
 
 
 def _kernel_log(entries: Any, devices: Sequence[DeviceSpec]) -> tuple[KernelLogLine, ...]:
@@ -311,65 +395,107 @@ def _kernel_log(entries: Any, devices: Sequence[DeviceSpec]) -> tuple[KernelLogL
     ``index`` of ``vendor``. Other braces (amdgpu's ``{12}`` event ids) stay as written."""
     if entries is None:
         return ()
-    if not isinstance(entries, list):
-        raise ScenarioError("kernel_log: a list of {at, line, vendor, index}")
+    entries = v.list_of("kernel_log", entries, lambda w, e: v.mapping(w, e, _KERNEL_LOG_KEYS),
+                        max_items=MAX_KERNEL_LOG_LINES)
     out = []
     for i, e in enumerate(entries):
         where = f"kernel_log[{i}]"
-        if not isinstance(e, Mapping) or "at" not in e or not isinstance(e.get("line"), str):
-            raise ScenarioError(f"{where}: needs at and line")
-        try:
-            at, priority = float(e["at"]), int(e.get("priority", 3))
-        except (TypeError, ValueError):
-            raise ScenarioError(f"{where}: at is seconds, priority 0..7") from None
-        line = e["line"]
+        if "at" not in e or not isinstance(e.get("line"), str):
+            raise ScenarioError(where, "needs at and line", "{at: seconds, line: text, vendor, index, priority}")
+        at = _seconds(f"{where}.at", e["at"])
+        priority = v.optional(e, where, "priority", _int(0, 7), 3)
+        line = v.string(f"{where}.line", e["line"], max_length=MAX_LINE)
         if any(p in line for p in _PLACEHOLDERS):
             dev = next((d for d in devices if d.vendor == e.get("vendor") and d.index == e.get("index")), None)
             if dev is None:
-                raise ScenarioError(f"{where}: the line names {{pci}}/{{bus}}/{{uuid}}/{{index}}: give the vendor "
-                                    f"and index of a scenario device (got {e.get('vendor')!r} {e.get('index')!r})")
+                raise ScenarioError(where, f"the line names {{pci}}/{{bus}}/{{uuid}}/{{index}}: give the vendor "
+                                           f"and index of a scenario device (got {e.get('vendor')!r} {e.get('index')!r})")
             line = (line.replace("{pci}", dev.pci_address).replace("{bus}", dev.pci_address.rsplit(".", 1)[0])
                     .replace("{uuid}", dev.uuid).replace("{index}", str(dev.index)))
-        out.append(KernelLogLine(at=at, line=line, priority=priority & 7))
+        out.append(KernelLogLine(at=at, line=line, priority=priority))
     return tuple(sorted(out, key=lambda x: x.at))
 
 
-def from_dict(doc: Mapping[str, Any], source: str = "") -> Scenario:
-    if not isinstance(doc, Mapping):
-        raise ScenarioError(f"{source}: a scenario is a YAML mapping")
-    name = str(doc.get("name") or Path(source).stem or "scenario")
+_FAULT_FIELDS = ("at", "vendor", "index", "kind", "code", "until", "message")
+
+
+def _fault(where: str, raw: Any) -> FaultSpec:
+    """A fault: its fields checked; every other key is a vendor-interpreted parameter (plain data)."""
+    f = v.mapping(where, raw)
+    missing = [k for k in ("at", "vendor", "index", "kind") if f.get(k) is None]
+    if missing:
+        raise ScenarioError(where, f"needs at, vendor, index, kind (missing {', '.join(missing)})")
+    return FaultSpec(
+        at=_seconds(f"{where}.at", f["at"]), vendor=_vendor(f"{where}.vendor", f["vendor"]),
+        index=_int(0, MAX_DEVICES_PER_VENDOR - 1)(f"{where}.index", f["index"]),
+        kind=v.string(f"{where}.kind", f["kind"], max_length=64),
+        code=v.optional(f, where, "code", _text), until=v.optional(f, where, "until", _seconds),
+        message=v.optional(f, where, "message", v.string, ""),
+        params={k: v.plain(v.join(where, k), x) for k, x in f.items() if k not in _FAULT_FIELDS})
+
+
+_POD_KEYS = ("namespace", "name", "uid", "qos", "runtime", "containers")
+
+
+def _pod(where: str, raw: Any) -> PodSpec:
+    p = v.mapping(where, raw, _POD_KEYS)
+    missing = [k for k in ("namespace", "name", "uid") if p.get(k) is None]
+    if missing:
+        raise ScenarioError(where, f"needs namespace, name, uid (missing {', '.join(missing)})")
+    containers = v.mapping(f"{where}.containers", p.get("containers") or {}, max_items=64)
+    return PodSpec(namespace=v.string(f"{where}.namespace", p["namespace"], max_length=253),
+                   name=v.string(f"{where}.name", p["name"], max_length=253),
+                   uid=_text(f"{where}.uid", p["uid"]),
+                   qos=v.optional(p, where, "qos", v.string, "burstable", choices=("guaranteed", "burstable", "besteffort")),
+                   runtime=v.optional(p, where, "runtime", v.string, "containerd", choices=("containerd", "cri-o", "docker")),
+                   containers={k: _text(f"{where}.containers.{k}", c) for k, c in containers.items()})
+
+
+_TOP = ("name", "node", "devices", "faults", "pods", "links", "settings", "kernel_log")
+
+
+def from_dict(doc: Any, source: str = "") -> Scenario:
+    """A parsed scenario document -> Scenario; ScenarioError (one line, from ``source``) otherwise."""
+    try:
+        return _from_dict(doc, source)
+    except ValidationError as e:
+        raise e.rebased(ScenarioError, source) from None
+
+
+def _from_dict(doc: Any, source: str) -> Scenario:
+    doc = v.mapping("", doc, _TOP, extra_prefix="x-")  # x-...: YAML anchors for the groups
+    name = v.optional(doc, "", "name", _text) or Path(source).stem or "scenario"
+    groups = v.list_of("devices", doc.get("devices") or [], _group, max_items=MAX_GROUPS)
+    per_vendor: dict[str, int] = {}
+    processes = 0
+    for i, g in enumerate(groups):  # caps over all groups, before anything is built
+        per_vendor[g["vendor"]] = per_vendor.get(g["vendor"], 0) + g.get("count", 1)
+        processes += g.get("count", 1) * len(g.get("processes") or ())
+        if per_vendor[g["vendor"]] > MAX_DEVICES_PER_VENDOR:
+            raise ScenarioError(f"devices[{i}].count", f"more than {MAX_DEVICES_PER_VENDOR} {g['vendor']} devices in all",
+                                f"at most {MAX_DEVICES_PER_VENDOR} devices per vendor")
+        if processes > MAX_PROCESSES:
+            raise ScenarioError(f"devices[{i}].processes", f"more than {MAX_PROCESSES} processes in all",
+                                f"at most {MAX_PROCESSES} processes over all devices")
     next_index: dict[str, int] = {}
     devices: list[DeviceSpec] = []
-    for i, group in enumerate(doc.get("devices") or []):
+    for i, group in enumerate(groups):
         devices.extend(_devices(group, f"devices[{i}]", name, next_index))
-    faults = []
-    for i, f in enumerate(doc.get("faults") or []):
-        try:
-            faults.append(FaultSpec(
-                at=float(f["at"]), vendor=str(f["vendor"]), index=int(f["index"]), kind=str(f["kind"]),
-                code=None if f.get("code") is None else str(f["code"]),
-                until=None if f.get("until") is None else float(f["until"]),
-                message=str(f.get("message", "")),
-                params={k: v for k, v in f.items()
-                        if k not in ("at", "vendor", "index", "kind", "code", "until", "message")}))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ScenarioError(f"faults[{i}]: needs at, vendor, index, kind ({e})") from None
-    pods = []
-    for i, p in enumerate(doc.get("pods") or []):
-        try:
-            pods.append(PodSpec(namespace=p["namespace"], name=p["name"], uid=p["uid"],
-                                qos=p.get("qos", "burstable"), runtime=p.get("runtime", "containerd"),
-                                containers=dict(p.get("containers") or {})))
-        except (KeyError, TypeError) as e:
-            raise ScenarioError(f"pods[{i}]: needs namespace, name, uid ({e})") from None
+    faults = v.list_of("faults", doc.get("faults") or [], _fault, max_items=MAX_FAULTS)
+    pods = v.list_of("pods", doc.get("pods") or [], _pod, max_items=MAX_PODS)
     refs = {f"{p.namespace}/{p.name}" for p in pods}
     for d in devices:
         for p in d.processes:
             if p.pod is not None and p.pod not in refs:
-                raise ScenarioError(f"{d.vendor}[{d.index}] process {p.pid}: unknown pod {p.pod!r}")
-    return Scenario(name=name, node=str(doc.get("node", "sim-node")), devices=tuple(devices),
-                    faults=tuple(faults), pods=tuple(pods), links=tuple(doc.get("links") or ()),
-                    settings=dict(doc.get("settings") or {}), source=source,
+                raise ScenarioError(f"{d.vendor}[{d.index}] process {p.pid}", f"unknown pod {p.pod!r}",
+                                    ", ".join(sorted(refs)) or "no pods are declared")
+    links = v.list_of("links", doc.get("links") or [], lambda w, x: v.mapping(w, v.plain(w, x)), max_items=MAX_LINKS)
+    settings = v.mapping("settings", v.plain("settings", doc.get("settings") or {}))
+    for vendor, s in settings.items():
+        v.mapping(f"settings.{vendor}", s or {})
+    return Scenario(name=name, node=v.optional(doc, "", "node", _text, "sim-node"), devices=tuple(devices),
+                    faults=tuple(faults), pods=tuple(pods), links=tuple(links),
+                    settings=settings, source=source,
                     kernel_log=_kernel_log(doc.get("kernel_log"), devices))
 
 
@@ -378,17 +504,19 @@ def builtin_names() -> list[str]:
 
 
 def load(ref: Optional[str] = None) -> Scenario:
-    """A scenario by file path, or by built-in name (default: ``default``)."""
+    """A scenario by file path, or by built-in name (default: ``default``); at most
+    MAX_SCENARIO_BYTES are read."""
     ref = ref or "default"
     path = Path(ref)
     if not path.is_file():
         path = BUILTIN_DIR / f"{ref}.yaml"
         if not path.is_file():
-            raise ScenarioError(
-                f"no scenario {ref!r}: not a file, and not one of the built-in scenarios "
-                f"({', '.join(builtin_names())})")
+            raise ScenarioError("", f"no scenario {ref!r}: not a file, and not one of the built-in scenarios",
+                                builtin_names())
     try:
-        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
-    except yaml.YAMLError as e:
-        raise ScenarioError(f"{path}: not valid YAML: {e}") from None
+        doc = yaml.load(v.read_text(str(path), MAX_SCENARIO_BYTES, "scenario"), Loader=_LOADER)
+    except ValidationError as e:
+        raise e.rebased(ScenarioError) from None
+    except (yaml.YAMLError, ValueError) as e:  # ValueError: an integer too long to convert
+        raise ScenarioError("", f"not valid YAML: {e}", source=str(path)) from None
     return from_dict(doc, str(path))

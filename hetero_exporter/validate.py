@@ -1,0 +1,212 @@
+"""One validation layer for what comes from outside: flags, the config file, scenario files.
+
+Each helper checks one value at a ``path`` (``interval``, ``collectors.nvml.enabled``,
+``devices[0].count``, ``--interval``) and returns it converted, or raises ValidationError,
+whose message is one line: ``FIELD: what is wrong; allowed: ...``. Nothing is coerced from a
+string: ``enabled: "false"`` (as Helm's ``quote`` writes it) is refused, not read as true.
+This module imports nothing of the project, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar, Union
+
+T = TypeVar("T")
+
+_SHOWN = 60  # characters of a refused value quoted in a message
+
+
+class ValidationError(ValueError):
+    """A value that cannot be used. ``field`` is its path ("" when ``problem`` names it),
+    ``source`` the file it came from, if any; str() is the one-line message."""
+
+    def __init__(self, field: str, problem: str = "", allowed: Union[None, str, Iterable[Any]] = None,
+                 source: str = ""):
+        self.field, self.problem, self.source = field, problem, source
+        self.allowed = allowed if allowed is None or isinstance(allowed, str) else ", ".join(map(str, allowed))
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        text = ": ".join(p for p in (self.source, self.field, self.problem) if p)
+        text = f"{text}; allowed: {self.allowed}" if self.allowed else text
+        return re.sub(r"\s*[\r\n]+\s*", " ", text)  # one line, whatever a wrapped message (a YAML error) held
+
+    def rebased(self, cls: type, source: str = "") -> "ValidationError":
+        """The same error as ``cls`` (a subclass), from ``source``."""
+        return cls(self.field, self.problem, self.allowed, source or self.source)
+
+
+def describe(value: Any) -> str:
+    """A value as a message quotes it: its type in words, then the value, shortened."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        text = value if len(value) <= _SHOWN else value[:_SHOWN] + "..."
+        return "the string " + json.dumps(text, ensure_ascii=False)
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, Mapping):
+        return f"a mapping of {len(value)} key(s)"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} item(s)"
+    return f"a {type(value).__name__}"
+
+
+def join(path: str, key: Any) -> str:
+    """``path.key`` (``key`` alone at the top)."""
+    return f"{path}.{key}" if path else str(key)
+
+
+def _bound(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(v)
+
+
+def number(path: str, value: Any, *, minimum: Optional[float] = None, maximum: Optional[float] = None,
+           integer: bool = False, unit: str = "") -> Any:
+    """A finite number (an int when ``integer``) within [minimum, maximum]."""
+    what = "an integer" if integer else "a number"
+    if minimum is not None and maximum is not None:
+        limits = f" from {_bound(minimum)} to {_bound(maximum)}"
+    else:
+        limits = f" >= {_bound(minimum)}" if minimum is not None else f" <= {_bound(maximum)}" if maximum is not None else ""
+    allowed = f"{what}{limits}{' ' + unit if unit else ''}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError(path, f"expected {what}, got {describe(value)}", allowed)
+    if isinstance(value, int) and not -1e300 < value < 1e300:  # YAML integers have no size limit
+        raise ValidationError(path, f"out of range: an integer of {value.bit_length()} bits", allowed)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValidationError(path, f"expected a finite number, got {value!r}", allowed)
+    if integer:
+        if isinstance(value, float) and not value.is_integer():
+            raise ValidationError(path, f"expected an integer, got {value!r}", allowed)
+        value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValidationError(path, f"out of range: {value!r}", allowed)
+    return value if integer else float(value)
+
+
+def boolean(path: str, value: Any) -> bool:
+    """true or false, never a string that looks like one."""
+    if not isinstance(value, bool):
+        raise ValidationError(path, f"expected a boolean, got {describe(value)}", "true, false (unquoted)")
+    return value
+
+
+def string(path: str, value: Any, *, choices: Optional[Iterable[str]] = None, pattern: Optional[str] = None,
+           max_length: int = 4096, non_empty: bool = False) -> str:
+    """A string: one of ``choices``, or matching ``pattern`` (whole), at most ``max_length``."""
+    if not isinstance(value, str):
+        allowed = ", ".join(choices) if choices is not None else "a string"
+        raise ValidationError(path, f"expected a string, got {describe(value)}", allowed)
+    if choices is not None:
+        choices = tuple(choices)
+        if value not in choices:
+            raise ValidationError(path, f"not one of the choices: {describe(value)}", choices)
+    if non_empty and not value.strip():
+        raise ValidationError(path, "must not be empty", "a non-empty string")
+    if len(value) > max_length:
+        raise ValidationError(path, f"{len(value)} characters long", f"at most {max_length}")
+    if pattern is not None and not re.fullmatch(pattern, value):
+        raise ValidationError(path, f"malformed: {describe(value)}", f"matching {pattern}")
+    return value
+
+
+def mapping(path: str, value: Any, allowed: Optional[Iterable[str]] = None, *, max_items: int = 4096,
+            extra_prefix: Optional[str] = None) -> dict:
+    """A mapping with string keys, each in ``allowed`` (None: any); keys starting with
+    ``extra_prefix`` (YAML anchor holders such as ``x-base``) are accepted and left out."""
+    if not isinstance(value, Mapping):
+        raise ValidationError(path, f"expected a mapping, got {describe(value)}", "a mapping (key: value)")
+    if len(value) > max_items:
+        raise ValidationError(path, f"{len(value)} keys", f"at most {max_items}")
+    bad = [k for k in value if not isinstance(k, str)]
+    if bad:
+        raise ValidationError(path, f"key {bad[0]!r} is not a string", "string keys")
+    out = {k: v for k, v in value.items() if not (extra_prefix and k.startswith(extra_prefix))}
+    if allowed is not None:
+        allowed = sorted(allowed)
+        unknown = sorted(set(out) - set(allowed))
+        if unknown:
+            raise ValidationError(path, f"unknown keys {unknown}", allowed or "no keys")
+    return out
+
+
+def list_of(path: str, value: Any, item: Callable[[str, Any], T], *, max_items: int,
+            min_items: int = 0) -> list[T]:
+    """A list of at most ``max_items``, each checked by ``item(path[i], value)``."""
+    if not isinstance(value, list):
+        raise ValidationError(path, f"expected a list, got {describe(value)}", "a list")
+    if not min_items <= len(value) <= max_items:
+        raise ValidationError(path, f"{len(value)} items", f"{min_items} to {max_items} items")
+    return [item(f"{path}[{i}]", v) for i, v in enumerate(value)]
+
+
+def optional(doc: Mapping[str, Any], path: str, key: str, check: Callable[..., T], default: Any = None,
+             **kw: Any) -> Any:
+    """``check(path.key, doc[key], **kw)``, or ``default`` when the key is absent or null."""
+    v = doc.get(key)
+    return default if v is None else check(join(path, key), v, **kw)
+
+
+def plain(path: str, value: Any, *, max_items: int = 10000, max_depth: int = 12) -> Any:
+    """JSON-like data (mappings with string keys, lists, strings, finite numbers, booleans,
+    null) of at most ``max_items`` values in all, nested at most ``max_depth``: free-form
+    settings passed on to code that reads its own keys. YAML aliases count each time they are
+    met, so an alias bomb is refused instead of expanded."""
+    budget = [max_items]
+
+    def walk(p: str, v: Any, depth: int) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ValidationError(path, f"more than {max_items} values", f"at most {max_items} values")
+        if depth > max_depth:
+            raise ValidationError(p, f"nested deeper than {max_depth}", f"at most {max_depth} levels")
+        if isinstance(v, Mapping):
+            for k, x in mapping(p, v, max_items=max_items).items():
+                walk(join(p, k), x, depth + 1)
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                walk(f"{p}[{i}]", x, depth + 1)
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ValidationError(p, f"expected a finite number, got {v!r}", "finite numbers")
+        elif v is not None and not isinstance(v, (str, int, float, bool)):
+            raise ValidationError(p, f"unsupported value: {describe(v)}",
+                                  "mappings, lists, strings, numbers, booleans, null")
+
+    walk(path, value, 0)
+    return value
+
+
+DNS_SUBDOMAIN = r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?"
+
+
+def dns_subdomain(path: str, value: Any) -> str:
+    """A lower-case DNS subdomain (an annotation domain such as ``hetero-exporter.io``)."""
+    return string(path, value, pattern=DNS_SUBDOMAIN, max_length=253)
+
+
+def host_port(path: str, value: Any) -> str:
+    """``HOST:PORT``, ``:PORT`` or ``[v6]:PORT``, port 0..65535."""
+    text = string(path, value, max_length=300)
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535 or any(c.isspace() for c in host):
+        raise ValidationError(path, f"not HOST:PORT: {describe(text)}", "HOST:PORT, :PORT or [v6]:PORT")
+    return text
+
+
+def read_text(path: str, limit: int, what: str) -> str:
+    """The UTF-8 text of file ``path``, refused when over ``limit`` bytes (read at most
+    ``limit`` + 1, so a huge file or a device never fills memory). OSError propagates."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValidationError("", f"{what} {path} is over the limit of {limit} bytes", f"at most {limit >> 10} KiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValidationError("", f"{what} {path} is not UTF-8 text (byte {e.start})", "UTF-8 text") from None

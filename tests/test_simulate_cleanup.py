@@ -1,0 +1,88 @@
+"""The simulation work directory (fake executables, fake /proc, the kubelet socket) never
+outlives the command: not when it fails, not on SIGTERM, whatever the stage."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hetero_exporter import cli
+from hetero_exporter.simulate import workdir
+
+# one NPU whose npu-smi answers after 3 s: the command is still running when the signal comes
+SLOW = """name: slow
+node: n
+devices:
+  - {vendor: ascend, count: 1, product: "910B3", pci_address: "0000:c1:00.0"}
+settings:
+  ascend: {mode: slow, seconds: 3}
+"""
+
+
+def left(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob(workdir.PREFIX + "*"))
+
+
+def test_workdirs_are_tracked_until_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    a, b = workdir.create(), workdir.create()
+    assert {a, b} <= set(workdir.live()) and len(left(tmp_path)) == 2
+    workdir.remove(a)
+    assert a not in workdir.live() and len(left(tmp_path)) == 1
+    workdir.remove_all()
+    assert not left(tmp_path) and b not in workdir.live()
+
+
+def test_run_that_cannot_listen_leaves_no_workdir(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = signal.getsignal(signal.SIGTERM)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        rc = cli.main(["run", "--simulate", "--listen", f"127.0.0.1:{port}", "--log-format", "text"])
+    assert rc == 1 and "hetero-exporter: error:" in capsys.readouterr().err
+    assert not left(tmp_path) and not workdir.live()
+    assert signal.getsignal(signal.SIGTERM) == before  # the command's SIGTERM handler is undone
+
+
+def _signal_when_workdir_appears(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-m", "hetero_exporter", *argv, "--log-format", "text"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3000):  # up to 30 s for the interpreter to start and make it
+            if left(tmp_path) or p.poll() is not None:
+                break
+            time.sleep(0.01)
+        assert left(tmp_path), "the command made no work directory"
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def test_sigterm_during_inspect_removes_the_workdir(tmp_path):
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(SLOW)
+    r = _signal_when_workdir_appears(tmp_path, "inspect", "--simulate", str(scenario))
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr  # exited through SystemExit, not killed
+    assert not left(tmp_path) and "Traceback" not in r.stderr
+
+
+def test_sigterm_while_run_starts_removes_the_workdir(tmp_path):
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(SLOW)
+    r = _signal_when_workdir_appears(tmp_path, "run", "--simulate", str(scenario), "--listen", "127.0.0.1:0")
+    # before run installs its graceful stop: SystemExit (143); after: a clean stop (0)
+    assert r.returncode in (0, 128 + signal.SIGTERM), r.stderr
+    assert not left(tmp_path) and "Traceback" not in r.stderr
