@@ -5,6 +5,10 @@ Floor: prometheus_client rendering the very same series from families built once
 Measured:
 - cold: the first scrape after a new snapshot (families built from the snapshot, then rendered);
 - warm: a further scrape of the same snapshot (families reused, only the age gauge rebuilt).
+And what the server sends (exposition.cache.Exposition: the snapshot part rendered once, the age
+gauge and an extra counter rendered per scrape), text and gzip:
+- cached: a scrape of an unchanged snapshot (target < 1 ms);
+- cached, new snapshot: the first scrape after a new snapshot (renders the snapshot part).
 
     python benchmarks/scrape.py [--rounds N]
 """
@@ -20,7 +24,8 @@ import time
 from prometheus_client import CollectorRegistry, generate_latest
 
 from hetero_exporter import fields as F
-from hetero_exporter.exposition.collector import SnapshotCollector, build_families
+from hetero_exporter.exposition.cache import Exposition
+from hetero_exporter.exposition.collector import KernelLogCollector, SnapshotCollector, build_families
 from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, NodeSnapshot,
                                    ProcessSample, Profile, Quality, Reading)
 
@@ -90,8 +95,23 @@ def main() -> None:
         current["snap"] = dataclasses.replace(base, time=1.0 + counter[0])  # a new snapshot object
         generate_latest(reg)
 
+    served = {"snap": base}
+    served_reg = CollectorRegistry(auto_describe=False)
+    served_reg.register(SnapshotCollector(lambda: served["snap"], clock=time.time))  # the age moves
+    status = {"up": True, "records": 0, "events": {("nvidia", "79"): 1}, "dropped": {}, "lag_seconds": 0.0}
+    served_reg.register(KernelLogCollector(lambda: {**status, "records": status["records"] + counter[0]}))
+    expo = Exposition(served_reg)
+
+    def cached_new(gz: bool):
+        counter[0] += 1
+        served["snap"] = dataclasses.replace(base, time=1.0 + counter[0])
+        expo.render(None, gz)
+
     r = interleaved({"floor": lambda: generate_latest(floor_reg), "warm": lambda: generate_latest(reg),
-                     "cold": cold}, args.rounds)
+                     "cold": cold, "cached": lambda: expo.render(None, False),
+                     "cached gzip": lambda: expo.render(None, True),
+                     "cached new": lambda: cached_new(False), "cached new gzip": lambda: cached_new(True)},
+                    args.rounds)
     (floor_min, floor_med), (warm_min, warm_med), (cold_min, cold_med) = r["floor"], r["warm"], r["cold"]
     print(f"machine: {platform.machine()} {platform.python_implementation()} {platform.python_version()}, "
           f"{DEVICES} devices, {PROCESSES} processes, {series} series, {len(text)} bytes")
@@ -99,7 +119,11 @@ def main() -> None:
     print("|---|---|---|---|")
     print(f"| floor: static families | {floor_min * 1e3:.2f} | {floor_med * 1e3:.2f} | 1.00 / 1.00 |")
     for label, (lo, med) in (("warm scrape (same snapshot)", (warm_min, warm_med)),
-                             ("cold scrape (new snapshot)", (cold_min, cold_med))):
+                             ("cold scrape (new snapshot)", (cold_min, cold_med)),
+                             ("served, cached (same snapshot), text", r["cached"]),
+                             ("served, cached (same snapshot), gzip", r["cached gzip"]),
+                             ("served, new snapshot, text", r["cached new"]),
+                             ("served, new snapshot, gzip", r["cached new gzip"])):
         print(f"| {label} | {lo * 1e3:.2f} | {med * 1e3:.2f} | {lo / floor_min:.2f} / {med / floor_med:.2f} |")
 
 

@@ -1,6 +1,9 @@
 """Structured logging: one JSON object per line (default), or plain text for people.
 
-Fields passed with ``extra={...}`` become keys of the JSON object.
+Fields passed with ``extra={...}`` become keys of the JSON object. ``setup`` also routes what
+Python would otherwise print raw to stderr through the same handler: uncaught exceptions (main
+thread and other threads), unraisable exceptions and warnings; asyncio logs through its
+``asyncio`` logger anyway. So in JSON mode every line on stderr is one JSON object.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -62,3 +66,49 @@ def setup(fmt: str = "json", level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    route_uncaught()
+
+
+_uncaught = logging.getLogger("hetero_exporter.uncaught")
+_chained: dict[str, object] = {}  # a non-default hook found installed (a test runner's): still called
+
+
+def _thread_exception(args: "threading.ExceptHookArgs") -> None:
+    if not issubclass(args.exc_type, SystemExit):
+        name = args.thread.name if args.thread is not None else None
+        _uncaught.error("uncaught exception in thread %s", name,
+                        exc_info=(args.exc_type, args.exc_value, args.exc_traceback), extra={"in_thread": name})
+    if "thread" in _chained:
+        _chained["thread"](args)  # type: ignore[operator]
+
+
+def _main_exception(exc_type, exc_value, tb) -> None:  # type: ignore[no-untyped-def]
+    if issubclass(exc_type, KeyboardInterrupt):
+        sys.__excepthook__(exc_type, exc_value, tb)
+        return
+    _uncaught.critical("uncaught exception", exc_info=(exc_type, exc_value, tb))
+    if "main" in _chained:
+        _chained["main"](exc_type, exc_value, tb)  # type: ignore[operator]
+
+
+def _unraisable(args: "sys.UnraisableHookArgs") -> None:
+    exc = args.exc_value
+    _uncaught.warning("unraisable exception: %s", args.err_msg or "exception ignored",
+                      exc_info=(args.exc_type, exc, args.exc_traceback) if exc is not None else None,
+                      extra={"object": repr(args.object)[:200]})
+    if "unraisable" in _chained:
+        _chained["unraisable"](args)  # type: ignore[operator]
+
+
+def route_uncaught() -> None:
+    """Uncaught and unraisable exceptions and warnings go through logging, not raw to stderr."""
+    for key, current, default, ours in (
+            ("thread", threading.excepthook, threading.__excepthook__, _thread_exception),
+            ("main", sys.excepthook, sys.__excepthook__, _main_exception),
+            ("unraisable", sys.unraisablehook, sys.__unraisablehook__, _unraisable)):
+        if current is not ours and current is not default:
+            _chained[key] = current
+    threading.excepthook = _thread_exception
+    sys.excepthook = _main_exception
+    sys.unraisablehook = _unraisable
+    logging.captureWarnings(True)

@@ -1,24 +1,28 @@
 """HTTP endpoints: ``/metrics`` (Prometheus text or OpenMetrics), ``/healthz`` (the process
 answers), ``/readyz`` (a first snapshot has been taken), ``/snapshot`` (its schema-1 JSON).
 
-Each request is served on its own thread and only reads the published snapshot, so a slow
-vendor can never hold a scrape.
+Served by ``web.server.HttpServer`` (bounded connections, timeouts, optional TLS and basic auth
+from the web configuration; the probes ``/healthz`` and ``/readyz`` need no password). Handlers
+only read the published snapshot, so a slow vendor can never hold a scrape; the body of an
+unchanged snapshot is rendered once (``exposition.cache``).
 """
 
 from __future__ import annotations
 
 import gzip
-import logging
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
+from hetero_exporter.exposition.cache import Exposition
 from hetero_exporter.model import NodeSnapshot, snapshot_to_json
+from hetero_exporter.web.server import HttpServer, Limits, Request, Response, ServerFace, WebSettings
 
-log = logging.getLogger(__name__)
+GZIP_MIN = 1024  # bytes: smaller bodies go out as they are
+PROBES = ("/healthz", "/readyz")
+# GET-only endpoints: no request carries a body worth more than a few KiB
+AGENT_LIMITS = Limits(max_body_bytes=16 * 1024, body_timeout=10.0)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -30,95 +34,71 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, addr, registry: CollectorRegistry,
-                 latest: Callable[[], Optional[NodeSnapshot]]):
-        if ":" in addr[0]:
-            import socket
-            self.address_family = socket.AF_INET6
-        super().__init__(addr, _Handler)
-        self.registry = registry
-        self.latest = latest
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-    # Keep-alive scrapes: without TCP_NODELAY each answer waits ~40 ms on delayed ACK.
-    disable_nagle_algorithm = True
-
-    def log_message(self, fmt: str, *args) -> None:  # noqa: D401 - quiet access log
-        log.debug("http %s", fmt % args)
-
-    def _send(self, code: int, body: bytes, ctype: str) -> None:
-        if "gzip" in self.headers.get("Accept-Encoding", "") and len(body) > 1024:
-            body = gzip.compress(body, compresslevel=1)
-            self.send_response(code)
-            self.send_header("Content-Encoding", "gzip")
-        else:
-            self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def do_HEAD(self) -> None:
-        self.do_GET()
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        try:
-            if path == "/metrics":
-                encoder, ctype = choose_encoder(self.headers.get("Accept", ""))
-                self._send(200, encoder(self.server.registry), ctype)
-            elif path == "/healthz":
-                self._send(200, b"ok\n", "text/plain; charset=utf-8")
-            elif path == "/readyz":
-                if self.server.latest() is None:
-                    self._send(503, b"no snapshot yet\n", "text/plain; charset=utf-8")
-                else:
-                    self._send(200, b"ready\n", "text/plain; charset=utf-8")
-            elif path == "/snapshot":
-                snap = self.server.latest()
-                if snap is None:
-                    self._send(503, b'{"error": "no snapshot yet"}\n', "application/json")
-                else:
-                    self._send(200, snapshot_to_json(snap).encode(), "application/json")
-            elif path == "/":
-                self._send(200, b"hetero-exporter: /metrics /healthz /readyz /snapshot\n",
-                           "text/plain; charset=utf-8")
-            else:
-                self._send(404, b"not found\n", "text/plain; charset=utf-8")
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        except Exception:  # noqa: BLE001 - answer 500, keep serving
-            log.exception("error serving %s", path)
+def accepts_gzip(header: Optional[str]) -> bool:
+    """Accept-Encoding names gzip (or *) without q=0."""
+    for item in (header or "").lower().split(","):
+        coding, *params = (p.strip() for p in item.split(";"))
+        if coding in ("gzip", "*"):
+            q = next((p[2:] for p in params if p.startswith("q=")), "1")
             try:
-                self._send(500, b"internal error\n", "text/plain; charset=utf-8")
-            except OSError:
-                pass
+                if float(q) > 0:
+                    return True
+            except ValueError:
+                continue
+    return False
 
 
-class MetricsServer:
-    """Serves a registry on HOST:PORT in a background thread."""
+class MetricsServer(ServerFace):
+    """Serves a registry on HOST:PORT in a background thread (``address``, ``start``, ``stop``)."""
 
     def __init__(self, listen: str, registry: CollectorRegistry,
-                 latest: Callable[[], Optional[NodeSnapshot]]):
-        self._httpd = _Server(parse_listen(listen), registry, latest)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
+                 latest: Callable[[], Optional[NodeSnapshot]],
+                 web: Optional[WebSettings] = None, limits: Optional[Limits] = None):
+        self.exposition = Exposition(registry)
+        self._latest = latest
+        self._json_lock = threading.Lock()
+        self._json: tuple[Optional[NodeSnapshot], bytes, Optional[bytes]] = (None, b"", None)
+        self._http = HttpServer(parse_listen(listen), self.handle, limits=limits or AGENT_LIMITS, web=web,
+                                public_paths=PROBES, name="http")
 
-    @property
-    def address(self) -> tuple[str, int]:
-        return self._httpd.server_address[:2]
+    def handle(self, req: Request) -> Response:
+        if req.method not in ("GET", "HEAD"):
+            return Response.text(405, "only GET and HEAD\n", headers=(("Allow", "GET, HEAD"),))
+        gz = accepts_gzip(req.headers.get("accept-encoding"))
+        if req.path == "/metrics":
+            chunks, ctype, gzipped = self.exposition.render(req.headers.get("accept"), gz, GZIP_MIN)
+            return _encoded(chunks, ctype, gzipped, vary="Accept, Accept-Encoding")
+        if req.path == "/healthz":
+            return Response.text(200, "ok\n")
+        if req.path == "/readyz":
+            if self._latest() is None:
+                return Response.text(503, "no snapshot yet\n")
+            return Response.text(200, "ready\n")
+        if req.path == "/snapshot":
+            snap = self._latest()
+            if snap is None:
+                return Response(503, b'{"error": "no snapshot yet"}\n', "application/json")
+            body, compressed = self._snapshot_json(snap, gz)
+            return _encoded([compressed or body], "application/json", compressed is not None,
+                            vary="Accept-Encoding")
+        if req.path == "/":
+            return Response.text(200, "hetero-exporter: /metrics /healthz /readyz /snapshot\n")
+        return Response.text(404, "not found\n")
 
-    def start(self) -> "MetricsServer":
-        self._thread.start()
-        return self
+    def _snapshot_json(self, snap: NodeSnapshot, gz: bool) -> tuple[bytes, Optional[bytes]]:
+        """The snapshot's JSON (and its gzip when asked and worth it), made once per snapshot."""
+        with self._json_lock:
+            cached, body, compressed = self._json
+            if cached is not snap:
+                body, compressed = snapshot_to_json(snap).encode(), None
+            if gz and compressed is None and len(body) > GZIP_MIN:
+                compressed = gzip.compress(body, compresslevel=1)
+            self._json = (snap, body, compressed)
+        return body, compressed if gz else None
 
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+
+def _encoded(chunks: list[bytes], ctype: str, gz: bool, vary: str) -> Response:
+    headers = [("Vary", vary)]
+    if gz:
+        headers.append(("Content-Encoding", "gzip"))
+    return Response(200, chunks, ctype, headers=headers)

@@ -6,155 +6,115 @@
 id in the ``X-Trace-Id`` header and every log line of the call names it. A request that is not
 ExtenderArgs gets 400 with a message saying what is wrong; an unexpected failure gets 500 with
 the trace id only (the stack trace goes to the log, never to the client).
+
+Served by ``web.server.HttpServer``: bounded connections and timeouts, a request body limit
+(413 before reading it), optional TLS (kube-scheduler's ``enableHTTPS`` + ``tlsConfig``) from the
+web configuration.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
-from urllib.parse import parse_qs, urlsplit
+from typing import Any, Callable, Optional
+from urllib.parse import parse_qs
 
 from hetero_exporter.scoring.extender import BadRequest, Extender, new_trace
+from hetero_exporter.web.server import HttpServer, Limits, Request, Response, ServerFace, WebSettings
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 512 * 2**20  # a 5,000-node NodeList with annotations is ~100 MiB
+# Body limit. In node-cache mode (nodeCacheCapable) kube-scheduler sends NodeNames only: 5,000
+# names are ~150 KB. In body mode it sends whole Node objects as its informer holds them: 10-30
+# KiB each (status.images up to 50 entries, conditions, labels, our devices annotation of ~13
+# KiB); benchmarks/scoring.py's 1,000 nodes are 22 MiB. 64 MiB fits ~2,000-3,000 nodes in body
+# mode while keeping a hostile body (and the JSON tree decoded from it, several times larger)
+# bounded; larger clusters use node-cache mode (body mode is too slow there anyway: BENCHMARKS.md).
+# --max-body-bytes raises it.
+DEFAULT_MAX_BODY = 64 * 2**20
+MAX_BODY = DEFAULT_MAX_BODY  # the former name
+# a 64 MiB body takes seconds even on a slow link; kube-scheduler's own timeout is 5 s by default
+EXTENDER_LIMITS = Limits(max_body_bytes=DEFAULT_MAX_BODY, body_timeout=60.0)
+TEXT = "text/plain; charset=utf-8"
+PROBES = ("/healthz", "/readyz")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+def _json(code: int, doc: Any, trace: str = "") -> Response:
+    return _reply(code, json.dumps(doc, separators=(",", ":")).encode(), trace)
 
-    def __init__(self, addr: tuple[str, int], extender: Extender, ready: Callable[[], bool]):
-        if ":" in addr[0]:
-            import socket
-            self.address_family = socket.AF_INET6
-        super().__init__(addr, _Handler)
+
+def _reply(code: int, body: bytes, trace: str = "", ctype: str = "application/json") -> Response:
+    return Response(code, body, ctype, headers=(("X-Trace-Id", trace),) if trace else ())
+
+
+class ExtenderServer(ServerFace):
+    """Serves an Extender on (host, port) in a background thread; port 0 picks a free one
+    (``address``, ``start``, ``stop``). ``max_body_bytes`` overrides ``limits.max_body_bytes``."""
+
+    def __init__(self, address: tuple[str, int], extender: Extender,
+                 ready: Callable[[], bool] = lambda: True, web: Optional[WebSettings] = None,
+                 max_body_bytes: int = DEFAULT_MAX_BODY, limits: Optional[Limits] = None):
         self.extender = extender
         self.ready = ready
+        limits = dataclasses.replace(limits or EXTENDER_LIMITS, max_body_bytes=max_body_bytes)
+        self._http = HttpServer(address, self.handle, limits=limits, web=web, public_paths=PROBES,
+                                name="extender-http")
 
+    def handle(self, req: Request) -> Response:
+        if req.method == "POST":
+            return self._post(req)
+        if req.method in ("GET", "HEAD"):
+            return self._get(req)
+        return _json(405, {"Error": f"method {req.method} not allowed: POST /filter /prioritize, GET the rest"})
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"  # kube-scheduler keeps its connections alive
-    disable_nagle_algorithm = True  # headers and body go out at once: no delayed-ACK stall per call
-
-    def log_message(self, fmt: str, *args: Any) -> None:
-        log.debug("http %s", fmt % args)
-
-    def _send(self, code: int, body: bytes, trace: str = "", ctype: str = "application/json") -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        if trace:
-            self.send_header("X-Trace-Id", trace)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, code: int, doc: Any, trace: str = "") -> None:
-        self._send(code, json.dumps(doc, separators=(",", ":")).encode(), trace)
-
-    def _body(self) -> bytes:
-        length = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked" or length is None:
-            self.close_connection = True
-            raise BadRequest("a Content-Length header is required (chunked bodies are not accepted)")
-        if not length.isdigit():
-            self.close_connection = True
-            raise BadRequest(f"bad Content-Length {length!r}")
-        n = int(length)
-        if n > MAX_BODY:
-            self.close_connection = True
-            raise BadRequest(f"body of {n} bytes is over the limit of {MAX_BODY}")
-        return self.rfile.read(n)
-
-    def do_POST(self) -> None:
+    def _post(self, req: Request) -> Response:
         trace = new_trace()
-        path = urlsplit(self.path).path.rstrip("/")
+        path = req.path.rstrip("/")
+        verb = path[1:]
         start = time.perf_counter()
         try:
             if path not in ("/filter", "/prioritize"):
-                self._json(404, {"Error": f"no such endpoint {path!r}: POST /filter or /prioritize"}, trace)
-                return
-            body = self._body()
-            ext = self.server.extender
+                return _json(404, {"Error": f"no such endpoint {path!r}: POST /filter or /prioritize"}, trace)
+            if "chunked" in req.headers.get("transfer-encoding", "").lower() or "content-length" not in req.headers:
+                raise BadRequest("a Content-Length header is required (chunked bodies are not accepted)")
             if path == "/filter":
-                result, _ = ext.filter(body, trace)
-                self._json(200, result, trace)
+                result, _ = self.extender.filter(req.body, trace)
+                answer = _json(200, result, trace)
             else:
-                encoded, _ = ext.prioritize(body, trace)
-                self._send(200, encoded, trace)
-            log.debug("answered", extra={"trace": trace, "verb": path[1:],
+                encoded, _ = self.extender.prioritize(req.body, trace)
+                answer = _reply(200, encoded, trace)
+            log.debug("answered", extra={"trace": trace, "verb": verb,
                                          "ms": round((time.perf_counter() - start) * 1e3, 2)})
+            return answer
         except BadRequest as e:
-            log.warning("bad request", extra={"trace": trace, "verb": path[1:], "error": str(e)})
-            self._reply_error(400, str(e), trace)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+            log.warning("bad request", extra={"trace": trace, "verb": verb, "error": str(e)})
+            return _json(400, {"Error": str(e), "Trace": trace}, trace)
         except Exception:  # noqa: BLE001 - answer 500 with the trace id, keep serving
-            log.exception("error serving request", extra={"trace": trace, "verb": path[1:]})
-            self._reply_error(500, f"internal error; see the extender log for trace {trace}", trace)
+            log.exception("error serving request", extra={"trace": trace, "verb": verb})
+            return _json(500, {"Error": f"internal error; see the extender log for trace {trace}", "Trace": trace},
+                         trace)
 
-    def _reply_error(self, code: int, message: str, trace: str) -> None:
-        try:
-            self._json(code, {"Error": message, "Trace": trace}, trace)
-        except OSError:
-            pass
-
-    def do_HEAD(self) -> None:
-        self.do_GET()
-
-    def do_GET(self) -> None:
-        url = urlsplit(self.path)
-        path = url.path.rstrip("/") or "/"
+    def _get(self, req: Request) -> Response:
+        path = req.path.rstrip("/") or "/"
         try:
             if path == "/healthz":
-                self._send(200, b"ok\n", ctype="text/plain; charset=utf-8")
-            elif path == "/readyz":
-                if self.server.ready():
-                    self._send(200, b"ready\n", ctype="text/plain; charset=utf-8")
-                else:
-                    self._send(503, b"node cache not loaded yet\n", ctype="text/plain; charset=utf-8")
-            elif path == "/explain":
-                trace = (parse_qs(url.query).get("trace") or [""])[0]
-                doc = self.server.extender.explain(trace)
+                return _reply(200, b"ok\n", ctype=TEXT)
+            if path == "/readyz":
+                if self.ready():
+                    return _reply(200, b"ready\n", ctype=TEXT)
+                return _reply(503, b"node cache not loaded yet\n", ctype=TEXT)
+            if path == "/explain":
+                trace = (parse_qs(req.query).get("trace") or [""])[0]
+                doc = self.extender.explain(trace)
                 if doc is None:
-                    self._json(404, {"Error": f"no trace {trace!r} (only the most recent calls are kept)"})
-                else:
-                    self._json(200, doc, trace)
-            elif path == "/":
-                self._send(200, b"hetero-exporter scheduler extender: POST /filter /prioritize; "
-                                b"GET /explain?trace=ID /healthz /readyz\n", ctype="text/plain; charset=utf-8")
-            else:
-                self._json(404, {"Error": f"no such endpoint {path!r}"})
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+                    return _json(404, {"Error": f"no trace {trace!r} (only the most recent calls are kept)"})
+                return _json(200, doc, trace)
+            if path == "/":
+                return _reply(200, b"hetero-exporter scheduler extender: POST /filter /prioritize; "
+                                   b"GET /explain?trace=ID /healthz /readyz\n", ctype=TEXT)
+            return _json(404, {"Error": f"no such endpoint {path!r}"})
         except Exception:  # noqa: BLE001
             log.exception("error serving %s", path)
-            self._reply_error(500, "internal error; see the extender log", "")
-
-
-class ExtenderServer:
-    """Serves an Extender on (host, port) in a background thread; port 0 picks a free one."""
-
-    def __init__(self, address: tuple[str, int], extender: Extender,
-                 ready: Callable[[], bool] = lambda: True):
-        self._httpd = _Server(address, extender, ready)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="extender-http", daemon=True)
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return self._httpd.server_address[:2]
-
-    def start(self) -> "ExtenderServer":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+            return _json(500, {"Error": "internal error; see the extender log", "Trace": ""})
