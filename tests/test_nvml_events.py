@@ -242,3 +242,21 @@ def test_a_gpu_back_after_a_reset_is_registered_again_and_old_events_are_not_rep
     w.update([(d.identity.uuid, c._nv.nvmlDeviceGetHandleByIndex(d.identity.index)) for d in live])
     assert w.step() is None
     assert len(w.registered) == 8 and devices[2].identity.uuid in w.registered
+
+
+def test_a_driver_without_event_calls_is_said_once_not_every_cycle(caplog, monkeypatch):
+    c, clock = make("nvidia-xid79", events=True)
+
+    def no_events():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    monkeypatch.setattr(c._nv, "nvmlEventSetCreate", no_events)
+    caplog.set_level("INFO", logger="hetero_exporter.collectors.nvidia.nvml.events")
+    first = None
+    for _ in range(3):
+        c.collect()
+        first = first or c._watcher
+        c._watcher._thread.join(10)
+        clock.advance(10)
+    assert c._watcher is first  # no second watcher started after the first found no event calls
+    said = [r for r in caplog.records if "not supported here" in r.getMessage()]
+    assert len(said) == 1

@@ -218,6 +218,8 @@ class NvmlCollector:
             if self._watcher is not None and self._watcher.alive:
                 self._watcher.update(devices)
                 return
+            if self._watcher is not None and self._watcher.no_event_calls:
+                return  # no event calls on this driver: polling sees the XIDs
             self._watcher = self.event_watcher(devices)
             self._watcher.start()
 

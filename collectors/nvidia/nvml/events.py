@@ -197,6 +197,8 @@ class EventWatcher:
         return ev
 
     # ------------------------------------------------------------------ thread
+    no_event_calls = False  # the driver has no event calls (set by the thread; it then ends)
+
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             return
@@ -219,6 +221,8 @@ class EventWatcher:
                 try:
                     self.step()
                 except EventsUnsupported:
+                    # said once: the collector does not start another watcher after this one
+                    self.no_event_calls = True
                     log.info("NVML events are not supported here; XIDs are seen at poll time only")
                     return
                 except Exception:  # noqa: BLE001 - the thread must outlive a bad event
