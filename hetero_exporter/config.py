@@ -8,6 +8,9 @@ Example (every key optional)::
     log_format: json        # json | text
     sysfs_root: /sys        # PCI enumeration (a host mount in a container)
     proc_root: /proc        # process attribution (hostPID)
+    host_root: /host/root   # the host's / (DaemonSet mount): vendor tools and driver libraries;
+                            # else --host-root (wins), else $HOST_ROOT (README: Vendor tools from the host)
+    host_exec: ld_library_path   # or chroot: how a tool of the host root runs (sdk/host_tools.py)
     collectors:
       <collector>: {enabled: true, timeout: 5}   # a collector's name (``list-collectors``)
       <other>: {enabled: false}
@@ -34,6 +37,7 @@ Every key is checked (hetero_exporter/validate.py): an unknown key, a wrong type
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
@@ -41,6 +45,7 @@ import yaml
 
 from hetero_exporter import finops as finops_mod
 from hetero_exporter import validate as v
+from hetero_exporter.sdk import host_tools
 from hetero_exporter.validate import ValidationError
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few KiB; a bigger file is a mistake
@@ -96,7 +101,8 @@ def _section(path: str, value: Any, table: Mapping[str, Check]) -> dict:
 # Collectors). enabled and timeout are the agent's.
 COLLECTOR_SETTINGS: dict[str, Check] = {
     "enabled": v.boolean, "timeout": timeout, "cli_timeout": timeout,
-    "path": _path, "host_root": _path, "sysfs_root": _path, "args": _args, "runtime_version": v.string,
+    "path": _path, "host_root": _path, "host_exec": lambda p, x: v.string(p, x, choices=host_tools.EXEC_MODES),
+    "sysfs_root": _path, "args": _args, "runtime_version": v.string,
     "fallback": v.boolean, "events": v.boolean,
     "parallel_calls": _integer(1, 64), "budget_fraction": lambda p, x: v.number(p, x, minimum=0.05, maximum=1.0),
     "detail_calls_per_cycle": _integer(0, 1000), "health_calls_per_cycle": _integer(0, 1000),
@@ -213,6 +219,7 @@ TOP: dict[str, Check] = {
     "node_name": lambda p, x: v.string(p, x, non_empty=True, max_length=253),
     "log_format": lambda p, x: v.string(p, x, choices=("json", "text")),
     "sysfs_root": _path, "proc_root": _path, "kubeconfig": _path, "default_timeout": timeout,
+    "host_root": _path, "host_exec": lambda p, x: v.string(p, x, choices=host_tools.EXEC_MODES),
     "collectors": _collectors, "health": _health, "attribution": lambda p, x: _section(p, x, ATTRIBUTION),
     "scoring": _scoring, "kernel_log": lambda p, x: _section(p, x, KERNEL_LOG),
     "finops": lambda p, x: x,  # finops.parse checks it
@@ -228,6 +235,8 @@ class Config:
     log_format: str = "json"
     sysfs_root: str = "/sys"
     proc_root: str = "/proc"
+    host_root: Optional[str] = None  # checked where it is used (host_root()): the mount is the node's
+    host_exec: Optional[str] = None  # ld_library_path (default) | chroot
     kubeconfig: Optional[str] = None
     default_timeout: float = 5.0  # per-collector deadline, seconds
     collectors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -246,6 +255,23 @@ class Config:
 
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def host_root(flag: Optional[str], cfg: Config, environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """The host root (absolute): ``--host-root``, else the config's ``host_root``, else
+    ``$HOST_ROOT``; None when none is set or it is /. It must be an existing directory:
+    ConfigError naming where it came from otherwise."""
+    for field_name, value in (("--host-root", flag), ("host_root", cfg.host_root),
+                              (host_tools.HOST_ROOT_ENV, environ.get(host_tools.HOST_ROOT_ENV))):
+        if value is None or (field_name == host_tools.HOST_ROOT_ENV and not value):
+            continue
+        v.string(field_name, value, non_empty=True)
+        if not os.path.isdir(value):
+            raise ConfigError(field_name, f"not an existing directory: {v.describe(value)}",
+                              "the folder where the host's / is mounted (/host/root in the DaemonSet)")
+        root = os.path.abspath(value)
+        return None if root == "/" else root
+    return None
 
 
 def from_dict(doc: Any, source: str = "") -> Config:

@@ -13,13 +13,20 @@ SPEC = VendorSpec(
     device_resource=lambda model: "amd.com/gpu",
     plugin_device_id=lambda d: d.pci_address or str(d.index),  # the plugin names GPUs by PCI address
     fabric_links=("xgmi",),
+    # ROCm installs to /opt/rocm (a link to /opt/rocm-<version>, through /etc/alternatives on
+    # Debian/Ubuntu), tools in bin/, libraries in lib/ (GPUStack's AMD worker mounts /opt/rocm).
+    # rocm-smi's bindings load librocm_smi64.so from ROCM_SMI_LIB_PATH when set (rsmiBindings.py);
+    # amdsmi loads $ROCM_PATH/lib/libamd_smi.so (ml-energy/amdsmi README, "search order"). NVML's
+    # counterpart, libamd_smi.so for the amdsmi collector, is the agent's own: README, Vendor
+    # tools from the host.
     tools=(ToolSpec("rocm-smi", dirs=("/opt/rocm/bin", "/usr/bin", "/usr/local/bin"),
-                    library_dirs=("/opt/rocm/lib",), env=("ROCM_PATH",),
+                    library_dirs=("/opt/rocm/lib",), env=("ROCM_PATH", "ROCM_SMI_LIB_PATH"),
+                    home_env=(("ROCM_PATH", "/opt/rocm"), ("ROCM_SMI_LIB_PATH", "/opt/rocm/lib")),
                     why_missing="ROCm SMI not installed"),
            # amd-smi (ROCm 6+, package amd-smi-lib): /opt/rocm/bin/amd-smi, /usr/bin/amd-smi
            # (ROCm docs, "AMD SMI CLI tool" install page)
            ToolSpec("amd-smi", dirs=("/opt/rocm/bin", "/usr/bin", "/usr/local/bin"),
-                    library_dirs=("/opt/rocm/lib",), env=("ROCM_PATH",),
+                    library_dirs=("/opt/rocm/lib",), env=("ROCM_PATH",), home_env=(("ROCM_PATH", "/opt/rocm"),),
                     why_missing="AMD SMI CLI not installed (ROCm amd-smi-lib)")),
     collectors=(
         CollectorEntry("amdsmi", "amd", "hetero_exporter.collectors.amd.amdsmi.collector",

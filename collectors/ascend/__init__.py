@@ -32,9 +32,16 @@ SPEC = VendorSpec(
     id_prefixes=("NPU-",),
     plugin_device_id=lambda d: f"Ascend910-{d.index}",  # physical id last
     fabric_links=("hccs",),
+    # The driver package installs npu-smi as /usr/local/sbin/npu-smi (older ones
+    # /usr/local/bin/npu-smi) and its libraries in /usr/local/Ascend/driver/lib64 and its
+    # subfolders common/ and driver/, with the DCMI library in /usr/local/dcmi: Ascend's
+    # container instructions mount exactly these for npu-smi ("-v /usr/local/sbin/npu-smi ...
+    # -v /usr/local/Ascend/driver/lib64/ -v /usr/local/dcmi", MindSpore / openMind image docs)
+    # and its model-zoo env.sh sets LD_LIBRARY_PATH=/usr/local/Ascend/driver/lib64/common:
+    # /usr/local/Ascend/driver/lib64/driver (Ascend/ModelZoo-TensorFlow).
     tools=(ToolSpec("npu-smi", dirs=("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin"),
-                    library_dirs=("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/lib64/common",
-                                  "/usr/local/Ascend/driver/lib64/driver"),
+                    library_dirs=("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/lib64/*",
+                                  "/usr/local/dcmi"),
                     env=("ASCEND_HOME",), why_missing="Ascend driver tools not installed"),),
     collectors=(CollectorEntry("npu_smi", "ascend", "hetero_exporter.collectors.ascend.npu_smi.collector",
                                description="Huawei Ascend NPUs through `npu-smi info` (+ slower per-card details)"),),

@@ -19,8 +19,13 @@ SPEC = VendorSpec(
     id_prefixes=("MLU-",),
     plugin_device_id=lambda d: d.uuid if d.uuid.upper().startswith("MLU-") else f"MLU-{d.uuid}",
     fabric_links=("mlulink",),
-    tools=(ToolSpec("cnmon", dirs=("/usr/local/neuware/bin", "/usr/bin", "/usr/local/bin"),
+    # The driver package installs /usr/bin/cnmon (Cambricon's model-zoo containers mount
+    # "-v /usr/bin/cnmon:/usr/bin/cnmon"); Neuware (CNToolkit) lives in /usr/local/neuware with
+    # its libraries in lib64 (NEUWARE_HOME=/usr/local/neuware, LD_LIBRARY_PATH=$NEUWARE_HOME/lib64
+    # in Cambricon's CNNL samples; GPUStack's worker mounts /usr/local/neuware and /usr/bin/cnmon).
+    tools=(ToolSpec("cnmon", dirs=("/usr/bin", "/usr/local/neuware/bin", "/usr/local/bin"),
                     library_dirs=("/usr/local/neuware/lib64",), env=("NEUWARE_HOME",),
+                    home_env=(("NEUWARE_HOME", "/usr/local/neuware"),),
                     why_missing="Cambricon Neuware tools not installed"),),
     collectors=(CollectorEntry("cnmon", "cambricon", "hetero_exporter.collectors.cambricon.cnmon.collector",
                                description="Cambricon MLUs through `cnmon` (+ `cnmon info` per card)"),),

@@ -17,8 +17,14 @@ SPEC = VendorSpec(
     id_prefixes=("DCU-",),
     plugin_device_id=lambda d: str(d.index),
     fabric_links=("xgmi",),  # hy-smi --showtopo: DCUs of one hive, rocm-smi style
-    tools=(ToolSpec("hy-smi", dirs=("/opt/hyhal/bin", "/usr/local/bin", "/usr/bin"),
-                    library_dirs=("/opt/hyhal/lib",), why_missing="Hygon DTK (hyhal) not installed"),),
+    # hy-smi ships with hyhal (/opt/hyhal/bin/hy-smi, its librocm_smi64 in /opt/hyhal/lib), the DTK
+    # in /opt/dtk: GPUStack's Hygon worker mounts /opt/hyhal and /opt/dtk with ROCM_PATH=/opt/dtk
+    # and ROCM_SMI_LIB_PATH=/opt/hyhal/lib (the variable the rocm-smi bindings hy-smi forks load
+    # their library from).
+    tools=(ToolSpec("hy-smi", dirs=("/opt/hyhal/bin", "/opt/dtk/bin", "/usr/local/bin", "/usr/bin"),
+                    library_dirs=("/opt/hyhal/lib", "/opt/dtk/lib"), env=("ROCM_PATH", "ROCM_SMI_LIB_PATH"),
+                    home_env=(("ROCM_SMI_LIB_PATH", "/opt/hyhal/lib"), ("ROCM_PATH", "/opt/dtk")),
+                    why_missing="Hygon DTK (hyhal) not installed"),),
     collectors=(CollectorEntry("hy_smi", "hygon", "hetero_exporter.collectors.hygon.hy_smi.collector",
                                description="Hygon DCUs through `hy-smi --json` (DTK)"),),
     versions="hetero_exporter.collectors.hygon.versions:discover",  # DTK: /opt/dtk/.info/version

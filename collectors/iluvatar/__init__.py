@@ -38,10 +38,13 @@ SPEC = VendorSpec(
     uuid_prefix="GPU-",
     # CoreX installs to /usr/local/corex (a link to /usr/local/corex-<version>): ixsmi in its
     # bin/, libixml.so and libcuda.so in lib64/ (HAMi's Iluvatar notes; the ix-container-toolkit
-    # node facts: "ixsmi needs LD_LIBRARY_PATH=/usr/local/corex/lib64:/usr/local/corex/lib")
-    tools=(ToolSpec("ixsmi", dirs=("/usr/local/corex/bin", "/usr/local/bin", "/usr/bin"),
+    # node facts: "ixsmi needs LD_LIBRARY_PATH=/usr/local/corex/lib64:/usr/local/corex/lib");
+    # the driver also puts /usr/bin/ixsmi (GPUStack's Iluvatar worker mounts /usr/local/corex and
+    # /usr/bin/ixsmi); COREX_HOME=/usr/local/corex in CoreX's environment notes.
+    tools=(ToolSpec("ixsmi", dirs=("/usr/local/corex/bin", "/usr/bin", "/usr/local/bin"),
                     library_dirs=("/usr/local/corex/lib64", "/usr/local/corex/lib"),
-                    env=("COREX_HOME",), why_missing="Iluvatar CoreX driver tools not installed"),),
+                    env=("COREX_HOME",), home_env=(("COREX_HOME", "/usr/local/corex"),),
+                    why_missing="Iluvatar CoreX driver tools not installed"),),
     collectors=(CollectorEntry("ixsmi", "iluvatar", "hetero_exporter.collectors.iluvatar.ixsmi.collector",
                                description="Iluvatar CoreX GPUs through `ixsmi` (+ one uuid query per new device)"),),
     parsers={"ixsmi": "hetero_exporter.collectors.iluvatar.ixsmi.collector:parse_any"},

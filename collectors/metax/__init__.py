@@ -42,9 +42,11 @@ SPEC = VendorSpec(
     # the MACA SDK another copy in /opt/maca/bin (MACA_PATH, default /opt/maca): MetaX's
     # container images set PATH=/opt/mxdriver/bin:${MACA_PATH}/bin and
     # LD_LIBRARY_PATH=/opt/mxdriver/lib:/opt/maca/lib (e.g. MetaX-MACA images; mxtop's
-    # backend looks in /opt/mxdriver/bin/mx-smi first).
+    # backend looks in /opt/mxdriver/bin/mx-smi first; GPUStack's MetaX worker mounts
+    # /opt/mxdriver and /opt/maca).
     tools=(ToolSpec("mx-smi", dirs=("/opt/mxdriver/bin", "/opt/maca/bin", "/usr/local/bin", "/usr/bin"),
                     library_dirs=("/opt/mxdriver/lib", "/opt/maca/lib"), env=("MACA_PATH",),
+                    home_env=(("MACA_PATH", "/opt/maca"),),
                     why_missing="MetaX driver (mxdriver) tools not installed"),),
     collectors=(CollectorEntry("mx_smi", "metax", "hetero_exporter.collectors.metax.mx_smi.collector",
                                description="MetaX GPUs through `mx-smi` (+ `mx-smi topo -m` for MetaXLink)"),),

@@ -40,9 +40,16 @@ SPEC = VendorSpec(
         # some images carry it in /usr/local/bin
         dirs=("/usr/bin", "/usr/local/bin", "/usr/sbin", "/usr/local/musa/bin"),
         # libmtml.so (the management library the tool loads) ships with the driver in the
-        # distribution's library folder; the MUSA toolkit's own libraries in /usr/local/musa/lib
-        library_dirs=("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/musa/lib"),
-        why_missing="Moore Threads driver (mthreads-gmi) not installed"),),
+        # distribution's library folder (/usr/lib/<triplet>, where the MT container toolkit
+        # mounts it into containers with /usr/bin/mthreads-gmi), which cannot go on
+        # LD_LIBRARY_PATH (it would replace the image's C library; sdk/host_tools.py skips a
+        # folder holding libc.so.6): on a node use the mthreads runtime class or host_exec:
+        # chroot. The MUSA toolkit's own libraries are in /usr/local/musa/lib (its install notes:
+        # MUSA_INSTALL_PATH=/usr/local/musa, LD_LIBRARY_PATH=$MUSA_INSTALL_PATH/lib).
+        library_dirs=("/usr/local/musa/lib",), env=("MUSA_INSTALL_PATH",),
+        home_env=(("MUSA_INSTALL_PATH", "/usr/local/musa"),),
+        why_missing="Moore Threads driver (mthreads-gmi) not installed, or not mounted (runtimeClassName: "
+                    "mthreads, or host_exec: chroot with --host-root)"),),
     collectors=(CollectorEntry("mthreads_gmi", "mthreads", f"{__name__}.gmi.collector",
                                description="Moore Threads GPUs through `mthreads-gmi` (one call per cycle)"),),
     parsers={"mthreads-gmi": f"{__name__}.gmi.collector:parse_any"},

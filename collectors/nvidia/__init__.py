@@ -22,8 +22,14 @@ SPEC = VendorSpec(
     plugin_device_id=lambda d: d.uuid,  # the device plugin names GPUs by uuid (GPU-...::N replicas)
     uuid_prefix="GPU-",
     fabric_links=("nvlink", "nvswitch"),
+    # nvidia-smi and libnvidia-ml.so.1 (NVML) come into the container through the NVIDIA
+    # container toolkit (runtimeClassName: nvidia, or NVIDIA_VISIBLE_DEVICES=all with
+    # NVIDIA_DRIVER_CAPABILITIES=utility: nvidia-container-toolkit docs, "Driver capabilities"):
+    # the driver's libraries live in the host's distribution folder, which cannot go on
+    # LD_LIBRARY_PATH from a host root (sdk/host_tools.py).
     tools=(ToolSpec("nvidia-smi", why_missing="NVIDIA driver utilities not installed or not mounted "
-                                              "(NVIDIA container toolkit: NVIDIA_DRIVER_CAPABILITIES=utility)"),),
+                                              "(NVIDIA container toolkit: runtimeClassName nvidia or "
+                                              "NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILITIES=utility)"),),
     collectors=(
         CollectorEntry("nvml", "nvidia", "hetero_exporter.collectors.nvidia.nvml.collector",
                        description="NVIDIA GPUs through NVML (nvidia-ml-py); falls back to "

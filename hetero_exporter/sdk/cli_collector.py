@@ -6,7 +6,8 @@
 - FaultEpisodes: fault codes active now -> Faults counted once per episode in a FaultLedger;
 - worst_state(): health from fault severities (critical failed, warning degraded, info ok);
 - NumaNodes: NUMA node of a PCI address, from sysfs; find_tool(): the tool's path or Unavailable
-  (its host folders from the vendor spec's ToolSpec);
+  naming every place looked (its host folders from the vendor spec's ToolSpec; below the host
+  root it runs with its driver libraries, sdk/host_tools.py);
 - build(): a collector over the real tool, or over its fake executable when simulating;
   fall_back(): a binding collector's CLI stand-in;
 - tool_spec(): the ToolSpec of a tool (host folders, environment it reads) from the specs;
@@ -23,6 +24,7 @@ import time
 from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequence
 
 from hetero_exporter import pci, vendors
+from hetero_exporter.sdk import host_tools
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
@@ -73,7 +75,11 @@ class CliCalls:
         self.calls += 1
         # passed as values, not names: a test's runner takes (argv, timeout, *, env) only
         env = {k: os.environ[k] for k in self.passthrough if k in os.environ}
+        env.update(getattr(self.exe, "env", {}))  # a tool of the host root: its libraries, install folders
         env.update(self._extra_env())
+        chroot = getattr(self.exe, "chroot", None)
+        if chroot is not None:  # the runner starts it as `chroot ROOT HOST_PATH ...`
+            return self._run([self.exe.host_path, *args], remaining, env=env, chroot=chroot).stdout
         return self._run([self.exe, *args], remaining, env=env or None).stdout
 
     def map(self, jobs: Sequence[tuple[Hashable, Sequence[str]]], deadline: float) -> list[tuple[Any, Any]]:
@@ -196,29 +202,62 @@ class NumaNodes:
         return self._known[bus]
 
 
-def _dirs_and_why(name: str, dirs: Optional[str], why: Optional[str],
-                  vendor: Optional[str]) -> tuple[str, str]:
-    """``dirs`` (os.pathsep-joined) and ``why`` as given, else from the tool's ToolSpec."""
-    if dirs is None or why is None:
-        spec = tool_spec(name, vendor)
-        if dirs is None:
-            dirs = os.pathsep.join(spec.dirs if spec is not None else ToolSpec(name).dirs)
-        if why is None:
-            why = (spec.why_missing if spec is not None else "") or f"{name} not installed"
-    return dirs, why
+def _host_root(settings: Mapping[str, Any]) -> Optional[str]:
+    """The host root a tool is looked for below (``settings.host_root``); None for none or /."""
+    root = str(settings.get("host_root") or "")
+    return None if not root or os.path.abspath(root) == "/" else os.path.abspath(root)
+
+
+def _search_dirs(dirs: Optional[str], spec: ToolSpec) -> list[str]:
+    """``dirs`` (os.pathsep-joined) first, then the ToolSpec's other folders."""
+    given = [d for d in (dirs or "").split(os.pathsep) if d]
+    return list(dict.fromkeys([*given, *spec.dirs]))
 
 
 def find_tool(settings: Mapping[str, Any], name: str, dirs: Optional[str] = None, why: Optional[str] = None,
-              *, vendor: Optional[str] = None) -> str:
-    """``settings.path`` or ``name`` on PATH, else in ``dirs`` (where vendors install their
-    tools, often not on a container's PATH); Unavailable naming ``why`` otherwise. Without
-    ``dirs``/``why`` they come from the tool's ToolSpec (of ``vendor``'s spec when given)."""
-    dirs, why = _dirs_and_why(name, dirs, why, vendor)
-    exe = str(settings.get("path") or name)
-    found = shutil.which(exe) if "/" in exe else (shutil.which(exe) or shutil.which(exe, path=dirs))
-    if found is None:
-        raise Unavailable(f"{exe} not found on PATH or in {dirs} ({why})")
-    return found
+              *, vendor: Optional[str] = None, spec: Optional[ToolSpec] = None) -> str:
+    """The tool to run, looked for in this order:
+
+    1. ``settings.path``: as it is, else (an absolute path) the same path below the host root;
+    2. ``name`` on PATH;
+    3. each of ``dirs`` (os.pathsep-joined) and the ToolSpec's ``dirs`` below the host root
+       (``settings.host_root``), then as they are.
+
+    A tool found below the host root is a host_tools.ToolPath: it runs with the ToolSpec's
+    library folders and install variables, the ``settings.host_exec`` way (``ld_library_path``
+    or ``chroot``). Unavailable naming every place looked and ``why`` otherwise. The ToolSpec
+    is ``spec``, else the one named ``name`` (of ``vendor``'s spec when given)."""
+    spec = spec or tool_spec(name, vendor) or ToolSpec(name)
+    why = why or spec.why_missing or f"{name} not installed"
+    root = _host_root(settings)
+    mode = str(settings.get("host_exec") or "ld_library_path")
+    configured = str(settings.get("path") or "")
+    if "/" in configured:
+        if host_tools.executable(configured):
+            return configured
+        looked = [configured]
+        if root and os.path.isabs(configured):
+            below = host_tools.host_path(root, configured)
+            if host_tools.executable(host_tools.inside(root, below)):
+                return host_tools.tool_path(root, below, spec, mode)
+            looked.append(os.path.join(root, configured.lstrip("/")))
+        raise Unavailable(f"{configured} (settings path) not found or not executable at {', '.join(looked)} ({why})")
+    exe = configured or name
+    found = shutil.which(exe)
+    if found is not None:
+        return found
+    searched = _search_dirs(dirs, spec)
+    places = []
+    if root:
+        below = host_tools.find_below(root, exe, searched)
+        if below is not None:
+            return host_tools.tool_path(root, below, spec, mode)
+        places += [os.path.join(root, d.lstrip("/")) for d in searched]
+    found = shutil.which(exe, path=os.pathsep.join(searched))
+    if found is not None:
+        return found
+    places += searched
+    raise Unavailable(f"{exe} not found on PATH, in {', '.join(places)} ({why})")
 
 
 def fall_back(options: CollectorOptions, why: Unavailable, module: str, tool: str) -> Any:
@@ -253,21 +292,19 @@ def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: 
     """``factory(exe, clock=, timeout=, interval=, settings=[, extra_env=])`` over the real tool,
     or, when ``options.scenario`` is set, over the fake that ``install_fake(scenario, clock,
     workdir) -> (exe, extra_env)`` writes (or the fake module's dotted name: imported only then). ``tool`` is the
-    tool's name or its ToolSpec; ``dirs``/``why`` left out come from the ToolSpec (the one
-    given, or the one of ``vendor``'s spec)."""
+    tool's name or its ToolSpec; ``dirs`` are searched before the ToolSpec's, ``why`` left out
+    comes from it (the one given, or the one of ``vendor``'s spec); find_tool says where."""
     if isinstance(install_fake, str):  # the fake module's dotted name
         install_fake = fake_installer(install_fake)
-    if isinstance(tool, ToolSpec):
-        dirs = os.pathsep.join(tool.dirs) if dirs is None else dirs
-        why = (tool.why_missing or f"{tool.name} not installed") if why is None else why
-        tool = tool.name
+    spec = tool if isinstance(tool, ToolSpec) else None
+    name = spec.name if spec is not None else str(tool)
     settings = dict(options.settings)
     common = dict(clock=options.clock, timeout=options.timeout_seconds,
                   interval=options.interval_seconds, settings=settings)
     if options.scenario is not None:
         exe, env = install_fake(options.scenario, options.clock, options.workdir)
         return factory(exe, extra_env=env, **common)
-    return factory(find_tool(settings, tool, dirs, why, vendor=vendor), **common)
+    return factory(find_tool(settings, name, dirs, why, vendor=vendor, spec=spec), **common)
 
 
 @dataclasses.dataclass(frozen=True)

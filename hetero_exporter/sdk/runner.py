@@ -12,7 +12,9 @@ message on stderr. This runner makes each of those a clear, bounded failure:
   and ``CliTimeout`` is raised;
 - an output cap: past ``max_bytes`` on stdout the group is killed and ``CliError`` raised;
 - a non-zero exit raises ``CliError`` carrying the tail of stderr;
-- a missing executable raises ``contract.Unavailable``.
+- a missing executable raises ``contract.Unavailable``;
+- ``chroot=ROOT``: the tool (argv[0], a path on the host) runs as ``chroot ROOT argv...``
+  (sdk/host_tools.py decides when; messages still name the tool).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
+from hetero_exporter.sdk import host_tools
 from hetero_exporter.sdk.contract import Unavailable
 
 DEFAULT_MAX_BYTES = 8 << 20  # 8 MiB: a 16-device summary table is ~10 KiB
@@ -81,19 +84,32 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def _launch(exe: str, env: Mapping[str, str], chroot: Optional[str]) -> list[str]:
+    """The argv prefix that starts ``exe``: its resolved path, or chroot, the root and the
+    tool's host path; Unavailable when either is missing."""
+    if chroot is not None:
+        cmd = host_tools.chroot_command()
+        if cmd is None or not os.path.isabs(exe) or not host_tools.executable(os.path.join(chroot, exe.lstrip("/"))):
+            raise Unavailable(f"{exe}: not found or not executable below {chroot} (or no chroot command)")
+        return [cmd, chroot, exe]
+    resolved = exe if os.sep in exe else shutil.which(exe, path=env["PATH"])
+    if resolved is None or not os.access(resolved, os.X_OK):
+        raise Unavailable(f"{exe}: not found or not executable")
+    return [resolved]
+
+
 def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYTES,
         env: Optional[Mapping[str, str]] = None, check: bool = True,
-        passthrough: Sequence[str] = ()) -> CliResult:
+        passthrough: Sequence[str] = (), chroot: Optional[str] = None) -> CliResult:
     """Run ``argv`` (no shell) and return its output, or raise CliTimeout / CliError /
     Unavailable as described in the module docstring. ``passthrough``: names of variables
-    of the agent's environment the tool also gets (its ``ToolSpec.env``)."""
+    of the agent's environment the tool also gets (its ``ToolSpec.env``); ``chroot``: the
+    host root to run argv[0] (its host path) in."""
     if not argv:
         raise ValueError("empty argv")
     exe = argv[0]
     child_env = _env(env, passthrough)
-    resolved = exe if os.sep in exe else shutil.which(exe, path=child_env["PATH"])
-    if resolved is None or not os.access(resolved, os.X_OK):
-        raise Unavailable(f"{exe}: not found or not executable")
+    launch = _launch(exe, child_env, chroot)
     name = os.path.basename(exe)
     with _counter_lock:
         _invocations[name] = _invocations.get(name, 0) + 1
@@ -101,7 +117,7 @@ def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYT
     deadline = t0 + timeout
     for attempt in range(_ETXTBSY_TRIES):
         try:
-            proc = subprocess.Popen([resolved, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            proc = subprocess.Popen([*launch, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=child_env, start_new_session=True,
                                     close_fds=True)
             break

@@ -60,14 +60,19 @@ class ResourceName:
 @dataclass(frozen=True)
 class ToolSpec:
     """A vendor command-line tool: where the vendor installs it on a host (``dirs``, searched
-    after PATH, and below ``--host-root`` in a container), the driver library folders it needs
-    on ``LD_LIBRARY_PATH`` (``library_dirs``) and environment variables it reads (``env``)."""
+    after PATH: below the host root first in a container, then as they are), the driver
+    library folders it needs on ``LD_LIBRARY_PATH`` when it runs from the host root
+    (``library_dirs``, host paths; a component may be a glob, ``lib64/*``), environment
+    variables it reads that the agent passes on when set (``env``), and variables that name
+    the vendor's install folder (``home_env``: (VAR, host folder); set to that folder below
+    the host root when the agent's environment leaves them unset). sdk/host_tools.py runs it."""
 
     name: str
     dirs: tuple[str, ...] = ("/usr/local/bin", "/usr/bin", "/usr/local/sbin", "/usr/sbin")
     library_dirs: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     why_missing: str = ""  # what a missing tool usually means ("driver tools not installed")
+    home_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import os
 import re
 from typing import Optional, Sequence
 
+from hetero_exporter.sdk import host_tools
+
 _VERSION = re.compile(r"\d+(?:\.\d+)+|\d+")
 MAX_BYTES = 4096  # a version file is a line or two; never read a large file whole
 
@@ -26,12 +28,20 @@ def version_text(text: Optional[str]) -> Optional[str]:
     return m.group(0) if m else None
 
 
+def below(host_root: str, path: str) -> str:
+    """The host's ``path`` below ``host_root``, its symlinks followed as the host would (ROCm's
+    ``/opt/rocm -> /etc/alternatives/rocm -> /opt/rocm-6.2.0`` is absolute, and would
+    otherwise point into the container)."""
+    root = host_root or "/"
+    return path if os.path.abspath(root) == "/" else host_tools.inside(root, path)
+
+
 def read_version(host_root: str, files: Sequence[str]) -> Optional[str]:
     """The version in the first readable file of ``files`` (relative paths) below ``host_root``
     whose first line holds one."""
     for rel in files:
         try:
-            with open(os.path.join(host_root or "/", rel.lstrip("/")), encoding="utf-8", errors="replace") as f:
+            with open(below(host_root, "/" + rel.lstrip("/")), encoding="utf-8", errors="replace") as f:
                 v = version_text(f.read(MAX_BYTES))
         except OSError:
             continue

@@ -45,6 +45,7 @@ from hetero_exporter import profiles
 from hetero_exporter.collectors.amd import versions
 from hetero_exporter.collectors.amd.identity import device_uuid
 from hetero_exporter.sdk import pciaddr, values
+from hetero_exporter.sdk import versions as sdk_versions
 from hetero_exporter.sdk.cli_collector import fall_back
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.sdk.identity import IdentityMemory
@@ -734,9 +735,29 @@ def create(options: CollectorOptions) -> Any:
         from hetero_exporter.collectors.amd.amdsmi.fake import FakeAmdSmi
         return AmdSmiCollector(FakeAmdSmi(options.scenario, options.clock), options.clock, options.settings, sysfs)
     try:
-        return AmdSmiCollector(import_binding(), options.clock, options.settings, sysfs)
+        binding = import_binding()
+    except Unavailable as e:
+        return _fallback(options, Unavailable(f"{e}{host_library_hint(options.settings)}"))
+    try:
+        return AmdSmiCollector(binding, options.clock, options.settings, sysfs)
     except Unavailable as e:
         return _fallback(options, e)
+
+
+def host_library_hint(settings: Mapping[str, Any]) -> str:
+    """How to point amdsmi at the host root's libamd_smi.so when it has one ("" otherwise).
+    amdsmi loads ``$ROCM_PATH/lib/libamd_smi.so`` (/opt/rocm without ROCM_PATH, amdsmi >= 6.2.3:
+    ml-energy/amdsmi README, "search order"); its dependencies come through LD_LIBRARY_PATH,
+    which the loader reads at process start, so the agent must be started with both."""
+    root = str(settings.get("host_root") or "")
+    if not root or os.path.abspath(root) == "/":
+        return ""
+    lib = sdk_versions.below(root, "/opt/rocm/lib/libamd_smi.so")  # /opt/rocm is a link to /opt/rocm-<v>
+    if not os.path.isfile(lib):
+        return ""
+    folder = os.path.dirname(lib)
+    return (f"; the host root has {lib}: mount the host's /opt/rocm at /opt/rocm (hostPath), or start the "
+            f"agent with ROCM_PATH={os.path.dirname(folder)} and LD_LIBRARY_PATH={folder}")
 
 
 def _fallback(options: CollectorOptions, why: Unavailable) -> Any:
