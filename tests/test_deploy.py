@@ -1,10 +1,14 @@
-"""deploy/: `kubectl kustomize` renders the base, the example overlay and deploy/extender (when
-present); every built-in object validates against the Kubernetes schemas (kubernetes-validate,
-strict: unknown fields fail); the prometheus-operator objects, which it has no schema for, are
-checked by structure; the objects agree with each other and with the agent (config, CLI, ports)."""
+"""deploy/: `kubectl kustomize` renders the base, the overlays (all-vendors, example) and
+deploy/extender; every built-in object validates against the Kubernetes schemas of 1.30 and 1.37
+(kubernetes-validate, strict: unknown fields fail); the prometheus-operator objects, which it has
+no schema for, are checked by structure; the objects agree with each other and with the agent
+(config, CLI, ports), for every agent DaemonSet of a rendering (the vendor components' and their
+node selection: tests/test_deploy_components.py)."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 import shutil
 import subprocess
@@ -23,18 +27,14 @@ pytestmark = pytest.mark.integration
 
 rules = load("alerts/rules.py")
 DEPLOY = ROOT / "deploy"
-KUBE_VERSIONS = ("1.28.0", kubernetes_validate.latest_version())  # oldest supported, newest known
-TARGETS = ["base", "overlays/example"] + (["extender"] if (DEPLOY / "extender" / "kustomization.yaml").is_file() else [])
+# the oldest supported (ValidatingAdmissionPolicy is GA in 1.30; node-restriction.yaml) and the newest known
+KUBE_VERSIONS = ("1.30.0", "1.37.0")
+TARGETS = ["base", "overlays/all-vendors", "overlays/example", "extender"]
 OPERATOR_GROUP = "monitoring.coreos.com/v1"
 # Fields of a ServiceMonitor endpoint this project uses; a typo (honorLabel) would be ignored silently.
 ENDPOINT_FIELDS = {"port", "path", "interval", "scrapeTimeout", "honorLabels", "relabelings",
                    "metricRelabelings", "scheme", "tlsConfig", "bearerTokenSecret", "authorization"}
 RELABEL_FIELDS = {"action", "sourceLabels", "targetLabel", "regex", "replacement", "separator", "modulus"}
-# Objects whose API is younger than the oldest supported version: validated from the first version
-# that serves it (kubernetes-validate has no schema for them before). admissionregistration.k8s.io/v1
-# ValidatingAdmissionPolicy is GA in 1.30; on older clusters drop node-restriction.yaml (its header).
-FIRST_VERSION = {("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): "1.30.0",
-                 ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): "1.30.0"}
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
                   "ValidatingAdmissionPolicyBinding"}
 
@@ -45,11 +45,32 @@ def _kubectl() -> str:
     return require_tool("kubectl")
 
 
-def render(target: str) -> list[dict]:
-    res = subprocess.run([_kubectl(), "kustomize", str(DEPLOY / target)], capture_output=True, text=True,
-                         timeout=120)
+def render(target: str | Path) -> list[dict]:
+    """The objects `kubectl kustomize` renders from ``target`` (a folder below deploy/, or a path);
+    a fresh copy each call, of one rendering per target and test session."""
+    return copy.deepcopy(_rendered(str(DEPLOY / target)))
+
+
+@functools.lru_cache(maxsize=None)
+def _rendered(path: str) -> list[dict]:
+    res = subprocess.run([_kubectl(), "kustomize", path], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    return [d for d in yaml.safe_load_all(res.stdout) if d]
+    return [d for d in yaml.load_all(res.stdout, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
+
+
+def validation_errors(objs: list[dict]) -> list[str]:
+    """One line per built-in object that fails the strict schema of a KUBE_VERSIONS release."""
+    errors = []
+    for obj in objs:
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # CRDs: checked by structure (test_servicemonitor..., test_prometheusrule...)
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                errors.append(f"{obj['kind']}/{obj['metadata']['name']} against {version}: {e.message} "
+                              f"at {list(e.path)}")
+    return errors
 
 
 def by_kind(objs: list[dict], kind: str) -> list[dict]:
@@ -70,15 +91,7 @@ def rendered(request) -> tuple[str, list[dict]]:
 def test_builtin_objects_validate_against_the_kubernetes_schemas(rendered):
     _, objs = rendered
     assert objs
-    for obj in objs:
-        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
-            continue  # CRDs: checked by structure below
-        first = FIRST_VERSION.get((obj["apiVersion"], obj["kind"]), KUBE_VERSIONS[0])
-        for version in sorted({first, KUBE_VERSIONS[-1]}):
-            try:
-                kubernetes_validate.validate(obj, version, strict=True)
-            except kubernetes_validate.ValidationError as e:
-                pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} against {version}: {e.message} at {list(e.path)}")
+    assert validation_errors(objs) == []
 
 
 def test_namespaced_objects_and_rbac_subjects_share_the_namespace(rendered):
@@ -106,8 +119,11 @@ def test_rbac_allows_what_the_health_loop_and_attribution_do(rendered):
     assert granted == needed  # nothing more: no nodes watch (the extender's), no update, no delete
 
 
-def _daemonset(objs: list[dict]) -> dict:
-    return one(objs, "DaemonSet")
+def daemonsets(objs: list[dict]) -> list[dict]:
+    """The agent DaemonSets of a rendering: the generic one and/or one per vendor component."""
+    found = by_kind(objs, "DaemonSet")
+    assert found, "no agent DaemonSet"
+    return found
 
 
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
@@ -245,88 +261,223 @@ def assert_ingress_only_from(netpol: dict, workload: dict, namespace: str, pod_l
 
 def test_the_network_policy_admits_only_prometheus_to_the_metrics_port(rendered):
     objs = _agent_objects(rendered)
-    # kube-prometheus-stack's defaults (networkpolicy.yaml says to adjust them)
-    assert_ingress_only_from(one(objs, "NetworkPolicy"), _daemonset(objs), "monitoring",
-                             {"app.kubernetes.io/name": "prometheus"})
+    # kube-prometheus-stack's defaults (networkpolicy.yaml says to adjust them); every agent's pods
+    for ds in daemonsets(objs):
+        assert_ingress_only_from(one(objs, "NetworkPolicy"), ds, "monitoring",
+                                 {"app.kubernetes.io/name": "prometheus"})
 
 
-def test_daemonset_probes_env_tolerations_and_resources(rendered):
-    target, objs = rendered
-    if target == "extender":
-        pytest.skip("no agent here")
-    pod = _daemonset(objs)["spec"]["template"]["spec"]
-    (c,) = pod["containers"]
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+OWN_TAINT = "hetero-exporter.io/accelerator-unhealthy"  # DESIGN: health actions
+KERNEL_LOG_OFF = "--kernel-log=off"
+
+
+def tolerates(tolerations: list[dict], taint: dict) -> bool:
+    """Whether a pod with ``tolerations`` tolerates ``taint``, as the scheduler and kubelet decide."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("operator", "Equal") == "Exists":
+            if not t.get("key") or t["key"] == taint["key"]:
+                return True
+        elif t.get("key") == taint["key"] and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def container(ds: dict) -> dict:
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def mount(ds: dict, path: str) -> dict | None:
+    return next((m for m in container(ds)["volumeMounts"] if m["mountPath"] == path), None)
+
+
+def volume(ds: dict, name: str) -> dict:
+    return next(v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == name)
+
+
+def host_root_arg(ds: dict) -> str | None:
+    args = [a.split("=", 1)[1] for a in container(ds)["args"] if a.startswith("--host-root=")]
+    assert len(args) <= 1, args
+    return args[0] if args else None
+
+
+def assert_agent_daemonset(ds: dict, objs: list[dict], extra_taints: tuple[str, ...] = ()) -> None:
+    """What every agent DaemonSet holds, generic or vendor's (issue 16's invariants)."""
+    name = ds["metadata"]["name"]
+    pod = ds["spec"]["template"]["spec"]
+    c = container(ds)
+    # keeps running on the nodes it taints, and on the vendors' resource taints
+    for key in (OWN_TAINT, *extra_taints):
+        for effect in ("NoSchedule", "NoExecute"):
+            assert tolerates(pod["tolerations"], {"key": key, "value": "x", "effect": effect}), (name, key, effect)
+    assert pod["priorityClassName"] == "system-node-critical", name
+    assert pod["serviceAccountName"] == one(objs, "ServiceAccount")["metadata"]["name"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert c["livenessProbe"]["httpGet"]["port"] in ports and c["readinessProbe"]["httpGet"]["port"] in ports
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert c[probe]["httpGet"]["path"] == path and c[probe]["httpGet"]["port"] in ports, (name, probe)
     env = {e["name"]: e for e in c["env"]}
-    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
-    assert {"operator": "Exists"} in pod["tolerations"]  # also its own accelerator-unhealthy taint
-    assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
-    assert pod["hostPID"] is True and pod["serviceAccountName"] == one(objs, "ServiceAccount")["metadata"]["name"]
-    mounts = {m["mountPath"] for m in c["volumeMounts"]}
-    assert {"/dev", "/host/sys", "/var/lib/kubelet/pod-resources"} <= mounts
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName", name
+    res = c["resources"]
+    assert res["requests"]["cpu"] and res["requests"]["memory"] and res["limits"]["memory"], name
+    assert "cpu" not in res["limits"], f"{name}: a CPU limit throttles collection cycles past their deadline"
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True, name
+    if sc.get("privileged"):
+        # the API server refuses privileged together with allowPrivilegeEscalation: false
+        assert "allowPrivilegeEscalation" not in sc, name
+    else:
+        assert sc.get("allowPrivilegeEscalation") is False and sc["capabilities"]["drop"] == ["ALL"], name
+    # what the API server checks beyond the schema: each mount names a volume, once per path
+    paths = [m["mountPath"] for m in c["volumeMounts"]]
+    assert len(paths) == len(set(paths)), name
+    assert {m["name"] for m in c["volumeMounts"]} <= {v["name"] for v in pod["volumes"]}, name
+    pr = mount(ds, "/var/lib/kubelet/pod-resources")
+    assert pr and pr.get("readOnly") is True, name
+    assert volume(ds, pr["name"])["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    kernel_log = [a for a in c["args"] if a.startswith("--kernel-log")]
+    assert len(kernel_log) == 1, f"{name}: says whether it reads the kernel log ({kernel_log})"
+    kmsg = mount(ds, "/dev/kmsg")
+    if kernel_log != [KERNEL_LOG_OFF]:
+        assert kernel_log == ["--kernel-log=/dev/kmsg"] and kmsg and kmsg.get("readOnly") is True, name
+        assert volume(ds, kmsg["name"])["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+        # /dev/kmsg is outside an unprivileged container's device cgroup
+        assert sc.get("privileged") is True, f"{name} reads the kernel log without privilege"
+        state = mount(ds, "/var/lib/hetero-exporter")
+        assert volume(ds, state["name"])["hostPath"]["path"] == "/var/lib/hetero-exporter"  # survives a restart
+    else:
+        assert kmsg is None, name
+    # --host-root names where the host's / is mounted, and the other way round
+    root = host_root_arg(ds)
+    mounted = [m for m in c["volumeMounts"] if volume(ds, m["name"]).get("hostPath", {}).get("path") == "/"]
+    assert [m["mountPath"] for m in mounted] == ([root] if root else []), name
+    assert all(m.get("readOnly") is True for m in mounted), name
+    rolling = ds["spec"]["updateStrategy"]
+    assert rolling["type"] == "RollingUpdate"
+    bound = rolling["rollingUpdate"]["maxUnavailable"]
+    assert (isinstance(bound, int) and bound >= 1) or re.fullmatch(r"([1-9]|[1-9]\d)%", str(bound)), (name, bound)
+    selector = ds["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= ds["spec"]["template"]["metadata"]["labels"].items(), name
 
 
-def test_the_kernel_log_is_mounted_read_only_with_a_persistent_cursor(rendered):
-    target, objs = rendered
-    if target == "extender":
-        pytest.skip("no agent here")
-    pod = _daemonset(objs)["spec"]["template"]["spec"]
-    (c,) = pod["containers"]
-    vols = {v["name"]: v for v in pod["volumes"]}
-    kmsg = next(m for m in c["volumeMounts"] if m["mountPath"] == "/dev/kmsg")
-    assert kmsg.get("readOnly") is True
-    assert vols[kmsg["name"]]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
-    state = next(m for m in c["volumeMounts"] if m["mountPath"] == "/var/lib/hetero-exporter")
-    assert vols[state["name"]]["hostPath"]["path"] == "/var/lib/hetero-exporter"  # survives a pod restart
+def test_every_agent_daemonset_holds_the_invariants(rendered):
+    objs = _agent_objects(rendered)
+    for ds in daemonsets(objs):
+        assert_agent_daemonset(ds, objs)
+
+
+def test_no_two_agent_daemonsets_select_the_same_pods(rendered):
+    objs = _agent_objects(rendered)
+    sets = daemonsets(objs)
+    for a in sets:
+        for b in sets:
+            if a is not b:
+                sel = a["spec"]["selector"]["matchLabels"]
+                assert not sel.items() <= b["spec"]["template"]["metadata"]["labels"].items(), \
+                    (a["metadata"]["name"], b["metadata"]["name"])
+
+
+def test_the_namespace_admits_the_agents_pods(rendered):
+    """hostPath volumes (every agent), hostPID and privileged (the vendor agents) are beyond Pod
+    Security's baseline level, which a cluster may enforce by default; system-node-critical pods
+    outside kube-system need a ResourceQuota for that class on some clusters."""
+    objs = _agent_objects(rendered)
+    labels = one(objs, "Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    # and a ResourceQuota that covers the agents' priority class (clusters that limit it to kube-system)
+    (scope,) = one(objs, "ResourceQuota")["spec"]["scopeSelector"]["matchExpressions"]
+    assert scope["scopeName"] == "PriorityClass" and scope["operator"] == "In"
+    assert {ds["spec"]["template"]["spec"]["priorityClassName"] for ds in daemonsets(objs)} <= set(scope["values"])
+
+
+def test_the_base_holds_the_generic_agent_of_least_privilege():
+    (ds,) = daemonsets(render("base"))
+    pod = ds["spec"]["template"]["spec"]
+    c = container(ds)
+    assert ds["spec"]["selector"]["matchLabels"]["hetero-exporter.io/agent"] == "generic"
+    assert not pod.get("hostPID") and not c["securityContext"].get("privileged")
+    assert {"operator": "Exists"} in pod["tolerations"]
+    assert not any(volume(ds, m["name"]).get("hostPath", {}).get("path") in ("/", "/dev") for m in c["volumeMounts"])
+    assert host_root_arg(ds) is None and KERNEL_LOG_OFF in c["args"]
+    assert not {e["name"] for e in c["env"]} - {"NODE_NAME"}  # no vendor's variables
+    assert {"/host/sys", "/var/lib/kubelet/pod-resources"} <= {m["mountPath"] for m in c["volumeMounts"]}
+
+
+def test_the_invariants_can_fail():
+    """assert_agent_daemonset rejects a DaemonSet that breaks one of them."""
+    (ds,) = daemonsets(objs := render("base"))
+    assert_agent_daemonset(ds, objs)
+    broken = yaml.safe_load(yaml.safe_dump(ds))
+    broken["spec"]["template"]["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    with pytest.raises(AssertionError):
+        assert_agent_daemonset(broken, objs)
+    broken = yaml.safe_load(yaml.safe_dump(ds))
+    broken["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] = "100%"
+    with pytest.raises(AssertionError):
+        assert_agent_daemonset(broken, objs)
+    broken = yaml.safe_load(yaml.safe_dump(ds))
+    container(broken)["args"].append("--host-root=/host/root")  # and no such mount
+    with pytest.raises(AssertionError):
+        assert_agent_daemonset(broken, objs)
+    assert not tolerates([{"key": OWN_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                         {"key": OWN_TAINT, "effect": "NoExecute"})
 
 
 def test_the_agent_accepts_the_daemonset_args_and_config(rendered, tmp_path):
-    target, objs = rendered
-    if target == "extender":
-        pytest.skip("no agent here")
-    pod = _daemonset(objs)["spec"]["template"]["spec"]
-    (c,) = pod["containers"]
-    args, extra = cli.build_parser().parse_known_args(c["args"])
-    assert args.command == "run" and extra == []
-    port = int(args.listen.rsplit(":", 1)[1])
-    assert port in {p["containerPort"] for p in c["ports"]}
-    # the config file the args name is the rendered ConfigMap, mounted where the args say
-    (vol,) = [v for v in pod["volumes"] if "configMap" in v]
-    cm = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == vol["configMap"]["name"]]
-    assert cm, "the DaemonSet mounts a ConfigMap that is not rendered"
-    mount = next(m for m in c["volumeMounts"] if m["name"] == vol["name"])
-    rel = Path(args.config).relative_to(mount["mountPath"])
-    path = tmp_path / rel
-    path.write_text(cm[0]["data"][str(rel)])
-    cfg = config_mod.load(str(path))
-    sys_mount = next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == "sys")
-    assert cfg.sysfs_root == sys_mount
+    objs = _agent_objects(rendered)
+    for ds in daemonsets(objs):
+        pod = ds["spec"]["template"]["spec"]
+        c = container(ds)
+        args, extra = cli.build_parser().parse_known_args(c["args"])
+        assert args.command == "run" and extra == [], (ds["metadata"]["name"], extra)
+        port = int(args.listen.rsplit(":", 1)[1])
+        assert port in {p["containerPort"] for p in c["ports"]}
+        # the config file the args name is the rendered ConfigMap, mounted where the args say
+        (vol,) = [v for v in pod["volumes"] if "configMap" in v]
+        cm = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == vol["configMap"]["name"]]
+        assert cm, "the DaemonSet mounts a ConfigMap that is not rendered"
+        mnt = next(m for m in c["volumeMounts"] if m["name"] == vol["name"])
+        rel = Path(args.config).relative_to(mnt["mountPath"])
+        path = tmp_path / rel
+        path.write_text(cm[0]["data"][str(rel)])
+        cfg = config_mod.load(str(path))
+        sys_mount = next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == "sys")
+        assert cfg.sysfs_root == sys_mount
+        if cfg.kernel_log.get("enabled", True) and args.kernel_log != "off":
+            assert mount(ds, cfg.kernel_log["state_dir"]), "the kernel-log cursor is not on a hostPath"
 
 
-def test_every_host_mount_says_why_in_the_base():
-    """Each privilege of the base DaemonSet has its reason written right above it."""
-    lines = (DEPLOY / "base" / "daemonset.yaml").read_text().splitlines()
-    start = next(i for i, l in enumerate(lines) if l.strip() == "volumeMounts:")
-    end = next(i for i, l in enumerate(lines) if l.strip() == "volumes:")
-    for i in range(start + 1, end):
-        if lines[i].strip().startswith("- name:") and lines[i].split(":", 1)[1].strip() != "config":
-            assert lines[i - 1].strip().startswith("#"), f"no reason above mount {lines[i].strip()}"
-    for key in ("privileged: true", "hostPID: true", "runAsUser: 0", "tolerations:"):
-        i = next(i for i, l in enumerate(lines) if l.strip() == key)
-        assert lines[i - 1].strip().startswith("#"), f"no reason above {key}"
+SOURCES_WITH_REASONS = ["base/daemonset.yaml", "components/_device-access/device-access.yaml",
+                        "components/nvidia/agent/daemonset-patch.yaml"]
+
+
+def test_every_host_mount_and_privilege_says_why():
+    """Each mount, privilege and toleration of an agent has its reason written right above it
+    (deploy/base and the components' patches)."""
+    patches = DEPLOY.glob("components/*/agent/daemonset-patch.yaml")
+    files = SOURCES_WITH_REASONS + [str(p.relative_to(DEPLOY)) for p in patches]
+    for rel in sorted(set(files)):
+        lines = (DEPLOY / rel).read_text().splitlines()
+        if "volumeMounts:" in (l.strip() for l in lines):
+            start = next(i for i, l in enumerate(lines) if l.strip() == "volumeMounts:")
+            end = next((i for i, l in enumerate(lines) if l.strip() == "volumes:"), len(lines))
+            for i in range(start + 1, end):
+                if lines[i].strip().startswith("- name:") and lines[i].split(":", 1)[1].strip() != "config":
+                    assert lines[i - 1].strip().startswith("#"), f"{rel}: no reason above mount {lines[i].strip()}"
+        for key in ("privileged: true", "hostPID: true", "runAsUser: 0", "tolerations:", "runtimeClassName: nvidia"):
+            for i, l in enumerate(lines):
+                if l.strip() == key:
+                    assert lines[i - 1].strip().startswith("#"), f"{rel}: no reason above {key}"
 
 
 def test_service_and_servicemonitor_select_the_agents(rendered):
     target, objs = rendered
     if target == "extender":
         pytest.skip("no agent here")
-    pod_labels = _daemonset(objs)["spec"]["template"]["metadata"]["labels"]
     svc = one(objs, "Service")
-    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    for ds in daemonsets(objs):  # one Service and one ServiceMonitor for every agent
+        assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     assert svc["spec"]["clusterIP"] == "None"
     sm = one(objs, "ServiceMonitor")
     assert sm["apiVersion"] == OPERATOR_GROUP
@@ -363,10 +514,11 @@ def test_prometheusrule_is_the_alerts_rule_file(rendered, tmp_path):
 
 def test_the_example_overlay_changes_what_it_says():
     base, overlay = render("base"), render("overlays/example")
-    pod = _daemonset(overlay)["spec"]["template"]["spec"]
-    assert pod["containers"][0]["image"].startswith("registry.example.com/")
-    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert len(terms) == 5
+    # the all-vendors overlay below it: every vendor's agent, in the example's namespace and registry
+    assert len(daemonsets(overlay)) == len(daemonsets(render("overlays/all-vendors"))) > 1
+    for ds in daemonsets(overlay):
+        assert container(ds)["image"] == "registry.example.com/platform/hetero-exporter:0.1.0"
+        assert ds["metadata"]["namespace"] == "gpu-monitoring"
     assert one(overlay, "ServiceMonitor")["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert one(overlay, "PrometheusRule")["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     cm = one(overlay, "ConfigMap")

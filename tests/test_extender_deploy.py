@@ -92,3 +92,14 @@ def test_the_network_policy_admits_only_kube_scheduler_to_the_extender_port(objs
     # scheduler pods in kube-system, not anything in kube-system
     assert_ingress_only_from(one(objs, "NetworkPolicy"), one(objs, "Deployment"), "kube-system",
                              {"component": "kube-scheduler"})
+
+
+def test_two_replicas_and_a_disruption_budget_that_keeps_one_serving(objs):
+    dep, pdb = one(objs, "Deployment"), one(objs, "PodDisruptionBudget")
+    assert dep["spec"]["replicas"] == 2
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert pdb["spec"]["minAvailable"] == 1 < dep["spec"]["replicas"]  # a drain can still evict the other
+    assert "maxUnavailable" not in pdb["spec"]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["livenessProbe"]["httpGet"]["port"] == c["readinessProbe"]["httpGet"]["port"] == "http"
