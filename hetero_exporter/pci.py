@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from hetero_exporter import vendors as _vendors
+
 # PCI base classes that accelerators use: 0x03 display (VGA 0x0300, 3D 0x0302, other 0x0380)
 # and 0x12 processing accelerators. Excludes the vendors' NICs, bridges (NVSwitch is 0x0680)
 # and audio functions, which share the vendor id.
@@ -67,11 +69,19 @@ def scan(sysfs_root: str = "/sys") -> list[PciDevice]:
     return out
 
 
+def _vendor_of(d: PciDevice, vendors: Mapping[int, str]) -> Optional[str]:
+    """The vendor name of an accelerator function; None for an unknown vendor id and for the
+    functions a spec says are no accelerator (``pci_ignored_device_ids``: BMC graphics)."""
+    if (d.vendor_id, d.device_id) in _vendors.pci_ignored():
+        return None
+    return vendors.get(d.vendor_id)
+
+
 def expected_by_vendor(devices: list[PciDevice], vendors: Mapping[int, str]) -> dict[str, int]:
     """Count of accelerator functions per vendor name (unknown vendor ids are ignored)."""
     counts: dict[str, int] = {}
     for d in devices:
-        v = vendors.get(d.vendor_id)
+        v = _vendor_of(d, vendors)
         if v:
             counts[v] = counts.get(v, 0) + 1
     return counts
@@ -87,7 +97,7 @@ def host_devices(devices: list[PciDevice], vendors: Mapping[int, str]) -> dict[s
     vendor ids, not bound to a passthrough driver."""
     out: dict[str, list[PciDevice]] = {}
     for d in devices:
-        v = vendors.get(d.vendor_id)
+        v = _vendor_of(d, vendors)
         if v and d.driver not in PASSTHROUGH_DRIVERS:
             out.setdefault(v, []).append(d)
     return out

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 __all__ = ["CollectorEntry", "ResourceName", "ToolSpec", "VendorSpec", "specs", "spec", "names",
-           "pci_vendors", "resource_domains", "id_prefixes", "ENTRY_POINT_GROUP", "register", "load"]
+           "pci_vendors", "pci_ignored", "resource_domains", "id_prefixes", "ENTRY_POINT_GROUP", "register", "load"]
 
 log = logging.getLogger(__name__)
 
@@ -112,22 +112,30 @@ def plugin_collectors() -> dict[str, CollectorEntry]:
 @functools.lru_cache(maxsize=1)
 def _index() -> dict[str, Any]:
     pci: dict[int, str] = {}
+    ignored: set[tuple[int, int]] = set()
     domains: dict[str, str] = {}
     prefixes: list[str] = []
     for s in specs().values():
         for vid in s.pci_vendor_ids:
             pci.setdefault(vid, s.name)
+            ignored.update((vid, did) for did in s.pci_ignored_device_ids)
         for d in s.resource_domains:
             domains.setdefault(d.lower(), s.name)
         for p in s.id_prefixes:
             if p.lower() not in prefixes:
                 prefixes.append(p.lower())
-    return {"pci": pci, "domains": domains, "prefixes": tuple(prefixes)}
+    return {"pci": pci, "pci_ignored": frozenset(ignored), "domains": domains, "prefixes": tuple(prefixes)}
 
 
 def pci_vendors() -> dict[int, str]:
     """PCI vendor id (sysfs ``vendor``) -> vendor name."""
     return dict(_index()["pci"])
+
+
+def pci_ignored() -> frozenset[tuple[int, int]]:
+    """(PCI vendor id, device id) of functions in an accelerator class that are no accelerator
+    (``spec.pci_ignored_device_ids``: BMC graphics)."""
+    return _index()["pci_ignored"]
 
 
 def resource_domains() -> dict[str, str]:

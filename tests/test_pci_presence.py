@@ -15,15 +15,15 @@ from hetero_exporter.simulate.scenario import from_dict
 
 
 def _sysfs(tmp_path, devices):
-    """devices: (address, vendor, class, driver or None)."""
+    """devices: (address, vendor, class, driver or None[, device id])."""
     base = tmp_path / "bus" / "pci" / "devices"
     base.mkdir(parents=True, exist_ok=True)
     drivers = tmp_path / "bus" / "pci" / "drivers"
-    for addr, vendor, cls, driver in devices:
+    for addr, vendor, cls, driver, *device in devices:
         d = base / addr
         d.mkdir()
         (d / "vendor").write_text(f"0x{vendor:04x}\n")
-        (d / "device").write_text("0x2330\n")
+        (d / "device").write_text(f"0x{(device or [0x2330])[0]:04x}\n")
         (d / "class").write_text(f"0x{cls:06x}\n")
         (d / "numa_node").write_text("0\n")
         if driver:
@@ -55,6 +55,22 @@ def test_device_on_the_bus_but_invisible_to_the_driver(tmp_path):
     assert (f.code, f.fault_class, f.severity) == ("pci-invisible", "missing-device", "critical")
     assert "no driver bound" in f.message
     assert out.expected == {"nvidia": 2}  # the audio function and the vfio device are not expected
+
+
+def test_bmc_graphics_of_an_accelerator_vendor_is_not_expected(tmp_path):
+    # Huawei servers carry the iBMC's VGA function (19e5:1711, class 0x0300) beside the NPUs
+    # (class 0x1200); npu-smi never lists it, so counting it would fail a device that is none
+    root = _sysfs(tmp_path, [("0000:c1:00.0", 0x19E5, 0x120000, "devdrv_device_driver", 0xD802),
+                             ("0000:03:00.0", 0x19E5, 0x030000, "hibmc-drm", 0x1711),
+                             ("0000:04:00.0", 0x1002, 0x030000, "radeon", 0x515E)])  # ATI ES1000
+    presence = PciPresence(lambda: pci.scan(root), registry.pci_vendors())
+    out = presence(NodeSnapshot(node="n", time=100.0, devices=(
+        DeviceSample(identity=DeviceIdentity(vendor="ascend", kind="npu", index=0, uuid="NPU-0",
+                                             pci_address="0000:c1:00.0"), timestamp=0.0),),
+        collectors=(CollectorStatus(name="npu_smi", ok=True, vendor="ascend"),)))
+    assert out.expected == {"ascend": 1}
+    assert not [d for d in out.devices if d.health.state == "failed"]
+    assert pci.expected_by_vendor(pci.scan(root), registry.pci_vendors()) == {"ascend": 1}
 
 
 def test_gone_from_the_bus_keeps_the_identity_last_seen(tmp_path):

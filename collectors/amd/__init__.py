@@ -7,6 +7,9 @@ _DP = "ROCm k8s-device-plugin README (amd.com/gpu; partitions as amd.com/<partit
 SPEC = VendorSpec(
     name="amd", kind="gpu", display_name="AMD", package=__name__,
     pci_vendor_ids=(0x1002,),
+    # ATI server BMC/onboard graphics (class 0x0300) beside Instinct GPUs on older servers:
+    # 1002:515e ES1000, 1002:5159 RV100 Radeon 7000/VE (pci.ids)
+    pci_ignored_device_ids=(0x515E, 0x5159),
     model_strip=r"^(AMD|Instinct)\s+",
     resources=(ResourceName(r"amd\.com/gpu", "amd.com/gpu", "devices", source=_DP),),
     resource_domains=("amd.com",),

@@ -18,6 +18,9 @@ def _device_resource(model: str) -> str:
 SPEC = VendorSpec(
     name="ascend", kind="npu", display_name="Huawei Ascend", package=__name__,
     pci_vendor_ids=(0x19E5,),
+    # 19e5:1711, the Hi171x iBMC's VGA function on Huawei servers (class 0x0300): not an NPU
+    # (pci.ids: "Hi1710 [iBMC Intelligent Management system chip w/VGA support]")
+    pci_ignored_device_ids=(0x1711,),
     model_strip=r"^(Ascend|Huawei)\s*", model_digit_prefix="Ascend",
     # First match wins: HAMi's per-chip memory names before the vNPU slices they resemble.
     # A per-chip name (huawei.com/Ascend910B3) groups with its family: kube-scheduler's own

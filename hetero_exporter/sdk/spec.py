@@ -93,6 +93,9 @@ class VendorSpec:
     display_name: str
     package: str  # the vendor package's dotted name (data files are found beside it)
     pci_vendor_ids: tuple[int, ...] = ()
+    # device ids of the vendor's functions in an accelerator PCI class that are not accelerators
+    # (a server's BMC graphics): never expected from the vendor tool
+    pci_ignored_device_ids: tuple[int, ...] = ()
     # model normalization: marketing prefixes stripped from unknown product strings, and a
     # prefix put back when the cleaned name starts with a digit ("910B3" -> "<prefix>910B3")
     model_strip: str = ""
