@@ -40,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from footprint import cpu_seconds, memory_kib  # noqa: E402
+from footprint import cpu_seconds, memory_kib, stop  # noqa: E402
 
 GPUS = 8
 FAKE_NVML = r"""
@@ -219,11 +219,7 @@ class Case:
                 time.sleep(0.5)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop(self.proc, 20)
 
 
 def main() -> None:

@@ -418,6 +418,8 @@ class RequestRecord:
     changed: bool = False  # a write that changed stored state
     injected: Optional[str] = None  # the fault answered instead of / after the request
     resource_version: Optional[str] = None  # after the request
+    target: str = ""  # the request target as sent: path and query string, undecoded
+    headers: dict = field(default_factory=dict)  # Accept, Content-Type, Authorization scheme, User-Agent
 
     @property
     def is_write(self) -> bool:
@@ -947,6 +949,10 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         is_watch = method == "GET" and _truthy(query.get("watch"))
         rec = RequestRecord(method, path, query, self.headers.get("Content-Type", ""), None)
+        rec.target = self.path
+        rec.headers = {k: self.headers[k] for k in ("Accept", "Content-Type", "User-Agent") if k in self.headers}
+        if "Authorization" in self.headers:  # the scheme only: tests compare it, the token stays out of logs
+            rec.headers["Authorization"] = self.headers["Authorization"].split(" ", 1)[0]
         try:
             rec.body = self._read_body()
         except ApiError as e:
@@ -1148,3 +1154,52 @@ def kube_api():
         yield server
     finally:
         server.close()
+
+
+# --------------------------------------------------------------------------- standalone
+
+
+def main(argv: Optional[list] = None) -> int:
+    """Serve on 127.0.0.1 as a process of its own (benchmarks: the API server's CPU and memory
+    then stay out of the agent's figures): seed nodes and pods, write a kubeconfig, print one
+    JSON line ``{"url", "kubeconfig", "pid"}``, serve until SIGTERM / SIGINT.
+
+        python tests/kubeapi.py --kubeconfig /tmp/kc --node gpu-1 [--pods 8] [--pods-json pods.json]
+    """
+    import argparse
+    import os
+    import signal
+
+    ap = argparse.ArgumentParser(prog="python tests/kubeapi.py", description=main.__doc__.split("\n\n")[0])
+    ap.add_argument("--kubeconfig", required=True, help="where to write the kubeconfig for this server")
+    ap.add_argument("--node", action="append", default=[], help="a node to seed (repeatable)")
+    ap.add_argument("--pods", type=int, default=0, help="pods to seed on each node (at most 10000)")
+    ap.add_argument("--namespace", default="ml-team")
+    ap.add_argument("--pods-json", help="a JSON file: a list of Pod objects to create as they are (status too)")
+    args = ap.parse_args(argv)
+    if not 0 <= args.pods <= 10000:
+        ap.error("--pods: 0 to 10000")
+    extra = json.loads(Path(args.pods_json).read_text(encoding="utf-8")) if args.pods_json else []
+    if not isinstance(extra, list) or not all(isinstance(p, dict) for p in extra):
+        ap.error("--pods-json: a JSON list of Pod objects")
+    server = KubeAPIServer().start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        for node in args.node:
+            server.seed_node(node)
+            for i in range(args.pods):
+                server.seed_pod(args.namespace, f"{node}-pod-{i}", node, containers=["main"])
+        for pod in extra:
+            server.create(PODS, None, pod)
+        print(json.dumps({"url": server.url, "kubeconfig": server.write_kubeconfig(args.kubeconfig),
+                          "pid": os.getpid()}), flush=True)
+        stop.wait()
+    finally:
+        server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

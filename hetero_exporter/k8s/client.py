@@ -6,11 +6,13 @@ The API is small on purpose:
   ``KUBECONFIG`` environment variable, else the in-cluster service account, else none. A
   ``Cluster`` without an ``api_client`` carries ``reason`` ("Kubernetes features off: ...")
   so callers log one clear line and the rest of the agent runs.
-- ``call(fn, *args, **kwargs) -> dict``: run a typed API method of the ``kubernetes`` client
-  (``CoreV1Api(cluster.api_client).read_node``...) with a request timeout and return the JSON
-  body as plain dicts. Working on JSON, not on the generated models, keeps us independent of
-  the client's model layer (which changed between client majors) and lets a patch send back
-  exactly what the server sent.
+- ``call(fn, *args, **kwargs) -> dict``: run a request function with a request timeout and
+  return the JSON body as plain dicts: ``k8s.api.Api``'s (what the agent uses: REST paths on
+  the ``ApiClient``, without the generated API classes and their ~21 MiB of model classes), or
+  any typed method of the ``kubernetes`` client (``CoreV1Api(cluster.api_client).read_node``).
+  Working on JSON, not on the generated models, keeps us independent of the client's model
+  layer (which changed between client majors) and lets a patch send back exactly what the
+  server sent.
 - ``K8sError``: every failure of ``call`` (HTTP status, timeout, refused connection), with
   ``status`` (None for transport failures), ``conflict`` and ``retryable``.
 """
@@ -105,7 +107,8 @@ def connect(kubeconfig: Optional[str] = None, *, env: Optional[Mapping[str, str]
     return Cluster(api_client=client.ApiClient(cfg), source=source, timeout_seconds=timeout_seconds)
 
 
-def _error_from_body(status: int, raw: bytes | str | None, fallback: str) -> K8sError:
+def error_from_body(status: int, raw: bytes | str | None, fallback: str, prefix: str = "") -> K8sError:
+    """The K8sError of an error answer: its metav1.Status message and reason when it has one."""
     body: dict = {}
     try:
         parsed = json.loads(raw or b"{}")
@@ -114,7 +117,7 @@ def _error_from_body(status: int, raw: bytes | str | None, fallback: str) -> K8s
     except (ValueError, TypeError):
         pass
     message = str(body.get("message") or fallback or f"HTTP {status}")
-    return K8sError(f"HTTP {status}: {message}", status=status, reason=str(body.get("reason") or ""), body=body)
+    return K8sError(f"{prefix}HTTP {status}: {message}", status=status, reason=str(body.get("reason") or ""), body=body)
 
 
 def call(fn: Callable[..., Any], *args: Any, timeout: float = DEFAULT_TIMEOUT_SECONDS, **kwargs: Any) -> dict:
@@ -127,7 +130,7 @@ def call(fn: Callable[..., Any], *args: Any, timeout: float = DEFAULT_TIMEOUT_SE
     try:
         resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
     except ApiException as e:
-        raise _error_from_body(int(e.status or 0), getattr(e, "body", None), str(e.reason or "")) from None
+        raise error_from_body(int(e.status or 0), getattr(e, "body", None), str(e.reason or "")) from None
     except (urllib3.exceptions.HTTPError, OSError) as e:
         raise K8sError(f"no answer from the API server: {type(e).__name__}: {e}") from None
     try:
@@ -140,7 +143,7 @@ def call(fn: Callable[..., Any], *args: Any, timeout: float = DEFAULT_TIMEOUT_SE
         if release is not None:
             release()
     if not 200 <= status <= 299:
-        raise _error_from_body(status, data, "")
+        raise error_from_body(status, data, "")
     try:
         out = json.loads(data or b"{}")
     except ValueError:

@@ -13,7 +13,8 @@ import datetime
 from dataclasses import dataclass
 from typing import Optional
 
-from hetero_exporter.k8s.client import Cluster, K8sError, call
+from hetero_exporter.k8s.api import Api
+from hetero_exporter.k8s.client import Cluster, K8sError
 
 NAMESPACE = "default"
 MESSAGE_LIMIT = 1024  # events.k8s.io/v1 limit on note; core/v1 messages are cut to the same
@@ -52,17 +53,15 @@ def body(node: str, ev: NodeEvent, component: str, now: float) -> dict:
 
 class Events:
     def __init__(self, cluster: Cluster, component: str = "hetero-exporter"):
-        from kubernetes import client
-        self._core = client.CoreV1Api(cluster.api_client)
-        self._timeout = cluster.timeout_seconds
+        self._api = Api(cluster.api_client, cluster.timeout_seconds)
         self.component = component
 
     def create(self, node: str, ev: NodeEvent, now: float) -> bool:
         """Write the event; True when it was created now, False when it already existed
         (an earlier attempt got through). Other failures raise K8sError."""
         try:
-            call(self._core.create_namespaced_event, NAMESPACE, body(node, ev, self.component, now),
-                 timeout=self._timeout)
+            self._api.post("/api/v1/namespaces/{namespace}/events", {"namespace": NAMESPACE},
+                           body=body(node, ev, self.component, now))
             return True
         except K8sError as e:
             if e.already_exists:

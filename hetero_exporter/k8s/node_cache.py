@@ -2,9 +2,9 @@
 extender's nodeCacheCapable mode.
 
 One thread lists the nodes (in pages, ``limit``/``continue``) and hands every node's annotation to
-a sink, then watches from the list's resourceVersion with the ``kubernetes`` client's
-``Watch`` (bookmarks on, ``timeoutSeconds`` per stream, resumed from the last resourceVersion
-seen). A watch answered 410 Gone is followed by a fresh list; any other failure is retried with
+a sink, then watches from the list's resourceVersion (``k8s.api.Api.watch``: bookmarks on,
+``timeoutSeconds`` per stream, resumed from the last resourceVersion seen, each event line
+bounded). A watch answered 410 Gone is followed by a fresh list; any other failure is retried with
 a bounded back-off, the sink keeping what it knew. The sink (``scoring.NodeTable``) decodes and
 precomputes only when a node's annotation text changed, so the kubelet's status heartbeats
 cost a string comparison.
@@ -22,16 +22,14 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Optional, Protocol
 
-from hetero_exporter.k8s.client import K8sError, call
+from hetero_exporter.k8s.api import Api, WatchExpired, WatchStream
+from hetero_exporter.k8s.client import K8sError
 
 log = logging.getLogger(__name__)
 
 ANNOTATION = "hetero-exporter.io/devices"
 MAX_PAGES = 100_000  # bound on one paged list (500 nodes a page)
-
-
-class WatchExpired(Exception):
-    """The watch's resourceVersion is too old (410 Gone): list again."""
+NODES = "/api/v1/nodes"
 
 
 def list_then_watch(stop: threading.Event, list_once: Callable[[], None], watch_once: Callable[[], None],
@@ -116,7 +114,7 @@ class NodeCache:
                  label_selector: Optional[str] = None, watch_seconds: int = 300,
                  request_timeout: float = 10.0, page_size: int = 500,
                  backoff: tuple[float, float] = (1.0, 30.0)):
-        self._api_client = api_client
+        self._api = Api(api_client, request_timeout)
         self.sink = sink
         self.annotation = annotation
         self.label_selector = label_selector
@@ -128,7 +126,7 @@ class NodeCache:
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._watch: Any = None
+        self._stream: Optional[WatchStream] = None
         self.error: Optional[str] = None
         self.lists = 0  # full lists done (tests, logs)
 
@@ -136,14 +134,12 @@ class NodeCache:
     def synced(self) -> bool:
         return self._synced.is_set()
 
-    def _core(self) -> Any:
-        from kubernetes import client
-        return client.CoreV1Api(self._api_client)
-
     def list_once(self) -> None:
         """List every node (K8sError on failure) and load the sink with their annotations."""
-        def list_fn(timeout: float, **kwargs: Any) -> dict:
-            return call(self._core().list_node, timeout=timeout, **kwargs)
+        def list_fn(timeout: float, limit: int, _continue: Optional[str] = None,
+                    label_selector: Optional[str] = None) -> dict:
+            return self._api.get(NODES, query={"limit": limit, "continue": _continue, "labelSelector": label_selector},
+                                 timeout=timeout)
         items, rv = list_pages(list_fn, page_size=self.page_size, timeout=self.request_timeout,
                                label_selector=self.label_selector)
         pairs = [p for p in (annotation_of(i, self.annotation) for i in items) if p[0] is not None]
@@ -156,38 +152,27 @@ class NodeCache:
 
     def _watch_once(self) -> None:
         """One watch stream from the last resourceVersion; WatchExpired on 410 Gone."""
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-        w = watch.Watch(return_type=object)  # raw dicts: no model deserialization
-        self._watch = w
-        kwargs: dict[str, Any] = {"resource_version": self._rv, "allow_watch_bookmarks": True,
-                                  "timeout_seconds": self.watch_seconds,
-                                  "_request_timeout": (self.request_timeout, self.watch_seconds + self.request_timeout)}
-        if self.label_selector:
-            kwargs["label_selector"] = self.label_selector
+        stream = self._api.watch(NODES, query={"labelSelector": self.label_selector}, resource_version=self._rv,
+                                 timeout_seconds=self.watch_seconds, request_timeout=self.request_timeout)
+        self._stream = stream
         try:
-            for event in w.stream(self._core().list_node, **kwargs):
+            if self._stop.is_set():
+                return
+            for etype, obj in stream:
                 if self._stop.is_set():
                     break
-                etype, obj = (event.get("type"), event.get("raw_object")) if isinstance(event, dict) else (None, None)
-                if not isinstance(obj, dict):
-                    continue
                 meta = obj.get("metadata")
                 rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
                 if rv and isinstance(rv, (str, int)):
                     self._rv = str(rv)
-                if etype in ("ADDED", "MODIFIED", "DELETED"):
+                if etype != "BOOKMARK":
                     name, text = annotation_of(obj, self.annotation)
                     if name is None:
                         continue
                     self._apply(etype, name, text)
                 self.error = None
-        except ApiException as e:
-            if e.status == 410:
-                raise WatchExpired(str(e.reason)) from None
-            raise
         finally:
-            self._watch = None
+            self._stream = None
 
     def _apply(self, etype: str, name: str, text: Optional[str]) -> None:
         """One node's event into the sink; a sink failing on it costs that node only."""
@@ -221,14 +206,8 @@ class NodeCache:
 
     def close(self) -> None:
         self._stop.set()
-        w = self._watch
-        if w is not None:
-            w.stop()
-            resp = getattr(w, "_resp", None)
-            if resp is not None:
-                try:  # end a blocking read at once instead of waiting for the stream's timeout
-                    resp.connection.sock.shutdown(2)
-                except Exception:  # noqa: BLE001 - best effort: the stream ends at its timeout anyway
-                    pass
+        stream = self._stream
+        if stream is not None:
+            stream.close()  # ends a blocking read at once instead of waiting for the stream's timeout
         if self._thread is not None:
             self._thread.join(timeout=self.request_timeout + 1.0)

@@ -1,6 +1,7 @@
 """Watch-backed cache of the pods on this node: pod uid / container id -> namespace, names.
 
-One thread keeps it current with the ``kubernetes`` client: a list of the node's pods
+One thread keeps it current through ``k8s.api.Api`` (the ``kubernetes`` client's ApiClient on
+REST paths): a list of the node's pods
 (``fieldSelector=spec.nodeName=<node>``), then a watch from the list's resourceVersion
 (with bookmarks, ``timeoutSeconds`` per stream, resumed from the last resourceVersion seen).
 A watch answered 410 Expired (or any ERROR event) is followed by a fresh list; a failure
@@ -14,20 +15,21 @@ object is gone keeps its labels.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 
 from hetero_exporter.attribution import PodInfo
-from hetero_exporter.k8s.client import K8sError, call
-from hetero_exporter.k8s.node_cache import WatchExpired, list_then_watch
+from hetero_exporter.k8s.api import Api, WatchStream
+from hetero_exporter.k8s.client import K8sError
+from hetero_exporter.k8s.node_cache import list_then_watch
 from hetero_exporter.model import SourceStatus
 
 log = logging.getLogger(__name__)
 
 NAME = "pod-cache"
+PODS = "/api/v1/pods"  # of every namespace; the field selector keeps this node's
 
 
 def pod_info(obj: Mapping[str, Any]) -> Optional[PodInfo]:
@@ -65,7 +67,6 @@ class PodCache:
     def __init__(self, api_client: Any, node_name: str, *, watch_seconds: int = 300,
                  request_timeout: float = 10.0, backoff: tuple[float, float] = (1.0, 30.0),
                  retain_deleted: float = 300.0, clock: Callable[[], float] = time.time):
-        self._api_client = api_client
         self.node_name = node_name
         self.watch_seconds = int(watch_seconds)
         self.request_timeout = request_timeout
@@ -82,7 +83,9 @@ class PodCache:
         self._last_success: Optional[float] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._resp: Any = None
+        self._api = Api(api_client, request_timeout)
+        self._selector = f"spec.nodeName={node_name}"
+        self._stream: Optional[WatchStream] = None
         self.lists = 0  # successful lists (tests, logs)
 
     # ------------------------------------------------------------------ lookups (memory only)
@@ -174,80 +177,37 @@ class PodCache:
 
     # ------------------------------------------------------------------ API side
 
-    def _core(self) -> Any:
-        from kubernetes import client
-        return client.CoreV1Api(self._api_client)
-
     def list_once(self) -> None:
         """List the node's pods (K8sError on failure) and replace the cache with them."""
-        doc = call(self._core().list_pod_for_all_namespaces, timeout=self.request_timeout,
-                   field_selector=f"spec.nodeName={self.node_name}")
+        doc = self._api.get(PODS, query={"fieldSelector": self._selector}, timeout=self.request_timeout)
         items = doc.get("items")
         self._replace_all(list(items) if isinstance(items, list) else [], _resource_version(doc))
         self.lists += 1
 
     def _watch_once(self) -> None:
         """One watch stream from the current resourceVersion until it ends or fails."""
-        import urllib3
-        from kubernetes.client.exceptions import ApiException
-        from kubernetes.watch.watch import iter_resp_lines
+        stream = self._api.watch(PODS, query={"fieldSelector": self._selector}, resource_version=self._rv,
+                                 timeout_seconds=self.watch_seconds, request_timeout=self.request_timeout)
+        self._stream = stream
         try:
-            resp = self._core().list_pod_for_all_namespaces(
-                watch=True, _preload_content=False, field_selector=f"spec.nodeName={self.node_name}",
-                resource_version=self._rv, allow_watch_bookmarks=True, timeout_seconds=self.watch_seconds,
-                _request_timeout=(self.request_timeout, self.watch_seconds + self.request_timeout))
-        except ApiException as e:
-            if e.status == 410:
-                raise WatchExpired() from None
-            raise K8sError(f"watch: HTTP {e.status}: {e.reason}", status=e.status) from None
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise K8sError(f"watch: no answer from the API server: {type(e).__name__}: {e}") from None
-        self._resp = resp
-        try:
-            status = int(getattr(resp, "status", 200))
-            if not 200 <= status <= 299:
-                if status == 410:
-                    raise WatchExpired()
-                raise K8sError(f"watch: HTTP {status}", status=status)
+            if self._stop.is_set():
+                return
             with self._lock:
                 self._error = None  # the stream is open: the cache is current again
                 self._last_success = self._clock()
-            for line in iter_resp_lines(resp):
+            for etype, obj in stream:
                 if self._stop.is_set():
                     return
-                if not line or not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    raise K8sError(f"watch: a line that is not JSON: {line[:80]!r}") from None
-                etype = event.get("type") if isinstance(event, dict) else None
-                obj = event.get("object") if isinstance(event, dict) else None
-                if not isinstance(obj, dict):
-                    continue
-                if etype == "ERROR":
-                    if obj.get("code") == 410:
-                        raise WatchExpired()
-                    raise K8sError(f"watch: ERROR {obj.get('code')}: {obj.get('message', '')}",
-                                   status=obj.get("code"))
                 if etype == "BOOKMARK":
                     rv = _resource_version(obj)
                     with self._lock:
                         if rv:
                             self._rv = str(rv)
                         self._last_success = self._clock()
-                elif etype in ("ADDED", "MODIFIED", "DELETED"):
+                else:
                     self._apply(etype, obj)
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            if self._stop.is_set():
-                return
-            raise K8sError(f"watch: stream broken: {type(e).__name__}: {e}") from None
         finally:
-            self._resp = None
-            try:
-                resp.release_conn()
-            except Exception:  # noqa: BLE001 - the connection is being dropped anyway
-                pass
+            self._stream = None
 
     def _run(self) -> None:
         list_then_watch(self._stop, self.list_once, self._watch_once,
@@ -271,14 +231,9 @@ class PodCache:
 
     def close(self) -> None:
         self._stop.set()
-        resp = self._resp
-        if resp is not None:
-            for attempt in (lambda: resp.shutdown(), lambda: resp.connection.sock.shutdown(2)):
-                try:
-                    attempt()
-                    break
-                except Exception:  # noqa: BLE001 - best effort to end a blocking read
-                    continue
+        stream = self._stream
+        if stream is not None:
+            stream.close()  # ends a blocking read at once instead of waiting for the stream's timeout
         t = self._thread
         if t is not None:
             t.join(timeout=self.request_timeout + 1.0)
