@@ -10,6 +10,7 @@
     hetero-exporter scheduler-extender [--listen HOST:PORT] [--kubeconfig FILE] [--policy binpack|spread]
     hetero-exporter score --pod POD.yaml --nodes NODES.json [--policy binpack|spread] [--json]
     hetero-exporter version
+    (run, inspect, health) [--host-root DIR]     vendor tools and driver libraries below the host's root
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import stat
 import signal
 import socket
 import sys
-import tempfile
 import threading
 from typing import Any, Optional, Sequence
 
@@ -32,8 +32,10 @@ from hetero_exporter import logs
 from hetero_exporter import pci
 from hetero_exporter import registry
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.capture import DEFAULT_MAX_BYTES as CAPTURE_MAX_BYTES, CaptureError, read_capture
 from hetero_exporter.model import NodeSnapshot, SchemaError, snapshot_to_json, to_dict
 from hetero_exporter.sampling import CollectorSpec, Sampler
+from hetero_exporter.validate import ValidationError
 
 log = logging.getLogger("hetero_exporter")
 
@@ -64,6 +66,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="kernel log to follow as a health source: /dev/kmsg (default), a text log "
                         "(/var/log/kern.log, followed like tail -F), or 'off'")
     p.add_argument("--node-name", help="node name (default: $NODE_NAME, else the host name)")
+    p.add_argument("--host-root", metavar="DIR",
+                   help="where the host's / is mounted (the DaemonSet: /host/root): vendor tools and driver "
+                        "libraries are looked for below it (default: config host_root, else $HOST_ROOT)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
     p.add_argument("--interval", type=float, help="seconds between collection cycles (default 10)")
     p.add_argument("--log-format", choices=("json", "text"), help="log line format (default json)")
@@ -75,6 +80,17 @@ def _vendor_list() -> str:
     from hetero_exporter import vendors
     names = [s.display_name or s.name for s in vendors.specs().values()]
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names) or "accelerators"
+
+
+def _max_bytes(text: str) -> int:
+    """``parse --max-bytes N``: a whole number of bytes, at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {n}")
+    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 f"({', '.join(sorted(registry.collector_entries()))}).")
     _add_common(run)
     run.add_argument("--listen", help="HOST:PORT to serve on (default 0.0.0.0:9400)")
+    run.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                     help="TLS and basic auth for the endpoints (exporter-toolkit format, as node_exporter's)")
     run.add_argument("--health-mode", choices=("observe", "dry-run", "enforce"),
                      help="what the health loop may do to the node (default observe)")
 
@@ -107,10 +125,21 @@ def build_parser() -> argparse.ArgumentParser:
         sorted(set(registry.parsers()) | {KERNEL_LOG_TOOL})))
     parse.add_argument("file", metavar="FILE", help="the captured output ('-' for stdin)")
     parse.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parse.add_argument("--max-bytes", type=_max_bytes, default=CAPTURE_MAX_BYTES, metavar="N",
+                       help="refuse a capture larger than N bytes (default 64 MiB; kernel-log streams "
+                            "with its own limit)")
 
     ext = sub.add_parser("scheduler-extender", help="serve the kube-scheduler extender (/filter, /prioritize)")
     _add_scoring(ext)
     ext.add_argument("--listen", default="0.0.0.0:9401", help="HOST:PORT to serve on (default 0.0.0.0:9401)")
+    ext.add_argument("--metrics-listen", metavar="HOST:PORT",
+                     help="also serve /metrics (and the probes) alone on HOST:PORT, for a NetworkPolicy that "
+                          "admits Prometheus there and only kube-scheduler to --listen")
+    ext.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                     help="TLS (kube-scheduler's enableHTTPS + tlsConfig) and basic auth (exporter-toolkit format)")
+    ext.add_argument("--max-body-bytes", type=_max_bytes, default=64 * 2**20, metavar="N",
+                     help="refuse (413) a request body over N bytes (default 64 MiB: ~2,000 whole Nodes; "
+                          "node-cache mode sends names only)")
     ext.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster; without "
                                           "any, only nodes-in-request mode is served)")
     ext.add_argument("--log-format", choices=("json", "text"), help="log line format (default json)")
@@ -144,6 +173,28 @@ def _collector_flags(extra: Sequence[str]) -> dict[str, bool]:
         else:
             raise UsageError(f"unrecognized argument {arg!r}")
     return flags
+
+
+SCENARIO_T_MAX = 10 * 365 * 86400.0  # --at: scenario seconds
+FRESH_SECONDS_MAX = 30 * 86400.0  # --fresh-seconds
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """The flags argparse leaves unchecked (a float it parsed may be 0, NaN or 1e12), checked as
+    the config file's keys are: ValidationError naming the flag (exit 2)."""
+    from hetero_exporter import validate as v
+    checks = {
+        "interval": config_mod.interval,
+        "at": lambda p, x: v.number(p, x, minimum=0, maximum=SCENARIO_T_MAX, unit="seconds"),
+        "fresh_seconds": lambda p, x: v.number(p, x, minimum=0, maximum=FRESH_SECONDS_MAX, unit="seconds"),
+        "now": lambda p, x: v.number(p, x, minimum=0, maximum=1e11, unit="unix seconds"),
+        "listen": v.host_port, "domain": v.dns_subdomain,
+        "node_name": lambda p, x: v.string(p, x, non_empty=True, max_length=253),
+    }
+    for name, check in checks.items():
+        value = getattr(args, name, None)
+        if value is not None:
+            check("--" + name.replace("_", "-"), value)
 
 
 # --------------------------------------------------------------------------- wiring
@@ -186,7 +237,14 @@ class Wiring:
             import time
             self.clock = time.time
         self.node = node_name(args, self.cfg, self.scenario)
-        self.workdir = tempfile.mkdtemp(prefix="hetero-exporter-") if self.scenario is not None else None
+        # vendor tools, driver libraries and runtime version files of the host (README: Vendor
+        # tools from the host); a simulated node has its own fake roots
+        self.host_root = config_mod.host_root(getattr(args, "host_root", None), self.cfg)
+        if self.scenario is not None:
+            from hetero_exporter.simulate import workdir
+            self.workdir: Optional[str] = workdir.create()  # removed by close(), else at exit (workdir.py)
+        else:
+            self.workdir = None
         self.wake = threading.Event()  # collectors set it to get a cycle at once
         self._closers: list[Any] = []  # background sources (pod cache, PodResources) to stop
         self.kernel_log: Any = None  # the kernel-log Follower, once health_enrichers() built it
@@ -199,8 +257,8 @@ class Wiring:
             except Exception:  # noqa: BLE001 - shutting down anyway
                 log.debug("close failed", exc_info=True)
         if self.workdir:
-            import shutil
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            from hetero_exporter.simulate import workdir
+            workdir.remove(self.workdir)
 
     def finops(self) -> Any:
         """The configured FinOps settings, with the reference profile's cost weight, so that a
@@ -239,13 +297,19 @@ class Wiring:
             return counts
         return pci.expected_by_vendor(pci.scan(self.cfg.sysfs_root), registry.pci_vendors())
 
+    def _host_settings(self) -> dict[str, str]:
+        """host_root / host_exec for every collector (its own section may override them)."""
+        out = {"host_root": self.host_root} if self.host_root and self.scenario is None else {}
+        return {**out, **({"host_exec": self.cfg.host_exec} if self.cfg.host_exec else {})}
+
     def sampler(self) -> Sampler:
         specs = []
         for e in self.enabled_collectors():
             opts = CollectorOptions(
                 node_name=self.node, interval_seconds=self.cfg.interval,
                 timeout_seconds=self.cfg.collector_timeout(e.name),
-                settings={"sysfs_root": self.cfg.sysfs_root, **self.cfg.collector_settings(e.name)},
+                settings={"sysfs_root": self.cfg.sysfs_root, **self._host_settings(),
+                          **self.cfg.collector_settings(e.name)},
                 scenario=self.scenario, clock=self.clock, workdir=self.workdir, wake=self.wake.set)
 
             def factory(e=e, opts=opts):
@@ -399,7 +463,7 @@ class Wiring:
             if simulated is not None:
                 from hetero_exporter.simulate import kubelet
                 self._closers.append(kubelet.spawn(socket_path, simulated, self.workdir))
-        except (ImportError, RuntimeError, OSError) as e:  # grpcio/protobuf missing or too old; no socket
+        except (ImportError, RuntimeError, OSError) as e:  # the simulated kubelet's grpcio/protobuf missing or too old
             log.warning("kubelet PodResources off: %s (pip install 'hetero-exporter[attribution]'; "
                         "the simulated kubelet also needs [simulate])", e)
             return None
@@ -451,11 +515,13 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     from hetero_exporter.exposition.server import MetricsServer
     from hetero_exporter.store import SnapshotStore
 
+    from hetero_exporter.web import config as web_config
+    web = web_config.load(args.web_config_file) if args.web_config_file else None  # bad file: exit 2
     w = Wiring(args, extra)
     store = SnapshotStore()
     reg = CollectorRegistry(auto_describe=False)
     reg.register(SnapshotCollector(store.latest, clock=w.clock, finops=w.finops()))
-    server = MetricsServer(w.cfg.listen, reg, store.latest).start()
+    server = MetricsServer(w.cfg.listen, reg, store.latest, web=web).start()
     sampler = w.sampler()
     if w.kernel_log is not None:
         from hetero_exporter.exposition.collector import KernelLogCollector
@@ -605,14 +671,10 @@ def cmd_parse(args: argparse.Namespace) -> int:
         fn = registry.parser(args.tool)
     except KeyError as e:
         raise UsageError(e.args[0]) from None
-    try:
-        if args.file == "-":
-            text = sys.stdin.read()
-        else:
-            with open(args.file, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-    except OSError as e:
-        print(f"hetero-exporter parse: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+    try:  # regular files and stdin only, at most --max-bytes, decoded by BOM (sdk/capture.py)
+        text = read_capture(args.file, args.max_bytes)
+    except CaptureError as e:
+        print(f"hetero-exporter parse: {e}", file=sys.stderr)
         return EXIT_FAIL
     try:
         result = fn(text)
@@ -663,16 +725,23 @@ def cmd_scheduler_extender(args: argparse.Namespace) -> int:
     from hetero_exporter.exposition.server import parse_listen
     from hetero_exporter.k8s.client import connect
     from hetero_exporter.scoring.extender import Extender
-    from hetero_exporter.scoring.nodetable import NodeTable
+    from hetero_exporter.scoring.metrics import ExtenderMetrics
     from hetero_exporter.scoring.server import ExtenderServer
+    from hetero_exporter.web import config as web_config
 
+    web = web_config.load(args.web_config_file) if args.web_config_file else None  # bad file: exit 2
+    try:
+        metrics_address = parse_listen(args.metrics_listen) if args.metrics_listen else None
+    except ValueError:
+        raise UsageError(f"--metrics-listen expects HOST:PORT, got {args.metrics_listen!r}") from None
     scorer = _scorer(args)
+    metrics = ExtenderMetrics()
     annotation = f"{args.domain}/devices"
     cluster = connect(args.kubeconfig)
     table, cache = None, None
     if cluster.enabled:
         from hetero_exporter.k8s.node_cache import NodeCache
-        table = NodeTable(scorer, annotation)
+        table = metrics.node_table(scorer, annotation)  # counts unreadable annotations
         cache = NodeCache(cluster.api_client, table, annotation=annotation).start()
 
         def _freeze_when_synced() -> None:
@@ -687,9 +756,10 @@ def cmd_scheduler_extender(args: argparse.Namespace) -> int:
     else:
         mode = "nodes in the request only (register with nodeCacheCapable: false)"
         log.warning("no cluster access: serving the nodes-in-request mode only", extra={"reason": cluster.reason})
-    extender = Extender(scorer, table, annotation=annotation, domain=args.domain)
+    extender = Extender(scorer, table, annotation=annotation, domain=args.domain, metrics=metrics)
     server = ExtenderServer(parse_listen(args.listen), extender,
-                            ready=lambda: table is None or table.synced.is_set()).start()
+                            ready=lambda: table is None or table.synced.is_set(), web=web,
+                            max_body_bytes=args.max_body_bytes, metrics_address=metrics_address).start()
     host, port = server.address
     log.info("scheduler extender serving", extra={"listen": f"{host}:{port}", "mode": mode,
                                                   "policy": scorer.policy, "cluster": cluster.source or None})
@@ -711,12 +781,33 @@ def cmd_scheduler_extender(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _exit_on_sigterm() -> Any:
+    """Until a command installs its own (run's graceful stop), SIGTERM exits through SystemExit,
+    so finally blocks and atexit remove what simulation wrote. The previous handler, or None
+    off the main thread (where signals cannot be set)."""
+    def _exit(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+    try:
+        return signal.signal(signal.SIGTERM, _exit)
+    except ValueError:
+        return None
+
+
+def _remove_simulation_workdirs() -> None:
+    """No simulation work directory outlives the command, however it ended."""
+    workdir = sys.modules.get("hetero_exporter.simulate.workdir")  # loaded only when simulating
+    if workdir is not None:
+        workdir.remove_all()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     logs.setup(getattr(args, "log_format", None) or "json", getattr(args, "log_level", "info"))
+    restore_sigterm = _exit_on_sigterm() if args.command in ("run", "inspect", "health") else None
     try:
+        check_flags(args)
         if args.command == "version":
             return cmd_version(args)
         if args.command in ("score", "scheduler-extender"):
@@ -738,10 +829,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"hetero-exporter: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (config_mod.ConfigError, SchemaError, ValueError, OSError) as e:
-        # ScenarioError is a ValueError: a bad file given by the user, not a crash
+    except (ValidationError, SchemaError, ValueError, OSError) as e:
+        # ValidationError (ConfigError, ScenarioError, a bad flag) is one line naming the field:
+        # a bad input given by the user, not a crash
         print(f"hetero-exporter: error: {e}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(e, (config_mod.ConfigError, ValueError)) else EXIT_FAIL
+        return EXIT_USAGE if isinstance(e, ValueError) else EXIT_FAIL
+    finally:
+        if restore_sigterm is not None:
+            signal.signal(signal.SIGTERM, restore_sigterm)
+        _remove_simulation_workdirs()
 
 
 if __name__ == "__main__":  # pragma: no cover

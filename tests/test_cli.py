@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,7 +68,8 @@ def test_real_nvml_without_a_gpu_says_why():
 def test_a_hanging_nvml_does_not_block_metrics(tmp_path):
     path = scenario_with(tmp_path, {"hang_seconds": 60})
     with Agent(["--simulate", path, "--interval", "1", "--config", _config(tmp_path, {"collectors": {"nvml": {"timeout": 0.5}}})]) as agent:
-        text = agent.wait_metrics(lambda t: 'accelerator_collector_errors_total{collector="nvml",kind="busy"}' in t)
+        # the counter is exported at 0 from the start: wait for it to count
+        text = agent.wait_metrics(lambda t: re.search(r'accelerator_collector_errors_total\{collector="nvml",kind="busy"\} [1-9]', t))
         assert 'accelerator_collector_success{collector="nvml"} 0.0' in text
         assert agent.get("/healthz")[0] == 200
 
