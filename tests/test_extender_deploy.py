@@ -87,11 +87,44 @@ def test_scheduler_configuration_registers_the_extender_as_it_speaks(objs):
     assert all(m["ignoredByScheduler"] is False for m in ext["managedResources"])  # kube-scheduler still counts them
 
 
-def test_the_network_policy_admits_only_kube_scheduler_to_the_extender_port(objs):
-    from test_deploy import assert_ingress_only_from
-    # scheduler pods in kube-system, not anything in kube-system
-    assert_ingress_only_from(one(objs, "NetworkPolicy"), one(objs, "Deployment"), "kube-system",
-                             {"component": "kube-scheduler"})
+def _peer(namespace: str, labels: dict) -> list[dict]:
+    """One peer holding both selectors (two peers would be OR)."""
+    return [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+             "podSelector": {"matchLabels": labels}}]
+
+
+def test_the_network_policy_admits_kube_scheduler_to_the_extender_port_and_prometheus_to_metrics(objs):
+    netpol, dep = one(objs, "NetworkPolicy"), one(objs, "Deployment")
+    template = dep["spec"]["template"]
+    assert netpol["spec"]["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    assert netpol["spec"]["policyTypes"] == ["Ingress"]
+    ports = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
+    scheduler, prometheus = netpol["spec"]["ingress"]
+    # scheduler pods in kube-system, not anything in kube-system; Prometheus as in deploy/base
+    assert scheduler == {"from": _peer("kube-system", {"component": "kube-scheduler"}),
+                         "ports": [{"port": ports["http"], "protocol": "TCP"}]}
+    assert prometheus == {"from": _peer("monitoring", {"app.kubernetes.io/name": "prometheus"}),
+                          "ports": [{"port": ports["metrics"], "protocol": "TCP"}]}
+
+
+def test_servicemonitor_scrapes_the_metrics_port_of_each_replica(objs):
+    dep, svc, sm = one(objs, "Deployment"), one(objs, "Service"), one(objs, "ServiceMonitor")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    args = cli.build_parser().parse_args(c["args"])
+    named = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert int(args.metrics_listen.rsplit(":", 1)[1]) == named["metrics"] != named["http"]
+    assert {p["name"]: p["targetPort"] for p in svc["spec"]["ports"]} == {"http": "http", "metrics": "metrics"}
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    (ep,) = sm["spec"]["endpoints"]
+    assert ep["port"] == "metrics" and ep["path"] == "/metrics"
+    # its own job: the agents' alerts and dashboards select job="hetero-exporter"
+    assert svc["metadata"]["labels"][sm["spec"]["jobLabel"]] == "scheduler-extender"
+
+
+def test_the_replica_name_in_trace_ids_is_the_pod_name(objs):
+    c = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in c["env"]
 
 
 def test_two_replicas_and_a_disruption_budget_that_keeps_one_serving(objs):
