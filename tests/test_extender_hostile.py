@@ -253,7 +253,7 @@ def test_long_names_are_clipped_in_logs_and_explain(caplog):
     ext = Extender(Scorer())
     body = args(pod(name=huge, namespace="n" * 1_000_000), node("x" * 1_000_000, GOOD))
     result, ev = ext.filter(body, "t1")
-    assert result["FailedNodes"]["x" * 1_000_000] == "node name of 1000000 characters, over the 253 Kubernetes allows"
+    assert result["FailedNodes"]["x" * 1_000_000] == "node name of 1000000 characters, over the 253 Kubernetes allows (trace t1)"
     assert ev.pod == f"{'n' * NAME_CHARS}...(+{1_000_000 - NAME_CHARS} chars)/{'p' * NAME_CHARS}...(+{2_000_000 - NAME_CHARS} chars)"
     assert len(json.dumps(ext.explain("t1"))) < 10_000 and len(json.dumps(ext.explain(None))) < 2_000
     prio, _ = ext.prioritize(body, "t2")

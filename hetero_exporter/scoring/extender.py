@@ -5,7 +5,8 @@ nodes-in-request mode) or ``NodeNames`` (nodeCacheCapable mode, resolved from th
 node table). ``/filter`` answers an ``ExtenderFilterResult`` (``Nodes`` or ``NodeNames``,
 ``FailedNodes``, ``FailedAndUnresolvableNodes``, ``Error``), ``/prioritize`` a list of
 ``{"Host", "Score"}`` with scores 0..10. Every evaluation is kept under its trace id for
-``/explain``. A malformed request raises ``BadRequest``; a pod whose accelerator request cannot
+``/explain``; a pod's /filter and /prioritize of one scheduling cycle share a trace (trace.py), and
+the trace id ends every FailedNodes reason, so it shows in the pod's events. A malformed request raises ``BadRequest``; a pod whose accelerator request cannot
 be read is not a bad request: every node fails with that reason, so the pod's events say it.
 
 Input is hostile: bodies decode with ``jsonsafe`` (depth limit, no NaN), names longer than
@@ -19,22 +20,25 @@ import collections
 import dataclasses
 import json
 import logging
-import secrets
+import operator
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from hetero_exporter.scoring import explain, jsonsafe
+from hetero_exporter.scoring.metrics import ExtenderMetrics, reason_counts
 from hetero_exporter.scoring.nodes import NodeState
 from hetero_exporter.scoring.nodetable import NodeTable
 from hetero_exporter.scoring.request import (DEFAULT_DOMAIN, NAME_CHARS, Request, RequestError, clip_name, pod_name,
                                              request_from_pod)
 from hetero_exporter.scoring.scorer import NO_ACCELERATOR, Decision, Scorer, extender_score
+from hetero_exporter.scoring.trace import PodTraces, replica_name, replica_of
 
 log = logging.getLogger(__name__)
 
 _POINTS = [f"{p}}}" for p in range(11)]
+_points_of = operator.attrgetter("points")
 REASON_LIMIT = 600  # characters of a FailedNodes reason (the full one is in /explain)
 LOG_TEXT_LIMIT = 600  # characters of a request description or error in a log line
 RING_BYTES = 8 * 2**20  # the /explain ring's estimated size; the oldest calls go first
@@ -43,10 +47,6 @@ NODE_BYTES = 100  # estimated memory a kept call holds per node, besides its nam
 
 class BadRequest(ValueError):
     """The request is not ExtenderArgs (answered 400 with this message)."""
-
-
-def new_trace() -> str:
-    return secrets.token_hex(8)
 
 
 @dataclass(eq=False)
@@ -99,18 +99,31 @@ def _ring_cost(ev: Evaluation, names_chars: int) -> int:
 class Extender:
     """Filter and prioritize over a Scorer. ``table``: the watch-backed node table (None:
     nodes-in-request mode only). ``clock``: Unix seconds, for staleness. ``traces`` and
-    ``ring_bytes`` bound the /explain ring in calls and in estimated bytes."""
+    ``ring_bytes`` bound the /explain ring in calls and in estimated bytes; a call is kept under
+    (trace, verb). ``replica``: this extender's name in trace ids (default ``POD_NAME``, else the
+    host name). ``metrics``: where calls and decisions are counted (default a registry of its own)."""
 
     def __init__(self, scorer: Scorer, table: Optional[NodeTable] = None, *,
                  annotation: str = "hetero-exporter.io/devices", domain: str = DEFAULT_DOMAIN,
-                 traces: int = 256, ring_bytes: int = RING_BYTES, clock: Callable[[], float] = time.time):
+                 traces: int = 256, ring_bytes: int = RING_BYTES, clock: Callable[[], float] = time.time,
+                 replica: Optional[str] = None, metrics: Optional[ExtenderMetrics] = None):
         self.scorer = scorer
         self.table = table
         self.annotation = annotation
         self.domain = domain
         self.clock = clock
-        self.decoded = NodeTable(scorer, annotation)  # nodes-in-request mode: decode on change only
-        self._traces: "collections.OrderedDict[str, tuple[Evaluation, int]]" = collections.OrderedDict()
+        self.metrics = metrics or ExtenderMetrics()
+        # nodes-in-request mode: decode on change only
+        self.decoded: NodeTable = self.metrics.node_table(scorer, annotation, precompute=False)
+        self.metrics.tables["request"] = self.decoded
+        if table is not None:
+            self.metrics.tables["watch"] = table
+        self.metrics.clock = clock
+        self.replica = replica or replica_name()
+        self.pod_traces = PodTraces(self.replica)
+        # (trace, verb) -> (evaluation, estimated bytes); the lock is held for O(1) dict work only
+        self._traces: "collections.OrderedDict[tuple[str, str], tuple[Evaluation, int]]" = \
+            collections.OrderedDict()
         self._traces_max = traces
         self._ring_max = ring_bytes
         self.ring_bytes = 0  # estimated bytes the ring holds now
@@ -168,48 +181,69 @@ class Extender:
             ev = dataclasses.replace(ev, names=[clip_name(n) for n in ev.names])
             lengths = list(map(len, ev.names))
         cost = _ring_cost(ev, sum(lengths))
+        key = (ev.trace, ev.verb)
         with self._lock:
-            old = self._traces.pop(ev.trace, None)
+            old = self._traces.pop(key, None)
             if old is not None:
                 self.ring_bytes -= old[1]
-            self._traces[ev.trace] = (ev, cost)
+            self._traces[key] = (ev, cost)
             self.ring_bytes += cost
             while len(self._traces) > 1 and (len(self._traces) > self._traces_max
                                              or self.ring_bytes > self._ring_max):
                 _, (_, dropped) = self._traces.popitem(last=False)
                 self.ring_bytes -= dropped
 
-    def evaluate(self, verb: str, body: bytes, trace: str) -> tuple[Evaluation, Optional[dict]]:
+    def evaluate(self, verb: str, body: bytes, trace: Optional[str] = None) -> tuple[Evaluation, Optional[dict]]:
+        """``trace``: the call's trace id (default: the pod's scheduling cycle's, trace.py)."""
         pod, nodes, names = self._args(body)
+        trace = trace or self.pod_traces.for_pod(pod)
         try:
             req: Optional[Request] = request_from_pod(pod, self.domain)
             error = None
         except RequestError as e:
             req, error = None, f"pod request unreadable: {e}"
+        given: Optional[list[NodeState]] = None
         if nodes is not None:
-            mode = "nodes"
-            node_names, states = self._node_states(nodes.get("items") or [])
-            opt_states: list[Optional[NodeState]] = list(states)
+            mode, source = "nodes", self.decoded
+            node_names, given = self._node_states(nodes.get("items") or [])
         else:
-            mode = "names"
+            mode, source = "names", self.table
             node_names = list(names or [])
-            table = self.table
-            assert table is not None  # _args refused NodeNames without a table
-            get = table.lookup()
-            opt_states = [get(n) for n in node_names]
-        if req is None:
-            decisions = [Decision(False, reason=error or "")] * len(node_names)
-        else:
-            key = self.scorer.memo_key(req)
-            decide = self.scorer.decide
-            # the memo lookup inlined: /prioritize over thousands of nodes is mostly this loop
-            decisions = [(st.memo.get(key) or decide(req, st, key)) if st is not None else
-                         (NO_ACCELERATOR if req.count == 0 else _missing(n))
-                         for n, st in zip(node_names, opt_states)]
+            assert source is not None  # _args refused NodeNames without a table
+        opt_states, decisions = self._decisions(req, error, source, node_names, given)
         ev = Evaluation(trace, verb, mode, pod_name(pod.get("metadata")), req, error, node_names, opt_states,
                         decisions, self.clock(), (req.policy if req and req.policy else self.scorer.policy))
         self._remember(ev)
+        self.metrics.count_decisions(verb, reason_counts(decisions, opt_states, req is not None))
         return ev, nodes
+
+    def _decisions(self, req: Optional[Request], error: Optional[str], table: NodeTable, names: list[str],
+                   given: Optional[list[NodeState]]) -> tuple[list[Optional[NodeState]], list[Decision]]:
+        """The state and decision of each node: all at once by request shape from ``table``
+        (scoring.columns), else node by node. ``given``: the states of nodes in the request
+        (one the table does not hold, like a misnamed node or a name listed twice, is decided
+        on its own)."""
+        fast = table.decide(self.scorer, req, names) if req is not None else None
+        if fast is not None:
+            states, found = fast
+            if given is not None:
+                for i, st in enumerate(given):
+                    if states[i] is not st:
+                        states[i], found[i] = st, self.scorer.decide(req, st)
+            if None in found:
+                found = [d if d is not None else (NO_ACCELERATOR if req.count == 0 else _missing(n))
+                         for n, d in zip(names, found)]
+            return states, found  # type: ignore[return-value]
+        opt_states: list[Optional[NodeState]] = list(given) if given is not None else \
+            list(map(table.lookup(), names))
+        if req is None:
+            return opt_states, [Decision(False, reason=error or "")] * len(names)
+        key = self.scorer.memo_key(req)
+        decide = self.scorer.decide
+        # the memo lookup inlined: /prioritize over thousands of nodes is mostly this loop
+        return opt_states, [(st.memo.get(key) or decide(req, st, key)) if st is not None else
+                            (NO_ACCELERATOR if req.count == 0 else _missing(n))
+                            for n, st in zip(names, opt_states)]
 
     @staticmethod
     def _log(verb: str, ev: Evaluation, **extra: Any) -> None:
@@ -217,16 +251,22 @@ class Extender:
         log.info(verb, extra={"trace": ev.trace, "pod": ev.pod, "mode": ev.mode, "nodes": len(ev.names),
                               **extra, "request": _clip(what)})
 
-    def filter(self, body: bytes, trace: str) -> tuple[dict, Evaluation]:
+    def filter(self, body: bytes, trace: Optional[str] = None) -> tuple[dict, Evaluation]:
         ev, nodes = self.evaluate("filter", body, trace)
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         passing = []
+        tag = f" (trace {ev.trace})"  # in the pod's FailedScheduling event: /explain?trace= says more
+        limit = REASON_LIMIT - len(tag)
+        worded: dict[str, str] = {}  # reason -> its FailedNodes text: nodes share few reasons
         for i, (name, d) in enumerate(zip(ev.names, ev.decisions)):
             if d.feasible:
                 passing.append(i)
             else:
-                reason = d.reason if len(d.reason) <= REASON_LIMIT else d.reason[:REASON_LIMIT - 3] + "..."
+                why = d.reason
+                reason = worded.get(why)
+                if reason is None:
+                    reason = worded[why] = (why if len(why) <= limit else why[:limit - 3] + "...") + tag
                 failed[name] = reason
                 if not d.resolvable:
                     unresolvable[name] = reason
@@ -240,7 +280,7 @@ class Extender:
         self._log("filter", ev, passed=len(passing))
         return result, ev
 
-    def prioritize(self, body: bytes, trace: str) -> tuple[bytes, Evaluation]:
+    def prioritize(self, body: bytes, trace: Optional[str] = None) -> tuple[bytes, Evaluation]:
         """The HostPriorityList as JSON bytes (built as text: over thousands of nodes this is
         several times faster than json.dumps of as many dicts)."""
         ev, _ = self.evaluate("prioritize", body, trace)
@@ -249,36 +289,46 @@ class Extender:
         hosts = self._host_json
         if len(hosts) > 200_000:
             hosts.clear()
-        items = []
-        for name, d, st in zip(ev.names, ev.decisions, ev.states):
-            if not d.feasible or st is None:
-                points = 0
-            elif st.time >= fresh_after:
-                points = d.points
-            else:
-                points = extender_score(d.score * conf_of(now - st.time))
-            head = hosts.get(name)
-            if head is None:
-                head = '{"Host":%s,"Score":' % json.dumps(name)
-                if len(name) <= NAME_CHARS:  # a real node name: worth keeping
-                    hosts[name] = head
-            items.append(head + _POINTS[points])
-        out = ("[" + ",".join(items) + "]").encode()
+        # the loops run in C (map) but over the few stale annotations and names not seen yet
+        points = list(map(_points_of, ev.decisions))  # a fresh annotation's points (0: infeasible)
+        for i, st in enumerate(ev.states):
+            if st is not None and st.time < fresh_after and points[i]:
+                points[i] = extender_score(ev.decisions[i].score * conf_of(now - st.time))
+        heads = list(map(hosts.get, ev.names))
+        if None in heads:
+            for i, name in enumerate(ev.names):
+                if heads[i] is None:
+                    heads[i] = '{"Host":%s,"Score":' % json.dumps(name)
+                    if len(name) <= NAME_CHARS:  # a real node name: worth keeping
+                        hosts[name] = heads[i]
+        out = ("[" + ",".join(map(str.__add__, heads, map(_POINTS.__getitem__, points))) + "]").encode()
         self._log("prioritize", ev)
         return out, ev
 
     # ------------------------------------------------------------------ explain
 
-    def explain(self, trace: Optional[str]) -> Optional[dict]:
-        """The per-node reasons of one evaluation; without a trace, the recent ones."""
+    def explain(self, trace: Optional[str], verb: Optional[str] = None) -> Optional[dict]:
+        """The per-node reasons of one evaluation: the trace's /filter (or ``verb``'s), else its
+        /prioritize; without a trace, the recent calls. ``verbs`` lists the trace's calls kept."""
         with self._lock:
             if not trace:
-                return {"traces": [{"trace": e.trace, "verb": e.verb, "pod": e.pod, "time": e.now,
+                return {"replica": self.replica,
+                        "traces": [{"trace": e.trace, "verb": e.verb, "pod": e.pod, "time": e.now,
                                     "nodes": len(e.names)} for e, _ in reversed(self._traces.values())]}
-            kept = self._traces.get(trace)
+            calls = {v: self._traces.get((trace, v)) for v in ("filter", "prioritize")}
+        kept = calls.get(verb) if verb else (calls["filter"] or calls["prioritize"])
         if kept is None:
             return None
         ev = kept[0]
         rows = explain.node_rows(ev.names, ev.states, ev.decisions, ev.now, self.scorer)
         return explain.document(ev.request, ev.request_error, ev.policy, ev.now, rows,
-                                trace=ev.trace, verb=ev.verb, mode=ev.mode, pod=ev.pod)
+                                trace=ev.trace, verb=ev.verb, mode=ev.mode, pod=ev.pod,
+                                verbs=[v for v, c in calls.items() if c is not None], replica=self.replica)
+
+    def not_found(self, trace: str) -> str:
+        """Why /explain has no such trace: served by another replica, or no longer kept."""
+        replica = replica_of(trace)
+        if replica is not None and replica != self.replica:
+            return (f"trace {trace!r} was served by replica {replica} (this is {self.replica}): "
+                    f"ask that replica's /explain")
+        return f"no trace {trace!r} on replica {self.replica} (only the most recent calls are kept)"

@@ -6,6 +6,13 @@ says what is wrong: text that is not UTF-8 JSON, nesting deeper than ``max_depth
 before decoding, so the decoder never recurses that deep: no RecursionError), ``NaN`` /
 ``Infinity`` (also a number too large for a float, like ``1e999``), and integers longer than
 Python converts (``sys.get_int_max_str_digits()``, 4300 digits by default).
+
+With msgspec installed (the extender extra) text is decoded by it first: it refuses NaN,
+Infinity and numbers out of range itself, keeps integers exact and stops at its own recursion
+limit; the depth limit is then checked on the decoded tree (containers only, level by level).
+Anything msgspec refuses, or a tree too deep, goes through the checked path above, so the
+answer and the reason are the same with or without it (msgspec refuses a few texts json takes,
+like a lone surrogate escape: those decode as json decodes them).
 """
 
 from __future__ import annotations
@@ -15,6 +22,11 @@ import math
 import re
 import sys
 from typing import Any
+
+try:
+    import msgspec
+except ModuleNotFoundError:  # pragma: no cover - the extender extra is not installed
+    msgspec = None  # type: ignore[assignment]
 
 MAX_DEPTH = 64  # Kubernetes objects and our schema-1 documents nest ~15 deep
 
@@ -82,8 +94,42 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_DECODER = msgspec.json.Decoder() if msgspec is not None else None
+_CONTAINERS = frozenset((dict, list))
+
+
+def depth_within(doc: Any, limit: int) -> bool:
+    """Whether a decoded JSON tree nests at most ``limit`` arrays/objects deep."""
+    level = [doc] if type(doc) in _CONTAINERS else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return False
+        inner = []
+        for node in level:
+            values = node.values() if type(node) is dict else node
+            if not _CONTAINERS.isdisjoint(map(type, values)):  # in C: most values are scalars
+                inner.extend(v for v in values if type(v) in _CONTAINERS)
+        level = inner
+    return True
+
+
 def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     """Decode ``data`` (str, or UTF-8 bytes); ``JSONRefused`` on anything refused."""
+    if _DECODER is not None:
+        try:
+            doc = _DECODER.decode(data)
+        except (msgspec.MsgspecError, RecursionError, UnicodeError):
+            pass  # the checked path says why, or takes what json takes and msgspec does not
+        else:
+            if depth_within(doc, max_depth):
+                return doc
+    return checked_loads(data, max_depth=max_depth)
+
+
+def checked_loads(data: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """``loads`` by the standard json module alone: the depth measured on the text first."""
     if isinstance(data, str):
         text, raw = data, data.encode("utf-8", "surrogatepass")
     else:

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from hetero_exporter.scoring.nodes import NodeState, from_annotation
-from hetero_exporter.scoring.scorer import Scorer
+from hetero_exporter.scoring.request import Request
+from hetero_exporter.scoring.scorer import Decision, Scorer
+
+try:  # numpy (the extender extra): decisions for all nodes at once, by request shape
+    from hetero_exporter.scoring import columns
+except ModuleNotFoundError as e:  # pragma: no cover - without it the extender decides node by node
+    if e.name != "numpy":
+        raise
+    columns = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +29,17 @@ ANNOTATION = "hetero-exporter.io/devices"
 
 class NodeTable:
     """Thread-safe map node name -> NodeState. Writers decode and precompute outside the lock;
-    readers get whole, immutable-for-them states (a state is replaced, never edited, on change)."""
+    readers get whole, immutable-for-them states (a state is replaced, never edited, on change).
+    ``precompute``: search every node's best device sets when its annotation changes (the watch
+    cache: off the request path); off, searches happen when a request needs them (nodes in the
+    request: only what the pod asks is searched)."""
 
-    def __init__(self, scorer: Scorer, annotation: str = ANNOTATION, limit: int = 200_000):
+    def __init__(self, scorer: Scorer, annotation: str = ANNOTATION, limit: int = 200_000,
+                 precompute: bool = True):
         self.scorer = scorer
+        self.precompute = precompute
+        self._rows = columns.Rows() if columns is not None else None
+        self.shapes = columns.ShapeCache() if columns is not None else None
         self.annotation = annotation
         self.limit = limit
         self._lock = threading.Lock()
@@ -60,16 +75,33 @@ class NodeTable:
             if len(self._states) >= self.limit and name not in self._states:
                 self._states.clear()  # a bound, not an eviction policy: the cache refills itself
                 self._texts.clear()
+                if self._rows is not None:
+                    self._rows.clear()
             self._states[name] = state
             self._texts[name] = mark
+            if self._rows is not None:
+                self._rows.put(name, state)
         return state
+
+    def decide(self, scorer: Scorer, req: Request, names: Sequence[str]
+               ) -> Optional[tuple[list[Optional[NodeState]], list[Optional[Decision]]]]:
+        """(state, decision) of each of ``names`` for ``req``, all at once (scoring.columns);
+        None for a name not in the table. None without numpy: decide node by node."""
+        if self._rows is None or self.shapes is None:
+            return None
+        with self._lock:
+            rows, states, versions, classes = self._rows.gather(names)
+            size = len(self._rows.version)
+        groups = self._rows.class_groups  # append-only: read outside the lock
+        return states, self.shapes.decide(scorer, req, rows, states, versions, classes, size, groups.__getitem__)
 
     def _decode(self, name: str, text: Optional[str]) -> NodeState:
         """The node's state, precomputed; never raises: one node's annotation, whatever it
         holds, must not stop the table from taking the others (a bug shows in the log)."""
         try:
             state = from_annotation(name, text, self.annotation)
-            self.scorer.precompute(state)
+            if self.precompute:
+                self.scorer.precompute(state)
             return state
         except Exception as e:  # noqa: BLE001 - the node fails alone, with the reason
             log.exception("node annotation could not be scored", extra={"node": name[:253]})
@@ -82,8 +114,13 @@ class NodeTable:
 
     def remove(self, name: str) -> None:
         with self._lock:
-            self._states.pop(name, None)
-            self._texts.pop(name, None)
+            self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        self._states.pop(name, None)
+        self._texts.pop(name, None)
+        if self._rows is not None:
+            self._rows.drop(name)
 
     def replace(self, items: Mapping[str, Optional[str]] | Iterable[tuple[str, Optional[str]]]) -> None:
         """Load a full list (after a re-list): nodes absent from it are dropped; unchanged
@@ -94,6 +131,5 @@ class NodeTable:
             self.state_for(name, text)
         with self._lock:
             for name in [n for n in self._states if n not in keep]:
-                self._states.pop(name, None)
-                self._texts.pop(name, None)
+                self._drop(name)
         self.synced.set()

@@ -210,7 +210,7 @@ class Scorer:
         memo = state.memo
         d = memo.get(key)
         if d is None:
-            if req.per_device and not state.error and _all_fit(req, state):
+            if req.per_device and not state.error and all_fit(req, state):
                 # every device meets the constraints: the decision of the request without them
                 twin = req.unconstrained
                 twin_key = self.memo_key(twin)
@@ -224,6 +224,13 @@ class Scorer:
             memo[key] = d
         return d
 
+    def decide_fresh(self, req: Request, state: NodeState) -> Decision:
+        """The decision without the per-node memo (``decide`` keeps one; scoring.columns keeps
+        its own, by request shape, over all nodes)."""
+        if req.count == 0:
+            return NO_ACCELERATOR
+        return self._decide(req, state)
+
     def confidence(self, state: NodeState, now: float) -> tuple[float, float]:
         """(confidence, age seconds) of a node's annotation at ``now``."""
         age = max(0.0, now - state.time)
@@ -235,7 +242,7 @@ class Scorer:
         /prioritize only looks up."""
         for g in state.group_list:
             if g.devices:
-                self.best_choice(g, g.every, len(g.devices), self.policy, "same-node", False)
+                self.best_choice(g, g.every, len(g.devices), self.policy, "same-node", False, every_size=True)
 
     def _decide(self, req: Request, state: NodeState) -> Decision:
         if state.error:
@@ -266,10 +273,13 @@ class Scorer:
                 return self._feasible(best[0], best[1], len(tiers) - 1 - rank, len(tiers), notes)
         if all(n.startswith("no ") for n in notes):  # the node lacks the hardware: same for any such request
             key = ("absent", tiers, req.group)
-            if key not in state.memo:
+            absent = state.memo.get(key)
+            if absent is None:
+                if len(state.memo) >= MEMO_LIMIT:
+                    state.memo.clear()
                 notes.append(f"node has {state.inventory()}" if state.groups else "node reports no accelerators")
-                state.memo[key] = Decision(False, reason="; ".join(notes))
-            return state.memo[key]
+                absent = state.memo[key] = Decision(False, reason="; ".join(notes))
+            return absent
         return Decision(False, reason="; ".join(notes), resolvable=resolvable)
 
     @staticmethod
@@ -313,18 +323,24 @@ class Scorer:
         topology = req.topology_policy
         choice = self.best_choice(g, elig, req.count, policy, topology, req.shared)
         if choice is None:
-            return (f"no {req.count} usable {g.resource} devices {TOPOLOGY_WORDS[topology]}{_fabrics(g, topology)} "
-                    f"(largest such set: {_largest(g, elig, topology)})", False)
+            key = ("no set", elig, topology)  # the words of the refusal but its count, kept: alike for any count
+            words = g.choices.get(key)
+            if words is None:
+                words = g.choices[key] = (f"usable {g.resource} devices {TOPOLOGY_WORDS[topology]}"
+                                          f"{_fabrics(g, topology)} (largest such set: {_largest(g, elig, topology)})")
+            return f"no {req.count} {words}", False
         return choice
 
     # ------------------------------------------------------------------ device sets
 
     def best_choice(self, g: Group, elig: tuple[int, ...], k: int, policy: str, topology: str,
-                    shared: bool) -> Optional[Choice]:
-        """The best ``k`` devices among ``elig``. A search fills the memo with everything it
-        evaluated: an exhaustive one, every set size under both policies and all three topology
-        policies at once (the score of a set does not depend on the topology policy, which only
-        admits or refuses it), so the first pod of a new kind costs a lookup, not a search."""
+                    shared: bool, every_size: bool = False) -> Optional[Choice]:
+        """The best ``k`` devices among ``elig``. With ``every_size`` (precompute) a search fills
+        the memo with everything it evaluated: an exhaustive one, every set size under both
+        policies and all three topology policies at once (the score of a set does not depend on
+        the topology policy, which only admits or refuses it), so the first pod of a new kind
+        costs a lookup, not a search. Without, an exhaustive search walks the sets of size ``k``
+        only (a node first seen in a request: C(8, 2) = 28 sets, not 255 x 6 tables)."""
         topology = canonical_topology(topology)
         key = (elig, k, policy, topology, shared)
         got = g.choices.get(key, _NOT_YET)
@@ -333,8 +349,10 @@ class Scorer:
                 g.choices.clear()
             if k == 1:  # one device: any topology policy holds; no need to walk every subset
                 found = self._singles(g, elig, shared)
-            elif len(elig) <= EXHAUSTIVE_POOL:
+            elif len(elig) <= EXHAUSTIVE_POOL and every_size:
                 found = self._exhaustive(g, elig, shared)
+            elif len(elig) <= EXHAUSTIVE_POOL:
+                found = {(policy, topology): self._exhaustive_size(g, elig, k, policy, topology, shared)}
             else:
                 found = {(policy, topology): self._greedy_best(g, elig, k, policy, topology, shared)}
             for (p, t), by_size in found.items():
@@ -400,6 +418,40 @@ class Scorer:
         walk(0, 0.0, 0.0, 0.0, 0.0, True, -1)
         return _with_aliases(best)
 
+    def _exhaustive_size(self, g: Group, elig: tuple[int, ...], k: int, policy: str, topology: str,
+                         shared: bool) -> dict[int, tuple[float, tuple[int, ...]]]:
+        """``_exhaustive``'s entry for one set size, policy and (canonical) topology policy:
+        the sets of size ``k`` in the order its walk visits them, each scored with the same
+        additions in the same order (so the same floats and the same winner among ties)."""
+        vals = self._values(g, policy, shared)
+        w_topo, w_fill = self.weights["topology"], self.weights["fill"]
+        pair, loads, load_total, domain = g.pair, g.loads, g.load_total, g.domain
+        n = max(1, len(g.devices))
+        binpack, switch, fabric = policy == "binpack", topology == "same-switch", topology == "same-fabric"
+        best: Optional[tuple[float, tuple[int, ...]]] = None
+        for combo in itertools.combinations(elig, k):
+            if fabric and any(domain[i] != domain[combo[0]] for i in combo):
+                continue
+            ps = b = ls = 0.0
+            ok = True
+            for at, i in enumerate(combo):
+                row = pair[i]
+                add = 0.0
+                for c in combo[:at]:
+                    v = row[c]
+                    add += v
+                    if v < SWITCH_SCORE:
+                        ok = False
+                ps, b, ls = ps + add, b + vals[i], ls + loads[i]
+            if switch and not ok:
+                continue
+            t = w_topo * (ps / (k * (k - 1) / 2) if k > 1 else 1.0)
+            fill = min(1.0, max(0.0, (load_total if shared else load_total - ls + k) / n))
+            score = t + b / k + w_fill * (fill if binpack else 1.0 - fill)
+            if best is None or score > best[0] + 1e-12:
+                best = (score, combo)
+        return {k: best} if best is not None else {}
+
     def _singles(self, g: Group, elig: tuple[int, ...], shared: bool) -> dict[tuple[str, str], dict]:
         """The best single device under each policy (every topology policy admits one device)."""
         out = {}
@@ -448,7 +500,7 @@ def _relevant(req: Request, state: NodeState) -> tuple[Group, ...]:
     return tuple(g for v in req.vendors for g in state.vendors.get(v, ()))
 
 
-def _all_fit(req: Request, state: NodeState) -> bool:
+def all_fit(req: Request, state: NodeState) -> bool:
     """Whether every candidate device of every group the request may use meets its per-device
     constraints. For exclusive requests the answer for a hardware floor is kept per request,
     so a cluster of alike nodes costs one check per kind of node."""

@@ -1,15 +1,18 @@
 """The scheduler extender's HTTP endpoints.
 
 ``POST /filter``, ``POST /prioritize`` (kube-scheduler extender v1 JSON), ``GET /explain?trace=ID``
-(per-node reasons of one call; without ``trace``, the recent calls), ``/healthz``, ``/readyz``
-(the node cache has loaded its first list, or there is no cache). Every answer carries its trace
-id in the ``X-Trace-Id`` header and every log line of the call names it. A request that is not
+(per-node reasons of one call, ``&verb=prioritize`` for that call of the trace; without ``trace``,
+the recent calls; a trace of another replica is answered 404 naming it), ``/metrics`` (the
+extender's own, scoring/metrics.py), ``/healthz``, ``/readyz`` (the node cache has loaded its
+first list, or there is no cache). Every answer carries its trace id in the ``X-Trace-Id`` header
+and every log line of the call names it. A request that is not
 ExtenderArgs gets 400 with a message saying what is wrong; an unexpected failure gets 500 with
 the trace id only (the stack trace goes to the log, never to the client).
 
 Served by ``web.server.HttpServer``: bounded connections and timeouts, a request body limit
 (413 before reading it), optional TLS (kube-scheduler's ``enableHTTPS`` + ``tlsConfig``) from the
-web configuration.
+web configuration. ``metrics_address`` adds a port serving ``/metrics`` and the probes only, so that
+a NetworkPolicy can admit Prometheus there and kube-scheduler alone to the extender port.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from typing import Any, Callable, Optional
 from urllib.parse import parse_qs
 
-from hetero_exporter.scoring.extender import BadRequest, Extender, new_trace
+from hetero_exporter.scoring.extender import BadRequest, Extender
 from hetero_exporter.web.server import HttpServer, Limits, Request, Response, ServerFace, WebSettings
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,7 @@ MAX_BODY = DEFAULT_MAX_BODY  # the former name
 EXTENDER_LIMITS = Limits(max_body_bytes=DEFAULT_MAX_BODY, body_timeout=60.0)
 TEXT = "text/plain; charset=utf-8"
 PROBES = ("/healthz", "/readyz")
+VERBS = {"/filter": "filter", "/prioritize": "prioritize"}
 
 
 def _json(code: int, doc: Any, trace: str = "") -> Response:
@@ -55,12 +59,34 @@ class ExtenderServer(ServerFace):
 
     def __init__(self, address: tuple[str, int], extender: Extender,
                  ready: Callable[[], bool] = lambda: True, web: Optional[WebSettings] = None,
-                 max_body_bytes: int = DEFAULT_MAX_BODY, limits: Optional[Limits] = None):
+                 max_body_bytes: int = DEFAULT_MAX_BODY, limits: Optional[Limits] = None,
+                 metrics_address: Optional[tuple[str, int]] = None):
         self.extender = extender
         self.ready = ready
         limits = dataclasses.replace(limits or EXTENDER_LIMITS, max_body_bytes=max_body_bytes)
         self._http = HttpServer(address, self.handle, limits=limits, web=web, public_paths=PROBES,
                                 name="extender-http")
+        self.metrics_http: Optional[HttpServer] = None
+        if metrics_address is not None:
+            self.metrics_http = HttpServer(metrics_address, self._handle_metrics_port, web=web,
+                                           public_paths=PROBES, name="extender-metrics")
+
+    def start(self) -> "ExtenderServer":
+        super().start()
+        if self.metrics_http is not None:
+            self.metrics_http.start()
+        return self
+
+    def stop(self) -> None:
+        if self.metrics_http is not None:
+            self.metrics_http.stop()
+        super().stop()
+
+    def _handle_metrics_port(self, req: Request) -> Response:
+        path = req.path.rstrip("/")
+        if req.method in ("GET", "HEAD") and path in ("/metrics", *PROBES):
+            return self._get(req)
+        return _json(404, {"Error": "this port serves GET /metrics, /healthz and /readyz only"})
 
     def handle(self, req: Request) -> Response:
         if req.method == "POST":
@@ -70,28 +96,30 @@ class ExtenderServer(ServerFace):
         return _json(405, {"Error": f"method {req.method} not allowed: POST /filter /prioritize, GET the rest"})
 
     def _post(self, req: Request) -> Response:
-        trace = new_trace()
-        path = req.path.rstrip("/")
-        verb = path[1:]
         start = time.perf_counter()
-        try:
-            if path not in ("/filter", "/prioritize"):
-                return _json(404, {"Error": f"no such endpoint {path!r}: POST /filter or /prioritize"}, trace)
+        path = req.path.rstrip("/")
+        verb = VERBS.get(path)
+        if verb is None:
+            return _json(404, {"Error": f"no such endpoint {path!r}: POST /filter or /prioritize"})
+        answer = self._call(verb, req)
+        self.extender.metrics.observe(verb, answer.status, time.perf_counter() - start)
+        return answer
+
+    def _call(self, verb: str, req: Request) -> Response:
+        try:  # the trace is the pod's cycle's (extender.py); a bad request gets a fresh one
             if "chunked" in req.headers.get("transfer-encoding", "").lower() or "content-length" not in req.headers:
                 raise BadRequest("a Content-Length header is required (chunked bodies are not accepted)")
-            if path == "/filter":
-                result, _ = self.extender.filter(req.body, trace)
-                answer = _json(200, result, trace)
-            else:
-                encoded, _ = self.extender.prioritize(req.body, trace)
-                answer = _reply(200, encoded, trace)
-            log.debug("answered", extra={"trace": trace, "verb": verb,
-                                         "ms": round((time.perf_counter() - start) * 1e3, 2)})
-            return answer
+            if verb == "filter":
+                result, ev = self.extender.filter(req.body)
+                return _json(200, result, ev.trace)
+            encoded, ev = self.extender.prioritize(req.body)
+            return _reply(200, encoded, ev.trace)
         except BadRequest as e:
+            trace = self.extender.pod_traces.new()
             log.warning("bad request", extra={"trace": trace, "verb": verb, "error": str(e)})
             return _json(400, {"Error": str(e), "Trace": trace}, trace)
         except Exception:  # noqa: BLE001 - answer 500 with the trace id, keep serving
+            trace = self.extender.pod_traces.new()
             log.exception("error serving request", extra={"trace": trace, "verb": verb})
             return _json(500, {"Error": f"internal error; see the extender log for trace {trace}", "Trace": trace},
                          trace)
@@ -106,15 +134,28 @@ class ExtenderServer(ServerFace):
                     return _reply(200, b"ready\n", ctype=TEXT)
                 return _reply(503, b"node cache not loaded yet\n", ctype=TEXT)
             if path == "/explain":
-                trace = (parse_qs(req.query).get("trace") or [""])[0]
-                doc = self.extender.explain(trace)
-                if doc is None:
-                    return _json(404, {"Error": f"no trace {trace!r} (only the most recent calls are kept)"})
-                return _json(200, doc, trace)
+                start = time.perf_counter()
+                answer = self._explain(req)
+                self.extender.metrics.observe("explain", answer.status, time.perf_counter() - start)
+                return answer
+            if path == "/metrics":
+                body, ctype = self.extender.metrics.render()
+                return _reply(200, body, ctype=ctype)
             if path == "/":
                 return _reply(200, b"hetero-exporter scheduler extender: POST /filter /prioritize; "
-                                   b"GET /explain?trace=ID /healthz /readyz\n", ctype=TEXT)
+                                   b"GET /explain?trace=ID /metrics /healthz /readyz\n", ctype=TEXT)
             return _json(404, {"Error": f"no such endpoint {path!r}"})
         except Exception:  # noqa: BLE001
             log.exception("error serving %s", path)
             return _json(500, {"Error": "internal error; see the extender log", "Trace": ""})
+
+    def _explain(self, req: Request) -> Response:
+        query = parse_qs(req.query)
+        trace = (query.get("trace") or [""])[0][:200]
+        verb = (query.get("verb") or [""])[0]
+        if verb not in ("", "filter", "prioritize"):
+            return _json(400, {"Error": f"verb {verb[:40]!r}: filter or prioritize"})
+        doc = self.extender.explain(trace, verb or None)
+        if doc is None:
+            return _json(404, {"Error": self.extender.not_found(trace)})
+        return _json(200, doc, trace)

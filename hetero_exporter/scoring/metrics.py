@@ -1,0 +1,151 @@
+"""The scheduler extender's own ``/metrics`` (a registry of its own, not the agent's exposition).
+
+Families (README: Scheduler extender):
+
+- ``accelerator_extender_requests_total{verb,code}``: calls answered, by verb (``filter``,
+  ``prioritize``, ``explain``) and HTTP status code.
+- ``accelerator_extender_request_duration_seconds{verb}``: histogram of the time from a complete
+  request to its answer, seconds.
+- ``accelerator_extender_decisions_total{verb,result,reason}``: per-node verdicts; ``result`` is
+  ``feasible`` or ``infeasible``, ``reason`` one of ``REASONS`` (never the reason text).
+- ``accelerator_extender_nodes_cached{cache}``: node states held; ``cache`` is ``watch`` (the
+  watch-backed cache of nodeCacheCapable mode) or ``request`` (decoded Nodes of request bodies).
+- ``accelerator_extender_cache_age_seconds{cache}``: median age of the cached annotations (now
+  minus the time the agent wrote them), seconds; absent while none is cached. The agents rewrite
+  theirs every few seconds: a median growing past that says the watch or the agents stopped.
+- ``accelerator_extender_annotation_errors_total``: annotation texts that could not be read (each
+  distinct text once: a node state is decoded only when its text changes).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Iterable, Optional, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from hetero_exporter.scoring.nodes import NodeState
+from hetero_exporter.scoring.nodetable import NodeTable
+from hetero_exporter.scoring.scorer import NO_ACCELERATOR, Decision
+
+PREFIX = "accelerator_extender_"
+REQUESTS = PREFIX + "requests_total"
+DURATION = PREFIX + "request_duration_seconds"
+DECISIONS = PREFIX + "decisions_total"
+NODES_CACHED = PREFIX + "nodes_cached"
+CACHE_AGE = PREFIX + "cache_age_seconds"
+ANNOTATION_ERRORS = PREFIX + "annotation_errors_total"
+
+VERBS = ("filter", "prioritize", "explain")
+# decisions_total's reason label: a bounded enum (the text is in /explain)
+FIT = "fit"                                  # feasible: devices chosen
+NO_REQUEST = "no-accelerator-requested"      # feasible: the pod asks for none
+REQUEST_UNREADABLE = "request-unreadable"    # the pod's accelerator request cannot be read
+NOT_CACHED = "not-cached"                    # no annotation of that node seen yet (node-cache mode)
+ANNOTATION = "annotation-error"              # no annotation on the node, or one that cannot be read
+BUSY = "busy"                                # devices taken: preemption could make it fit
+UNFIT = "unfit"                              # the node's devices do not meet the request
+REASONS = (FIT, NO_REQUEST, REQUEST_UNREADABLE, NOT_CACHED, ANNOTATION, BUSY, UNFIT)
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def _name(family: str) -> str:
+    """prometheus_client appends ``_total`` to a counter's name itself."""
+    return family[:-len("_total")] if family.endswith("_total") else family
+
+
+def reason_counts(decisions: Sequence[Decision], states: Sequence[Optional[NodeState]],
+                  request_ok: bool) -> dict[str, int]:
+    """Per-node verdicts of one call by ``REASONS`` value (one pass, no text looked at)."""
+    if not request_ok:
+        return {REQUEST_UNREADABLE: len(decisions)} if decisions else {}
+    counts = dict.fromkeys(REASONS, 0)
+    for d, st in zip(decisions, states):
+        if d.feasible:
+            counts[NO_REQUEST if d is NO_ACCELERATOR else FIT] += 1
+        elif st is None:
+            counts[NOT_CACHED] += 1
+        elif st.error:
+            counts[ANNOTATION] += 1
+        else:
+            counts[BUSY if d.resolvable else UNFIT] += 1
+    return {k: v for k, v in counts.items() if v}
+
+
+class CountedNodeTable(NodeTable):
+    """A NodeTable that calls ``on_unreadable()`` for every annotation text it fails to read (an
+    absent annotation is not an error)."""
+
+    def __init__(self, *args, on_unreadable: Callable[[], None] = lambda: None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.on_unreadable = on_unreadable
+
+    def _decode(self, name: str, text: Optional[str]) -> NodeState:
+        state = super()._decode(name, text)
+        if text is not None and state.error:
+            self.on_unreadable()
+        return state
+
+
+class ExtenderMetrics:
+    """The extender's registry; ``tables`` (cache label -> NodeTable) and ``clock`` (Unix seconds)
+    feed the cache gauges at scrape time."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(_name(REQUESTS), "Extender calls answered, by verb and HTTP status code.",
+                                ["verb", "code"], registry=self.registry)
+        self.duration = Histogram(DURATION, "Time from a complete extender request to its answer, seconds.",
+                                  ["verb"], buckets=BUCKETS, registry=self.registry)
+        self.decisions = Counter(_name(DECISIONS), "Per-node verdicts of /filter and /prioritize, by result and "
+                                 "reason (the reason text is in /explain).", ["verb", "result", "reason"],
+                                 registry=self.registry)
+        self.annotation_errors = Counter(_name(ANNOTATION_ERRORS), "Node annotation texts that could not be "
+                                         "read (each distinct text once).", registry=self.registry)
+        self._durations = {v: self.duration.labels(v) for v in VERBS}
+        self._decisions = {(v, r): self.decisions.labels(v, "feasible" if r in (FIT, NO_REQUEST) else "infeasible", r)
+                           for v in VERBS[:2] for r in REASONS}
+        self.tables: dict[str, NodeTable] = {}
+        self.clock: Callable[[], float] = time.time
+        self.registry.register(_CacheCollector(self))
+
+    def observe(self, verb: str, code: int, seconds: float) -> None:
+        """One answered call of ``verb`` (one of ``VERBS``)."""
+        self.requests.labels(verb, str(code)).inc()
+        self._durations[verb].observe(seconds)
+
+    def count_decisions(self, verb: str, counts: dict[str, int]) -> None:
+        for reason, n in counts.items():
+            self._decisions[verb, reason].inc(n)
+
+    def node_table(self, *args, **kwargs) -> CountedNodeTable:
+        """A NodeTable whose unreadable annotations count in ``annotation_errors_total``."""
+        return CountedNodeTable(*args, on_unreadable=self.annotation_errors.inc, **kwargs)
+
+    def render(self) -> tuple[bytes, str]:
+        """(the text exposition, its content type)."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _CacheCollector:
+    def __init__(self, metrics: ExtenderMetrics):
+        self.metrics = metrics
+
+    def describe(self) -> Iterable:
+        return []  # computed at scrape time: nothing to check at registration
+
+    def collect(self) -> Iterable:
+        cached = GaugeMetricFamily(NODES_CACHED, "Node states the extender holds, by cache.", labels=["cache"])
+        age = GaugeMetricFamily(CACHE_AGE, "Median age of the cached node annotations, seconds.", labels=["cache"])
+        now = self.metrics.clock()
+        for label, table in self.metrics.tables.items():
+            get = table.lookup()
+            states = [st for st in map(get, table.names()) if st is not None]
+            cached.add_metric([label], len(states))
+            ages = [now - st.time for st in states if st.time > 0]
+            if ages:
+                age.add_metric([label], max(0.0, statistics.median(ages)))
+        return [cached, age]
