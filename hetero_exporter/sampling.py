@@ -8,6 +8,20 @@ process at the deadline, so they come back). Either way the other collectors' de
 in the snapshot on time, and the devices of a failing collector are carried over from its
 last success, marked ``stale`` with health ``unknown`` (cannot read is never failed), so
 fault counters and identities survive a bad cycle.
+
+When a cycle is published (a late collector does not hold it to its deadline): every
+collector starts at the cycle's start, and the cycle waits for each one up to its
+*patience*, then publishes what has answered by then. The patience is the collector's usual
+time (the longest of its last USUAL_WINDOW answers that came back on time, timeouts left out)
+x LATE_FACTOR + LATE_GRACE_SECONDS, never more than its deadline. On the sampler's first cycle
+it is the deadline (the first snapshot waits for everyone); later, a collector with no answer
+on time yet gets LATE_GRACE_SECONDS. So a collector is waited for until the later of "the others
+are done" and "its own usual time plus a grace": a slow-but-steady tool is waited for, a
+tool that suddenly hangs costs the snapshot about a second, not its deadline. A collector
+still running then is reported ``late`` (its call goes on; its devices are carried over
+stale); a collector still running from an earlier cycle is ``busy`` and is not started
+again. A late call that answers before the next cycle is that cycle's answer when the
+cycle's own call (started as usual) is not back in time, else it only updates the history.
 """
 
 from __future__ import annotations
@@ -16,7 +30,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
@@ -34,6 +48,15 @@ Enricher = Callable[[NodeSnapshot], NodeSnapshot]
 # later, library installed by an operator): seconds.
 RETRY_UNAVAILABLE_SECONDS = 60.0
 
+# A collector's patience (module docstring): its usual time x LATE_FACTOR + LATE_GRACE_SECONDS
+# (seconds), the usual time being the longest of its last USUAL_WINDOW answers on time.
+LATE_FACTOR = 1.5
+LATE_GRACE_SECONDS = 1.0
+USUAL_WINDOW = 8
+# constant messages: they become label values of the error info series
+LATE_MESSAGE = "still running past its usual time; devices carried over, its answer is used next cycle"
+BUSY_MESSAGE = "still running from an earlier cycle; not restarted"
+
 
 @dataclass
 class CollectorSpec:
@@ -49,7 +72,8 @@ class CollectorSpec:
 class _Outcome:
     devices: Sequence[DeviceSample] = ()
     error: Optional[BaseException] = None
-    duration: float = 0.0
+    duration: float = 0.0  # seconds the call took
+    finished_at: float = 0.0  # the sampler clock when it answered
 
 
 class _Worker:
@@ -67,6 +91,7 @@ class _Worker:
         self._go = threading.Event()
         self._done = threading.Event()
         self._outcome = _Outcome()
+        self._unread = False  # _outcome is an answer no cycle has taken yet
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name=f"collector-{spec.name}", daemon=True)
         self._thread.start()
@@ -76,20 +101,37 @@ class _Worker:
         return self._busy_since
 
     def submit(self) -> bool:
-        """Start a cycle; False when the previous one has not finished yet."""
+        """Start a call; False when the previous one has not finished yet."""
+        return self.start()[0]
+
+    def start(self) -> tuple[bool, Optional[_Outcome]]:
+        """Take the answer of a call that finished after its cycle (if any), then start a new
+        call unless one is still running: (started, that earlier answer). One lock for both,
+        so an answer arriving in between is neither lost nor overwritten."""
         with self._lock:
+            earlier = self._take_locked()
             if self._busy:
-                return False
+                return False, earlier
             self._busy = True
             self._busy_since = time.monotonic()
             self._done.clear()
             self._go.set()
-            return True
+            return True, earlier
 
-    def wait(self, timeout: float) -> Optional[_Outcome]:
-        if self._done.wait(max(0.0, timeout)):
-            return self._outcome
-        return None
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the running call; True when it has answered."""
+        return self._done.wait(max(0.0, timeout))
+
+    def take(self) -> Optional[_Outcome]:
+        """The answer not taken yet, else None (the call is still running, or was taken)."""
+        with self._lock:
+            return self._take_locked()
+
+    def _take_locked(self) -> Optional[_Outcome]:
+        if not self._unread:
+            return None
+        self._unread = False
+        return self._outcome
 
     def _loop(self) -> None:
         while True:
@@ -104,8 +146,13 @@ class _Worker:
             except BaseException as e:  # noqa: BLE001 - every failure becomes a status
                 outcome = _Outcome(error=e)
             outcome.duration = time.perf_counter() - t0
+            try:
+                outcome.finished_at = self._clock()
+            except Exception:  # noqa: BLE001 - a broken clock must not lose the answer
+                outcome.finished_at = time.time()
             with self._lock:
                 self._outcome = outcome
+                self._unread = True
                 self._busy = False
                 self._done.set()
 
@@ -183,6 +230,15 @@ class _History:
     last_success: Optional[float] = None
     devices: Sequence[DeviceSample] = ()
     errors: Counter = field(default_factory=Counter)
+    durations: deque = field(default_factory=lambda: deque(maxlen=USUAL_WINDOW))  # seconds, answers on time
+
+    def absorb(self, outcome: _Outcome, at: float) -> None:
+        """Learn from an answer: its duration (a timeout says nothing of the usual time) and,
+        when it succeeded, its devices (``at``: when, on the sampler clock)."""
+        if outcome.error is None or classify(outcome.error) != "timeout":
+            self.durations.append(outcome.duration)
+        if outcome.error is None:
+            self.devices, self.last_success = outcome.devices, at
 
 
 class Sampler:
@@ -208,6 +264,7 @@ class Sampler:
         # driver event about a device: the next cycle starts at once instead of at the next tick.
         self._wake = wake or threading.Event()
         self._min_gap = min_cycle_gap
+        self._cycles = 0  # cycles collected; the first waits for every collector's deadline
 
     def request_cycle(self) -> None:
         """Start the next cycle now (at most one per ``min_cycle_gap`` seconds)."""
@@ -217,35 +274,50 @@ class Sampler:
     def collector_names(self) -> list[str]:
         return [s.name for s in self._specs]
 
+    def _patience(self, spec: CollectorSpec, hist: _History) -> float:
+        """Seconds the cycle waits for this collector's call (module docstring)."""
+        if self._cycles == 0:
+            return spec.timeout_seconds
+        usual = max(hist.durations, default=0.0)
+        return min(spec.timeout_seconds, usual * LATE_FACTOR + LATE_GRACE_SECONDS)
+
     def collect(self) -> NodeSnapshot:
         now = self._clock()
         t0 = time.monotonic()
-        started = {name: w.submit() for name, w in self._workers.items()}
+        calls = {s.name: self._workers[s.name].start() for s in self._specs}  # (started, earlier answer)
+        patience = {s.name: self._patience(s, self._history[s.name]) for s in self._specs}
+        # the calls run concurrently: waiting for each in turn up to its own patience ends when
+        # the last patience is spent or every call has answered
+        for spec in self._specs:
+            if calls[spec.name][0]:
+                self._workers[spec.name].wait(patience[spec.name] - (time.monotonic() - t0))
         statuses: list[CollectorStatus] = []
         devices: list[DeviceSample] = []
         seen: set[str] = set()
         for spec in self._specs:
             worker, hist = self._workers[spec.name], self._history[spec.name]
-            if not started[spec.name]:
+            started, earlier = calls[spec.name]
+            outcome, at = worker.take(), now  # this cycle's call, or a busy one that answered meanwhile
+            if earlier is not None and outcome is not None:  # superseded: it only teaches the history
+                hist.absorb(earlier, earlier.finished_at)
+            elif earlier is not None:  # this cycle's call is late: the late call's answer stands in
+                outcome, at = earlier, earlier.finished_at
+            if outcome is None:
                 stuck = time.monotonic() - worker.busy_since
-                # message kept constant: it becomes a label value of the error info series
-                outcome = _Outcome(error=TimeoutError(
-                    "still running from an earlier cycle; not restarted"), duration=stuck)
-                kind = "busy"
+                if not started:
+                    kind, why = "busy", BUSY_MESSAGE
+                elif patience[spec.name] >= spec.timeout_seconds:
+                    kind, why = "timeout", f"no answer within its {spec.timeout_seconds:g} s deadline"
+                else:
+                    kind, why = "late", LATE_MESSAGE
+                outcome = _Outcome(error=TimeoutError(why), duration=stuck)
             else:
-                remaining = spec.timeout_seconds - (time.monotonic() - t0)
-                outcome = worker.wait(remaining)
-                if outcome is None:
-                    outcome = _Outcome(error=TimeoutError(
-                        f"no answer within its {spec.timeout_seconds:g} s deadline"),
-                        duration=time.monotonic() - t0)
                 kind = classify(outcome.error) if outcome.error is not None else None
+                hist.absorb(outcome, at)
             if outcome.error is None:
-                hist.last_success = now
-                hist.devices = outcome.devices
                 got = outcome.devices
                 statuses.append(CollectorStatus(
-                    name=spec.name, ok=True, duration_seconds=outcome.duration, last_success=now,
+                    name=spec.name, ok=True, duration_seconds=outcome.duration, last_success=hist.last_success,
                     errors_total=dict(hist.errors), vendor=spec.vendor, devices=len(got)))
             else:
                 hist.errors[kind] += 1
@@ -262,6 +334,7 @@ class Sampler:
                     continue
                 seen.add(d.identity.uuid)
                 devices.append(self._profiles.attach(d))
+        self._cycles += 1
         try:
             expected = dict(self._expected())
         except Exception:  # noqa: BLE001 - PCI enumeration is advisory

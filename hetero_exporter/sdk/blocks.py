@@ -13,7 +13,11 @@ tools: their ``info``, ``-q`` and ``-t`` reports).
   continuation joins its value with a newline.
 
 Keys are normalized (lower case, single spaces); values are kept as printed, stripped.
-Only contract.ParseError escapes (a first line that is no key, an over-long line).
+Only contract.ParseError escapes (a first line that is no key, an over-long line, sections
+nested deeper than MAX_DEPTH).
+
+Time and memory are linear in the text: the line pattern cannot backtrack over a long value,
+the next non-blank line is found from a table built once, continuation lines are joined once.
 """
 
 from __future__ import annotations
@@ -23,10 +27,14 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Pattern, Sequence
 
 from hetero_exporter.sdk.contract import ParseError
+from hetero_exporter.sdk.tables import lines_of
 
 MAX_LINE = 4096
-# a key starts with a letter and holds no '=' ',' ';' ':' (those are in continuation text)
-KV = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][^:=,;]{0,80}?)\s*:(?:\s+(?P<value>.*?))?\s*$")
+MAX_DEPTH = 32  # nested sections; the tools nest 3 deep (a deeper text would make every path long)
+# a key starts with a letter and holds no '=' ',' ';' ':' (those are in continuation text); the
+# value is everything after the blanks that follow the colon, stripped by the caller (a lazy
+# value followed by a trailing-blank test would try every split of a long blank run)
+KV = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][^:=,;]{0,80}?)\s*:(?:\s+(?P<value>.*))?$")
 _BARE = re.compile(r"^\s*[A-Za-z][\w .()/%+-]{0,60}$")
 
 
@@ -93,13 +101,25 @@ def key_of(line: str) -> Optional[str]:
     return norm_key(m.group("key")) if m else None
 
 
+def _next_nonblank(lines: Sequence[str]) -> list[int]:
+    """For each line, the index of the first non-blank line after it (len(lines) if none)."""
+    out = [len(lines)] * len(lines)
+    nxt = len(lines)
+    for i in range(len(lines) - 1, -1, -1):
+        out[i] = nxt
+        if lines[i].strip():
+            nxt = i
+    return out
+
+
 def read_blocks(text: str, tool: str, *, blank_separates: bool = True,
                 block_start: Optional[Pattern[str]] = None) -> list[Block]:
     """The blocks of ``text`` (see the module docstring); empty blocks are dropped."""
-    raw_lines = text.expandtabs(8).splitlines()
+    raw_lines = lines_of(text.expandtabs(8), tool)  # at most sdk.tables.MAX_LINES lines
+    following: Optional[list[int]] = None  # built at the first bare line
     blocks: list[_Open] = [_Open()]
     sections: list[tuple[int, str]] = []  # (indent, name)
-    last: Optional[list] = None  # [path, value, line, indent] of the entry above, while open
+    last: Optional[list] = None  # [path, value parts, line, indent] of the entry above, while open
     for i, raw in enumerate(raw_lines):
         lineno = i + 1
         if len(raw) > MAX_LINE:
@@ -118,37 +138,46 @@ def read_blocks(text: str, tool: str, *, blank_separates: bool = True,
             continue
         indent = len(raw) - len(raw.lstrip())
         m = KV.match(raw)
-        if last is not None and last[1] != "" and indent > last[3]:
-            last[1] = f"{last[1]}\n{raw.strip()}"  # deeper than a key with a value: its continuation
+        if last is not None and last[1] and indent > last[3]:
+            last[1].append(raw.strip())  # deeper than a key with a value: its continuation
             continue
         if m is None:
-            nxt = next((r for r in raw_lines[i + 1:] if r.strip()), "")
+            if following is None:
+                following = _next_nonblank(raw_lines)
+            j = following[i]
+            nxt = raw_lines[j] if j < len(raw_lines) else ""
             nxt_indent = len(nxt) - len(nxt.lstrip())
             # a section title: deeper-indented keys (or a deeper title: ECC / DDR / ...) follow
             if _BARE.match(raw) and nxt_indent > indent and (KV.match(nxt) or _BARE.match(nxt)):
-                while sections and sections[-1][0] >= indent:
-                    sections.pop()
-                sections.append((indent, norm_key(raw)))  # a bare section title ("PCI")
+                _open_section(sections, indent, norm_key(raw), tool, lineno)  # a bare title ("PCI")
                 last = None
                 continue
             if last is not None:
-                last[1] = f"{last[1]}\n{raw.strip()}" if last[1] else raw.strip()
+                last[1].append(raw.strip())  # the value (or the first line of an empty one)
                 continue
             raise ParseError(tool, f"not a 'key : value' line: {raw.strip()[:60]!r}", lineno)
         while sections and sections[-1][0] >= indent:
             sections.pop()
         key, value = norm_key(m.group("key")), (m.group("value") or "").strip()
         path = tuple(s for _, s in sections) + (key,)
-        last = [path, value, lineno, indent]
+        last = [path, [value] if value else [], lineno, indent]
         blocks[-1].entries.append(last)
         if value == "":
-            sections.append((indent, key))
+            _open_section(sections, indent, key, tool, lineno)
     out = []
     for b in blocks:
         if b.entries or b.header is not None:
-            out.append(Block(tuple(Entry(p, v, ln, ind) for p, v, ln, ind in b.entries), b.header,
+            out.append(Block(tuple(Entry(p, "\n".join(v), ln, ind) for p, v, ln, ind in b.entries), b.header,
                              b.line or (b.entries[0][2] if b.entries else 0)))
     return out
+
+
+def _open_section(sections: list[tuple[int, str]], indent: int, name: str, tool: str, lineno: int) -> None:
+    while sections and sections[-1][0] >= indent:
+        sections.pop()
+    if len(sections) >= MAX_DEPTH:
+        raise ParseError(tool, f"sections nested more than {MAX_DEPTH} deep; {tool} nests a few", lineno)
+    sections.append((indent, name))
 
 
 def merged(blocks: Sequence[Block]) -> Mapping[str, str]:

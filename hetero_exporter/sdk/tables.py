@@ -10,11 +10,15 @@ cell to the label whose column is nearest (so a value that slid a column still l
 ``parse_matrix`` reads a ``topo -m`` style matrix (a header of device names, one row per
 device, a ``Legend:`` after it).
 
-Only contract.ParseError escapes, naming the tool and the 1-based line.
+Only contract.ParseError escapes, naming the tool and the 1-based line. Time is linear in the
+text: a header cell is masked once per label text, a value finds its label by bisection.
+Limits every parser shares: MAX_LINE characters a line, MAX_LINES lines (``lines_of``, also
+read by sdk.blocks) and MAX_DEVICES devices an output may list (``check_devices``).
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
@@ -25,6 +29,10 @@ BORDER = re.compile(r"^(?:[+|][-=+|]*[+|]|[-=]{3,})$")  # "+--+--+", "|==+==|", 
 ELISION = re.compile(r"^\.{3,}$")
 GROUP = re.compile(r"\S+(?:\s*/\s*\S+)?")  # "2003 / 15039" is one value
 MAX_LINE = 4096  # longer lines are no tool's table (and would make the matching slow)
+# Devices one output may list: a node has tens (8 GPUs x 8 partitions is 64). A capture saved
+# many times over, or made up, must not turn into a million devices (~5 KiB of model each).
+MAX_DEVICES = 1024
+MAX_LINES = 100_000  # a table of MAX_DEVICES devices is a few thousand lines
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,24 @@ class BoxLine:
         return " ".join(c.strip() for c in self.cells).strip()
 
 
+def check_devices(count: int, tool: str, line: Optional[int] = None) -> None:
+    """ParseError once an output has listed more than MAX_DEVICES devices."""
+    if count > MAX_DEVICES:
+        raise ParseError(tool, f"more than {MAX_DEVICES} devices; a node has tens (several captures "
+                               f"in one file?)", line)
+
+
+def lines_of(text: str, tool: str, limit: Optional[int] = None) -> list[str]:
+    """``text.splitlines()``; ParseError for more than ``limit`` (default MAX_LINES) lines, said
+    before splitting when the newlines alone are too many: every line read costs a few hundred
+    bytes of structure."""
+    limit = MAX_LINES if limit is None else limit
+    lines = text.splitlines() if text.count("\n") <= limit else None
+    if lines is None or len(lines) > limit:  # splitlines also ends lines at \v, \f, \x1c...
+        raise ParseError(tool, f"more than {limit} lines; {tool} prints a few thousand at most")
+    return lines
+
+
 def split_cells(line: str) -> Optional[list[str]]:
     """The cells of a content line ``| a | b |``, or None when it is not one."""
     s = line.strip()
@@ -56,7 +82,7 @@ def box_lines(text: str, tool: str, *, strict: bool = True) -> list[BoxLine]:
     when ``strict`` (one box), else is kept as ``text`` (tools that print several boxes)."""
     out: list[BoxLine] = []
     started = False
-    for i, raw in enumerate(text.splitlines(), 1):
+    for i, raw in enumerate(lines_of(text, tool), 1):
         if len(raw) > MAX_LINE:
             raise ParseError(tool, f"a line of {len(raw)} characters; {tool} prints short lines", i)
         s = raw.strip()
@@ -105,11 +131,17 @@ def cell_labels(cell: str, vocabulary: Sequence[tuple[str, str]]) -> list[Label]
     masked = cell
     found: list[Label] = []
     for text, key in vocabulary:
+        if not text or text not in masked:
+            continue
+        # every occurrence, left to right, masked in one rebuild (one per occurrence is quadratic)
+        parts, last = [], 0
         pos = masked.find(text)
         while pos >= 0:
             found.append(Label(key, pos))
-            masked = masked[:pos] + " " * len(text) + masked[pos + len(text):]
-            pos = masked.find(text)
+            parts += [masked[last:pos], " " * len(text)]
+            last = pos + len(text)
+            pos = masked.find(text, last)
+        masked = "".join(parts) + masked[last:]
     for m in re.finditer(r"\S+(?: \S+)*", masked):
         found.append(Label("?" + m.group(0), m.start()))
     return sorted(found, key=lambda lab: lab.start)
@@ -121,10 +153,22 @@ def cell_values(cell: str, labels: Sequence[Label]) -> dict[str, str]:
     out: dict[str, list[str]] = {}
     if not labels:
         return {}
+    ordered = sorted(labels, key=lambda lab: lab.start)  # stable: among equal starts, the first given
+    starts = [lab.start for lab in ordered]
     for m in GROUP.finditer(cell):
-        best = min(labels, key=lambda lab: (abs(lab.start - m.start()), lab.start))
-        out.setdefault(best.key, []).append(m.group(0))
+        out.setdefault(_nearest(ordered, starts, m.start()).key, []).append(m.group(0))
     return {k: " ".join(v) for k, v in out.items()}
+
+
+def _nearest(ordered: Sequence[Label], starts: Sequence[int], pos: int) -> Label:
+    """The label whose start is nearest ``pos``, the earlier one on a tie (by bisection: a scan
+    of every label per value is quadratic in a wide header)."""
+    j = bisect.bisect_left(starts, pos)
+    if j == len(starts):
+        j = bisect.bisect_left(starts, starts[-1])  # the first of the last start
+    elif j > 0 and pos - starts[j - 1] <= starts[j] - pos:
+        j = bisect.bisect_left(starts, starts[j - 1])  # the first label at the earlier start
+    return ordered[j]
 
 
 def header_labels(rows: Sequence[BoxLine], vocabulary: Sequence[tuple[str, str]]) -> list[list[list[Label]]]:

@@ -31,9 +31,11 @@ TOOL = "amd-smi"
 MAX_LINE = 4096
 MAX_DEPTH = 32
 _BLOCK = re.compile(r"^(?P<kind>GPU|CPU|CORE|NIC)\s*:\s*(?P<index>[0-9]{1,4})\s*$")
-_KV = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][\w .()/%\-]{0,80}?)\s*:(?:\s+(?P<value>.*?))?\s*$")
+# read from right-stripped lines; the value is all after the blanks that follow the colon (a lazy
+# value then a trailing-blank test would try every split of a long blank run: quadratic)
+_KV = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][\w .()/%\-]{0,80}?)\s*:(?:\s+(?P<value>.*))?$")
 _MONITOR_FIRST = re.compile(r"^\s*(GPU|gpu)\s+[A-Za-z_%]")
-_UNIT = re.compile(r"^(?:[A-Za-z%°µ/]+[A-Za-z0-9%°µ/]*)$")
+_UNIT = re.compile(r"^[A-Za-z%°µ/][A-Za-z0-9%°µ/]*$")  # one way to split: linear
 _NUM = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)$")
 
 
@@ -60,7 +62,10 @@ def _key(k: Any) -> str:
 def _put(section: dict, key: str, value: Any) -> None:
     if key in section:
         old = section[key]
-        section[key] = (old if isinstance(old, list) else [old]) + [value]
+        if isinstance(old, list):  # made here: append in place (a copy per repeat is quadratic)
+            old.append(value)
+        else:
+            section[key] = [old, value]
     else:
         section[key] = value
 

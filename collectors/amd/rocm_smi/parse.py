@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from hetero_exporter.sdk import values
+from hetero_exporter.sdk import tables, values
 from hetero_exporter.sdk.contract import ParseError
 
 # --------------------------------------------------------------------------- value parsing
@@ -113,6 +113,7 @@ def parse_json(text: str, tool: str = "rocm-smi") -> Report:
             if not isinstance(body, dict):
                 raise ParseError(tool, f"{key}: expected an object of fields, got {type(body).__name__}")
             cards.append(Card(int(m.group(1)), {str(k): _str(v) for k, v in body.items()}))
+            tables.check_devices(len(cards), tool)
         elif str(key).lower() == "system" and isinstance(body, dict):
             system = {str(k): _str(v) for k, v in body.items()}
     if not cards:
@@ -144,6 +145,7 @@ def parse_keyed(text: str, tool: str = "rocm-smi") -> Report:
         dcu = dcu or m.group(1) in ("DCU", "HCU")
         idx = int(m.group(2))
         card = cards.setdefault(idx, Card(idx, line=n))
+        tables.check_devices(len(cards), tool, n)
         key, sep, value = m.group(3).partition(": ")
         if sep:
             card.raw[key.strip()] = value.strip()
@@ -185,8 +187,30 @@ def _cut(line: str, starts: list[int]) -> list[str]:
     return out
 
 
+MAX_LINE = 4096  # the concise table is ~150 characters wide
+MAX_COLUMNS = 64  # it has ~15: each device row is cut at every column start
+
+
+def _end_of_log(line: str) -> bool:
+    """``... end of ... log`` (the table's closing banner), found without a pattern that would
+    rescan the rest of the line from every "end of"."""
+    low = line.lower()
+    i = low.find("end of ")
+    return i >= 0 and "log" in low[i + 7:]
+
+
+def _in_parentheses(text: str) -> Optional[str]:
+    """What the first ``(...)`` of ``text`` holds, else None."""
+    i = text.find("(")
+    j = text.find(")", i + 1) if i >= 0 else -1
+    return text[i + 1:j] if j >= 0 else None
+
+
 def parse_concise(text: str, tool: str = "rocm-smi") -> Report:
     lines = text.splitlines()
+    for n, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE:
+            raise ParseError(tool, f"a line of {len(line)} characters; {tool} prints short lines", n)
     header_at = None
     for n, line in enumerate(lines):
         words = [w for _, w in _cells(line)]
@@ -198,6 +222,8 @@ def parse_concise(text: str, tool: str = "rocm-smi") -> Report:
         raise ParseError(tool, "not rocm-smi/hy-smi output: no JSON object (--json), no 'GPU[n] : key: value' "
                                "lines and no Concise Info header (a line starting with GPU/DCU/Device that names Temp)")
     head = _cells(lines[header_at])
+    if len(head) > MAX_COLUMNS:
+        raise ParseError(tool, f"a header of {len(head)} columns; {tool} prints about 15", header_at + 1)
     starts = [s for s, _ in head]
     names = [w for _, w in head]
     sub = [""] * len(names)
@@ -231,9 +257,10 @@ def parse_concise(text: str, tool: str = "rocm-smi") -> Report:
                 card.columns[sem] = cell
                 card.raw[f"{hdr} {subhdr}".strip()] = cell
             cards.append(card)
+            tables.check_devices(len(cards), tool, k + 1)
         elif cards and name_col is not None and line[: starts[name_col]].strip() == "":
             cards[-1].columns["name"] = line.strip()  # the device's second line: its name
-        elif re.search(r"end of .*log", line, re.I):
+        elif _end_of_log(line):
             break
     if not cards:
         raise ParseError(tool, "the Concise Info table has no device rows", header_at + 1)
@@ -241,8 +268,8 @@ def parse_concise(text: str, tool: str = "rocm-smi") -> Report:
     for card in cards:  # the sensor named by the sub-header "(Junction)" or the header "Temp (DieEdge)"
         if "temp" in semantics:
             i = semantics.index("temp")
-            inline = re.search(r"\(([^)]*)\)", names[i])
-            card.columns["temp_sensor"] = sub[i] or (f"({inline.group(1)})" if inline else "")
+            inline = _in_parentheses(names[i])
+            card.columns["temp_sensor"] = sub[i] or (f"({inline})" if inline is not None else "")
         else:
             card.columns["temp_sensor"] = ""
         card.columns["power_kind"] = (names[semantics.index("power")] + " " + sub[semantics.index("power")]
@@ -274,10 +301,10 @@ def parse_pid_gpus(text: str) -> dict[int, tuple[int, ...]]:
         if not m:
             continue
         want, got = int(m.group(2)), []
-        for nxt in lines[n + 1:]:
-            if len(got) >= want or not re.fullmatch(r"[\d\s]+", nxt.strip() or "x"):
-                break
-            got.extend(int(x) for x in nxt.split())
+        k = n + 1  # by index: a slice of the rest per PID line copies it each time
+        while k < len(lines) and len(got) < want and re.fullmatch(r"[\d\s]+", lines[k].strip() or "x"):
+            got.extend(int(x) for x in lines[k].split())
+            k += 1
         out[int(m.group(1))] = tuple(got[:want])
     return out
 

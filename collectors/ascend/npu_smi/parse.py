@@ -387,6 +387,7 @@ def parse_summary(text: str) -> NpuSummary:
                              block[0].lineno)
         for j in range(0, len(block), 2):
             chips.append(_chip_from_rows(block[j], block[j + 1], head, tool))
+            tables.check_devices(len(chips), tool, block[j].lineno)
         block.clear()
 
     for i in range(head2_at + 1, len(lines)):
@@ -539,6 +540,25 @@ def parse_list(text: str) -> NpuList:
     return NpuList(total=total, cards=tuple(cards))
 
 
+_PROC_MEM_HEAD = re.compile(r"Process id\s*:\s*(\d+)\s+Process name\s*:")
+_PROC_MEM_TAIL = re.compile(r"\s*:\s*(\S+)")
+_PROC_MEM_KEY = "Process memory(MB)"
+
+
+def _proc_mem_line(s: str) -> Optional[tuple[int, str, str]]:
+    """``Process id:P  Process name:NAME  Process memory(MB):M`` (stripped) -> (P, NAME, M); the
+    name may hold blanks. Read around the last "Process memory(MB)": a lazy name pattern retries
+    the tail at every character (quadratic on a long line)."""
+    head = _PROC_MEM_HEAD.match(s)
+    at = s.rfind(_PROC_MEM_KEY)
+    if head is None or at < head.end() or not s[at - 1].isspace():
+        return None
+    tail = _PROC_MEM_TAIL.fullmatch(s, at + len(_PROC_MEM_KEY))
+    if tail is None:
+        return None
+    return int(head.group(1)), s[head.end():at].strip(), tail.group(1)
+
+
 def parse_proc_mem(text: str) -> list[NpuProcess]:
     """Parse ``npu-smi info -t proc-mem -i N``: 'Process id:P  Process name:X  Process memory(MB):M'."""
     tool = "npu-smi info -t proc-mem"
@@ -552,11 +572,12 @@ def parse_proc_mem(text: str) -> list[NpuProcess]:
         if m:
             npu = _int(m.group(1), tool, i, "NPU ID")
             continue
-        m = re.fullmatch(r"Process id\s*:\s*(\d+)\s+Process name\s*:\s*(.*?)\s+Process memory\(MB\)\s*:\s*(\S+)", s)
-        if not m:
+        got = _proc_mem_line(s)
+        if got is None:
             raise ParseError(tool, f"not a process line: {s[:60]!r}", i)
-        out.append(NpuProcess(npu_id=npu if npu is not None else 0, chip_id=None, pid=int(m.group(1)),
-                              name=m.group(2), memory_mb=_int(m.group(3), tool, i, "Process memory(MB)")))
+        pid, name, memory = got
+        out.append(NpuProcess(npu_id=npu if npu is not None else 0, chip_id=None, pid=pid,
+                              name=name, memory_mb=_int(memory, tool, i, "Process memory(MB)")))
     return out
 
 
@@ -623,7 +644,7 @@ def detect(text: str) -> str:
     """Which command printed ``text``: ``info``, ``info -m``, ``info -l`` or ``info -t KIND``
     (``info -t board-chip`` for ``-t board -c``). Raises ParseError for an npu-smi error
     message or a text that is none of these."""
-    stripped = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    stripped = [ln.strip() for ln in tables.lines_of(text, TOOL) if ln.strip()]  # at most MAX_LINES
     if not stripped:
         raise ParseError(TOOL, "empty output")
     if any(_BORDER.match(s) for s in stripped) and any("npu-smi" in s or "Bus-Id" in s for s in stripped):

@@ -173,10 +173,10 @@ _VALUE_RX = {
     "name": r"\S+(?: \S+)*?",
     "firmware": r"\S+", "inited": r"\S+", "driver": r"\S+",
     "fan": r"\d+(?:\.\d+)?%|N/A", "temp": r"-?\d+(?:\.\d+)?C|N/A",
-    "pwr:usage/cap": r"(?:[\d.]+|N/A)\s*W?\s*/\s*(?:[\d.]+|N/A)\s*W?|N/A",
+    "pwr:usage/cap": r"(?:[\d.]+|N/A)(?:\s*W)?\s*/\s*(?:[\d.]+|N/A)(?:\s*W)?|N/A",
     "bus-id": r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]|N/A",
-    "memory-usage": r"(?:\d+|N/A)\s*(?:MiB)?\s*/\s*(?:\d+|N/A)\s*(?:MiB)?|N/A",
-    "vmemory-usage": r"(?:\d+|N/A)\s*(?:MiB)?\s*/\s*(?:\d+|N/A)\s*(?:MiB)?|N/A",
+    "memory-usage": r"(?:\d+|N/A)(?:\s*MiB)?\s*/\s*(?:\d+|N/A)(?:\s*MiB)?|N/A",
+    "vmemory-usage": r"(?:\d+|N/A)(?:\s*MiB)?\s*/\s*(?:\d+|N/A)(?:\s*MiB)?|N/A",
     "util": r"\d+(?:\.\d+)?%|N/A", "ecc-error": r"\d+|N/A",
     "sr-iov": r"\S+", "compute-mode": r"\S+",
 }
@@ -186,14 +186,18 @@ _cells = tables.split_cells
 
 
 def _cell_pattern(header_cell: str) -> tuple[list[str], re.Pattern]:
+    """The labels of a header cell and the pattern of its data cells (read stripped). Values
+    are separated by blanks, as cnmon prints them: with optional blanks between them, two
+    one-word values could split a long word in any place, and a failing match would try each
+    (quadratic, cubic with three); no value pattern ends or starts with optional blanks."""
     labels = [x.lower() for x in re.split(r"\s{2,}", header_cell.strip()) if x]
     parts = ["(?P<g%d>%s)" % (i, _VALUE_RX.get(lab, _ANY)) for i, lab in enumerate(labels)]
-    return labels, re.compile(r"\s*" + r"\s*".join(parts) + r"\s*" if parts else r"\s*")
+    return labels, re.compile(r"\s+".join(parts))
 
 
 def _cell_values(cell: str, spec: tuple[list[str], re.Pattern], line: int) -> dict[str, str]:
     labels, rx = spec
-    m = rx.fullmatch(cell)
+    m = rx.fullmatch(cell.strip())
     if not m:
         raise ParseError(TOOL, f"cell {cell.strip()[:50]!r} does not match its header "
                                f"({', '.join(labels) or 'empty'})", line)
@@ -235,14 +239,36 @@ def _card_from_rows(a: tuple[int, list[str]], b: tuple[int, list[str]], head: tu
         sriov=text("sr-iov"), compute_mode=text("compute-mode"))
 
 
-_PROC_ROW = re.compile(r"^\s*(\d+)\s+(\S+)\s+(\d+)\s+(.*?)\s*(\d+|N/A)\s*MiB\s*$")
+_PROC_HEAD = re.compile(r"\s*(\d+)\s+(\S+)\s+(\d+)\s+")  # card, instance, pid; the rest is read below
+
+
+def _proc_row(row: str) -> Optional[tuple[int, str, int, str, Optional[int]]]:
+    """``card instance pid command... memory MiB`` -> (card, instance, pid, command, MiB or
+    None for N/A); None when the row is not one. The command may hold blanks and digits: the
+    memory is the last number before ``MiB`` (read from the right: a pattern with a lazy
+    command would retry the tail at every character, quadratic on a long row)."""
+    m = _PROC_HEAD.match(row)
+    if m is None:
+        return None
+    rest = row[m.end():].rstrip()
+    if not rest.endswith("MiB"):
+        return None
+    rest = rest[:-3].rstrip()
+    digits = len(rest) - len(rest.rstrip("0123456789"))
+    if digits:
+        memory, command = int(rest[len(rest) - digits:]), rest[:len(rest) - digits]
+    elif rest.endswith("N/A"):
+        memory, command = None, rest[:-3]
+    else:
+        return None
+    return int(m.group(1)), m.group(2), int(m.group(3)), command.strip(), memory
 
 
 MAX_LINE = 4096  # longer lines are not cnmon's (and would make the cell patterns slow)
 
 
 def _check_lines(text: str, tool: str) -> list[str]:
-    lines = text.splitlines()
+    lines = tables.lines_of(text, tool)  # at most tables.MAX_LINES
     for i, ln in enumerate(lines, 1):
         if len(ln) > MAX_LINE:
             raise ParseError(tool, f"a line of {len(ln)} characters; cnmon prints short lines", i)
@@ -272,6 +298,7 @@ def parse_table(text: str) -> CnmonTable:
             raise ParseError(TOOL, f"a card block of {len(block)} line(s); rows come in pairs", block[0][0])
         for j in range(0, len(block), 2):
             cards.append(_card_from_rows(block[j], block[j + 1], head))
+            tables.check_devices(len(cards), TOOL, block[j][0])
         block.clear()
 
     for ln, raw in lines:
@@ -319,12 +346,11 @@ def parse_table(text: str) -> CnmonTable:
                 continue
             if re.match(r"No running processes found", row, re.I):
                 continue
-            m = _PROC_ROW.match(row)
-            if not m:
+            proc = _proc_row(row)
+            if proc is None:
                 raise ParseError(TOOL, f"not a process row: {row[:60]!r}", ln)
-            procs.append(MluProcess(card=int(m.group(1)), instance=m.group(2), pid=int(m.group(3)),
-                                    command=m.group(4).strip(),
-                                    memory_mib=None if m.group(5) == "N/A" else int(m.group(5))))
+            card, inst, pid, command, memory = proc
+            procs.append(MluProcess(card=card, instance=inst, pid=pid, command=command, memory_mib=memory))
     if section == "cards":
         flush()
     if version is None:
@@ -342,7 +368,8 @@ def parse_table(text: str) -> CnmonTable:
 
 # --------------------------------------------------------------------------- cnmon info
 
-_CARD_HEAD = re.compile(r"^\s*Card\s*:?\s*(\d+)\s*:?\s*$", re.I)
+# an optional colon with optional blanks around it, written so that a blank run has one split
+_CARD_HEAD = re.compile(r"^\s*Card(?:\s*:)?\s*(\d+)(?:\s*:)?\s*$", re.I)
 
 
 def parse_info(text: str) -> CnmonInfo:
@@ -362,14 +389,17 @@ def parse_info(text: str) -> CnmonInfo:
     return CnmonInfo(tuple(cards))
 
 
+_INFO_NUMBER = re.compile(r"(-?[\d.]+|N/A|NA)(?:\s*([A-Za-z%°]+))?")  # read stripped: one split of blanks
+
+
 def _info_number(v: Optional[str], what: str) -> Optional[float]:
     if v is None:
         return None
-    m = re.fullmatch(r"\s*(-?[\d.]+|N/A|NA)\s*([A-Za-z%°]*)\s*", v)
+    m = _INFO_NUMBER.fullmatch(v.strip())
     if not m:
         raise ParseError("cnmon info", f"{what}: expected a number with a unit, got {v.strip()[:40]!r}")
     n = _num(m.group(1), None, what)
-    unit = m.group(2).lower()
+    unit = (m.group(2) or "").lower()
     if n is not None and unit in ("kib", "mib", "gib", "tib", "b", "kb", "mb", "gb"):
         n *= {"b": 1, "kib": 1 << 10, "mib": MIB, "gib": 1 << 30, "tib": 1 << 40,
               "kb": 1 << 10, "mb": MIB, "gb": 1 << 30}[unit]  # cnmon's units are binary

@@ -52,8 +52,10 @@ PROC_VOCAB = tuple(sorted((
 REQUIRED = ("dev", "name", "bus")
 STATE_FIELDS = ("dpm", "ecc")  # the table's state columns (power-management state, ECC mode)
 _UNIT_GAP = re.compile(r"(\d)(\s+)(C|℃|°C)(?=\s|$)")
-_EFSMI = re.compile(r"EFSMI\s*:?\s*V?(\d[\w.+-]*)")
-_DRIVER = re.compile(r"Driver\s+Ver(?:sion)?\s*:?\s*V?(\d[\w.+-]*)")
+# "(?:\s*:)?\s*": an optional colon among blanks with one way to split a blank run (":?" between
+# two "\s*" tries every split of a long run before failing: quadratic)
+_EFSMI = re.compile(r"EFSMI(?:\s*:)?\s*V?(\d[\w.+-]*)")
+_DRIVER = re.compile(r"Driver\s+Ver(?:sion)?(?:\s*:)?\s*V?(\d[\w.+-]*)")
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,8 @@ def _keys_of(header: list[list[list[tables.Label]]]) -> set[str]:
 
 
 def _process(row: tables.BoxLine, labels: list[list[tables.Label]]) -> Optional[GcuProcess]:
+    if len(row.cells) == 1 and re.search(r"no\s+running\s+process", row.joined, re.I):
+        return None  # efsmi's own "No running processes found" row, one cell across the table
     if len(row.cells) != len(labels):
         raise ParseError(TOOL, f"process row has {len(row.cells)} cells, its header {len(labels)}", row.lineno)
     vals: dict[str, str] = {}
@@ -250,6 +254,7 @@ def parse_table(text: str) -> EfsmiTable:
     header_rec = recs[at]
     header = [_labels(r, VOCAB) for r in header_rec]
     devices: list[GcuDevice] = []
+    indexes: set[int] = set()
     processes: list[GcuProcess] = []
     section = False
     proc_labels: Optional[list[list[tables.Label]]] = None
@@ -271,8 +276,9 @@ def parse_table(text: str) -> EfsmiTable:
                         processes.append(p)
                 continue
             d = _device(rec, header)
-            if any(o.index == d.index for o in devices):
+            if d.index in indexes:
                 raise ParseError(TOOL, f"device {d.index} listed twice", rec[0].lineno)
+            indexes.add(d.index)
             devices.append(d)
             continue
         rows = rec
@@ -307,13 +313,15 @@ def parse_table(text: str) -> EfsmiTable:
 
 # --------------------------------------------------------------------------- efsmi -q
 
-_DEV_ID = re.compile(r"^\s*DEV\s+ID\s*:?\s*(\d+)\s*$")
-_KV = re.compile(r"^\s*([A-Za-z][^:]{0,60}?)\s*:\s*(.*?)\s*$")
+_DEV_ID = re.compile(r"^\s*DEV\s+ID(?:\s*:)?\s*(\d+)\s*$")
+# the value is stripped by the caller (a lazy value then "\s*$" retries every blank: quadratic)
+_KV = re.compile(r"^\s*([A-Za-z][^:]{0,60}?)\s*:(.*)$")
 
 
 def parse_query(text: str) -> tuple[GcuDetail, ...]:
     """The ``DEV ID`` blocks of ``efsmi -q`` (sections are the bare title lines above keys)."""
     out: list[GcuDetail] = []
+    seen: set[int] = set()
     cur: Optional[dict] = None
     section = ""
     pci: dict[str, str] = {}
@@ -324,8 +332,9 @@ def parse_query(text: str) -> tuple[GcuDetail, ...]:
         if {"domain", "bus", "dev", "func"} <= set(pci):
             cur["bus_id"] = pciaddr.normalize(f"{pci['domain']}:{pci['bus'].zfill(2)}:{pci['dev'].zfill(2)}"
                                               f".{pci['func']}")
-        if any(o.index == cur["index"] for o in out):
+        if cur["index"] in seen:
             raise ParseError(TOOL, f"DEV ID {cur['index']} listed twice")
+        seen.add(cur["index"])
         out.append(GcuDetail(**cur))
 
     for i, raw in enumerate(text.splitlines(), 1):
@@ -347,7 +356,7 @@ def parse_query(text: str) -> tuple[GcuDetail, ...]:
         if kv is None:
             section = s.lower()
             continue
-        key, val = kv.group(1).strip().lower(), kv.group(2)
+        key, val = kv.group(1).strip().lower(), kv.group(2).strip()
         if "pcie" in section and key in ("domain", "bus", "dev", "func"):
             pci[key] = val
         elif key == "dev uuid":

@@ -166,10 +166,12 @@ _PROC_LABELS = (
     ("Process name", "name"), ("Usage(MiB)", "memory"), ("GPU Memory", "memory"), ("PID", "pid"),
     ("Type", "type"), ("GPU", "gpu"), ("GI", "gi"), ("CI", "ci"),
 )
+# optional words and colons each behind their own blanks: a blank run splits one way only (with
+# "\s*(?:Version)?\s*:?\s*" a failing search tries every split of it, cubic in its length)
 _VERSIONS = {
-    "ml": re.compile(r"(?:IX-ML|IXML|IXSMI|ixsmi)\s*(?:Version)?\s*:?\s*v?(\d[\w.+-]*)", re.I),
-    "driver": re.compile(r"Driver\s+Version\s*:?\s*v?(\d[\w.+-]*)", re.I),
-    "cuda": re.compile(r"CUDA\s+Version\s*:?\s*v?(\d[\w.+-]*)", re.I),
+    "ml": re.compile(r"(?:IX-ML|IXML|IXSMI|ixsmi)(?:\s*Version)?(?:\s*:)?\s*v?(\d[\w.+-]*)", re.I),
+    "driver": re.compile(r"Driver\s+Version(?:\s*:)?\s*v?(\d[\w.+-]*)", re.I),
+    "cuda": re.compile(r"CUDA\s+Version(?:\s*:)?\s*v?(\d[\w.+-]*)", re.I),
 }
 
 
@@ -253,6 +255,7 @@ def parse_table(text: str) -> IxsmiOutput:
     timestamp = next((ln.text for ln in lines if ln.kind == "text" and ln.lineno < header_rows[0].lineno
                       and ln.text.lower().startswith("timestamp")), None)
     gpus: list[IxGpu] = []
+    indexes: set[int] = set()
     proc_at = None
     for i in range(at + 1, len(recs)):
         rec = recs[i]
@@ -265,8 +268,9 @@ def parse_table(text: str) -> IxsmiOutput:
         for j in range(0, len(rec), len(header_rows)):  # records of several devices without borders between
             part = rec[j:j + len(header_rows)]
             g = _gpu_of(part, header, part[0].lineno)
-            if any(o.index == g.index for o in gpus):
+            if g.index in indexes:
                 raise ParseError(TOOL, f"GPU {g.index} listed twice", part[0].lineno)
+            indexes.add(g.index)
             gpus.append(g)
     procs = _processes(recs[proc_at:]) if proc_at is not None else []
     return IxsmiOutput(layout="table", gpus=tuple(gpus), processes=tuple(procs),
@@ -300,7 +304,7 @@ CSV_FIELDS: dict[str, tuple[str, str]] = {
 # the field order of gpustack's ixsmi detector (the noheader capture; SOURCES.md):
 # ixsmi --format=csv,noheader --query-gpu=index,name,memory.total,memory.used,utilization.gpu,temperature.gpu
 DEFAULT_FIELDS = ("index", "name", "memory.total", "memory.used", "utilization.gpu", "temperature.gpu")
-_HEAD = re.compile(r"^\s*([a-z_][a-z0-9_.]*)\s*(?:\[([^\]]*)\])?\s*$", re.I)
+_HEAD = re.compile(r"^\s*([a-z_][a-z0-9_.]*)(?:\s*\[([^\]]*)\])?\s*$", re.I)
 
 
 def csv_header(line: str) -> Optional[list[tuple[str, str]]]:
@@ -351,6 +355,7 @@ def parse_csv(text: str, fields: Optional[Sequence[str]] = None) -> IxsmiOutput:
     if len(unknown) == len(head):
         raise ParseError(TOOL, f"none of the CSV fields is an ixsmi --query-gpu field: {', '.join(unknown)[:60]}")
     gpus: list[IxGpu] = []
+    indexes: set[int] = set()  # a set: a scan of the GPUs per row is quadratic
     for n, (ln, row) in enumerate(rows):
         cells = row.split(",")
         if len(cells) != len(head):
@@ -362,8 +367,9 @@ def parse_csv(text: str, fields: Optional[Sequence[str]] = None) -> IxsmiOutput:
                 got.setdefault(attr, v)
         got.setdefault("index", n)
         g = IxGpu(**got)  # type: ignore[arg-type]
-        if any(o.index == g.index for o in gpus):
+        if g.index in indexes:
             raise ParseError(TOOL, f"GPU {g.index} listed twice", ln)
+        indexes.add(g.index)
         gpus.append(g)
     drivers = {g.driver_version for g in gpus if g.driver_version}
     return IxsmiOutput(layout="csv", gpus=tuple(gpus), fields=tuple(f for f, _ in head),

@@ -40,7 +40,6 @@ TOOL = "xpu-smi"  # the ``parse`` name (and the fixtures folder); the XRE binary
 MIB = 1 << 20
 _TITLE = re.compile(r"^[A-Z][A-Z0-9 _/-]{1,40}$")
 _KEY_VALUE = re.compile(r"^([A-Za-z][A-Za-z0-9 ._-]{0,40}?)\s*:\s*(\S.*)$")
-_UNIT_LABEL = re.compile(r"^(.*?)\s*\(([^)]*)\)\s*$")  # "Power(W)" -> ("Power", "W")
 _OK_STATES = {"n", "normal", "r", "running", "ok"}
 
 
@@ -142,13 +141,24 @@ def _pair(text: str, what: str, line: int) -> tuple[Optional[float], Optional[fl
     if len(parts) != 2:
         raise ParseError(TOOL, f"{what}: expected 'USED / TOTAL MB', got {text[:30]!r}", line)
     right = parts[1].strip()
-    m = re.match(r"^\s*[-+0-9.eE]+\s*([A-Za-z]*)\s*$", right)
-    unit = (m.group(1) if m else "") or "MB"
+    unit = _unit_after_number(right) or "MB"
     left = parts[0].strip()
     left_has_unit = bool(re.search(r"[A-Za-z]", left)) and not values.is_na(left)
     used = _quantity(left, "" if left_has_unit else unit, what, line)
     total = _quantity(right, unit, what, line)
     return used, total
+
+
+def _unit_after_number(text: str) -> str:
+    """The letters after the leading number of ``32768 MB`` (``MB``); "" when there are none or
+    the text is no number and letters. Read by index: the number's ``e`` is also a letter, and a
+    pattern for both would try each split of a long run of them."""
+    n = len(text) - len(text.lstrip("-+0123456789.eE"))
+    rest = text[n:].strip()
+    return rest if n and _LETTERS.fullmatch(rest) else ""
+
+
+_LETTERS = re.compile(r"[A-Za-z]+")
 
 
 def _text(cell: Optional[str]) -> Optional[str]:
@@ -226,17 +236,37 @@ def _device_table(t: _Table) -> bool:
     return "devid" in cols and ("pci addr" in cols or "memory" in cols) and "pid" not in cols
 
 
+def _unit_label(label: str) -> tuple[str, str]:
+    """``power(w)`` -> (``power``, ``w``): the text before the last parenthesis group and what it
+    holds; (label, "") without one. Read by index (a lazy pattern would retry the tail from
+    every character: quadratic in a long header cell)."""
+    r = label.rstrip()
+    if not r.endswith(")"):
+        return label, ""
+    j = len(r) - 1
+    i = r.find("(", r.rfind(")", 0, j) + 1, j)
+    return (r[:i].rstrip(), r[i + 1:j]) if i >= 0 else (label, "")
+
+
 def _labelled(cols: Mapping[str, int], name: str) -> tuple[Optional[int], str]:
     """Column index of label ``name`` with or without a unit suffix, and that unit."""
     for label, i in cols.items():
-        m = _UNIT_LABEL.match(label)
-        base, unit = (m.group(1), m.group(2)) if m else (label, "")
+        base, unit = _unit_label(label)
         if base == name:
             return i, unit
     return None, ""
 
 
-def _device(cells: tuple[str, ...], cols: Mapping[str, int], line: int) -> XpuDevice:
+_EXTRA = (("power", "power", "W"), ("temp", "temp", "C"), ("freq", "freq", "MHz"))
+
+
+def _extra_columns(cols: Mapping[str, int]) -> dict[str, tuple[Optional[int], str, str]]:
+    """key -> (column, unit, default unit) of the readings whose label may carry a unit."""
+    return {key: (*_labelled(cols, name), default) for key, name, default in _EXTRA}
+
+
+def _device(cells: tuple[str, ...], cols: Mapping[str, int], line: int,
+            extra_cols: Optional[Mapping[str, tuple[Optional[int], str, str]]] = None) -> XpuDevice:
     def cell(name: str) -> Optional[str]:
         i = cols.get(name)
         return None if i is None else cells[i]
@@ -252,9 +282,8 @@ def _device(cells: tuple[str, ...], cols: Mapping[str, int], line: int) -> XpuDe
     mem_used, mem_total = _pair(cell("memory") or "N/A", "Memory", line)
     util = _quantity(cell("userate") or "N/A", "%", "UseRate", line)
     extra: dict[str, Optional[float]] = {}
-    for key, name, default in (("power", "power", "W"), ("temp", "temp", "C"), ("freq", "freq", "MHz")):
-        i, unit = _labelled(cols, name)
-        extra[key] = None if i is None else _quantity(cells[i], unit or default, name, line)
+    for key, (i, unit, default) in (extra_cols or _extra_columns(cols)).items():
+        extra[key] = None if i is None else _quantity(cells[i], unit or default, key, line)
     return XpuDevice(index=index, bus_id=bus, model=_text(cell("model")) or "", serial=_text(cell("sn")),
                      inode=_text(cell("inode")), state=_text(cell("state")), utilization_ratio=util,
                      l3_used_bytes=l3_used, l3_total_bytes=l3_total, memory_used_bytes=mem_used,
@@ -310,20 +339,24 @@ def parse(text: str) -> XpuSmi:
     dev_tables = [t for t in found if t.header is not None and _device_table(t)]
     if not dev_tables:
         raise ParseError(TOOL, "no DEVICES table (a header naming DevID and PCI Addr or Memory)")
+    skip = {id(t) for t in dev_tables}  # by identity: "t in dev_tables" compares whole tables
+    known: set[int] = set()
     devices: list[XpuDevice] = []
     for t in dev_tables[:1]:
         cols = _columns(t)
+        extra_cols = _extra_columns(cols)  # once per table, not per row
         for line, cells in t.rows:
-            d = _device(cells, cols, line)
-            if any(o.index == d.index for o in devices):
+            d = _device(cells, cols, line, extra_cols)
+            if d.index in known:
                 raise ParseError(TOOL, f"DevID {d.index} listed twice", line)
+            known.add(d.index)
             devices.append(d)
-    known = {d.index for d in devices}
+            tables.check_devices(len(devices), TOOL, line)
     video: dict[int, dict[str, VideoEngine]] = {}
     processes: list[XpuProcess] = []
     process_section = False
     for t in found:
-        if t.header is None or t in dev_tables:
+        if t.header is None or id(t) in skip:
             continue
         cols = _columns(t)
         if "pid" in cols and "devid" in cols:

@@ -151,6 +151,9 @@ def _quantity(text: str, unit: str, line: int, column: str) -> Optional[float]:
     return v
 
 
+_UNIT_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz%"
+
+
 def _pair(text: str, unit: str, line: int, column: str) -> tuple[Optional[float], Optional[float]]:
     """``53W / 450W`` or ``810/65536 MiB``: (first, second); the unit printed after the
     second applies to the first when the first has none."""
@@ -159,8 +162,10 @@ def _pair(text: str, unit: str, line: int, column: str) -> tuple[Optional[float]
         return _quantity(parts[0], unit, line, column), None
     if len(parts) != 2:
         raise ParseError(TOOL, f"column {column}: expected 'A / B', got {text[:30]!r}", line)
-    m = re.search(r"[A-Za-z%]+\s*$", parts[1].strip())
-    second_unit = m.group(0).strip() if m else unit
+    second = parts[1].strip()
+    # the run of letters the second part ends with (searched for, a long run costs its square)
+    letters = len(second) - len(second.rstrip(_UNIT_CHARS))
+    second_unit = second[len(second) - letters:] if letters else unit
     return (_quantity(parts[0], second_unit, line, column), _quantity(parts[1], unit, line, column))
 
 
@@ -284,12 +289,15 @@ def parse_table(text: str) -> MxTable:
         raise ParseError(TOOL, "a GPU table header without GPU and Memory-Usage", recs[at][0].lineno)
     widths = [len(r.cells) for r in recs[at]]
     gpus: list[MxGpu] = []
+    indexes: set[int] = set()  # a set: a scan of the GPUs per record is quadratic
     end = at + 1
     while end < len(recs) and len(recs[end][0].cells) == widths[0]:
         g = _gpu(_record_values(recs[end], header), recs[end][0].lineno)
-        if any(o.index == g.index for o in gpus):
+        if g.index in indexes:
             raise ParseError(TOOL, f"GPU {g.index} listed twice", recs[end][0].lineno)
+        indexes.add(g.index)
         gpus.append(g)
+        tables.check_devices(len(gpus), TOOL, recs[end][0].lineno)
         end += 1
     first = recs[at][0].lineno
     head = [ln.text for ln in lines if ln.lineno < first]
@@ -342,7 +350,9 @@ class MxTopo:
                 "legend": dict(self.legend)}
 
 
-_NIC_LEGEND = re.compile(r"^\s*NIC\s+Legend\s*:?\s*$", re.I | re.M)
+# one line: a "\s*" after "^" in multi-line mode would run over every blank line below each line
+# start (quadratic in a run of blank lines), and ":?" between two blank runs splits them every way
+_NIC_LEGEND = re.compile(r"^[ \t]*NIC[ \t]+Legend(?:[ \t]*:)?[ \t]*$", re.I | re.M)
 
 
 def parse_topo(text: str) -> MxTopo:

@@ -50,6 +50,7 @@ TOOL = "mthreads-gmi"
 MIB = 1 << 20
 MAX_LINE = 4096
 MAX_LINES = 20000
+MAX_TITLE = 512  # characters of the title line read for its NAME:VERSION pairs
 
 _BARE_RULE = re.compile(r"^-{3,}$")
 _PLUS_RULE = re.compile(r"^\+[-=+]{3,}$")
@@ -57,8 +58,10 @@ _ELISION = re.compile(r"^\.{3,}$")
 _TITLE = re.compile(r"mthreads-gmi\s*:", re.I)
 _PAIR = re.compile(r"([A-Za-z][\w-]*(?: [A-Za-z][\w-]*)*)\s*:\s*(\S+)")
 _LANES = re.compile(r"^(\d+)\s*x(?:\s*\(\s*(\d+)\s*x\s*\))?$", re.I)
-_MEM = re.compile(r"^(\S+?)\s*(?:\(\s*(\S+?)\s*\)|/\s*(\S+))$")
-_PROC = re.compile(r"^\s*(\d+)\s+(\d+)\s+(.*?)\s+(\S+)\s*$")
+# USED(TOTAL) or USED / TOTAL; USED holds no "(" or "/" and TOTAL no parenthesis (no quantity
+# does), so each part ends in one place (lazy parts retried from every "(": quadratic)
+_MEM = re.compile(r"^([^\s(/]+)\s*(?:\(\s*([^\s()]+)\s*\)|/\s*(\S+))$")
+_PROC_HEAD = re.compile(r"\s*(\d+)\s+(\d+)")  # ID, PID; the name and memory are read from the right
 
 # header words -> keys (matched whole, case-insensitive)
 LABELS = {"id": "id", "name": "name", "pcie": "bus", "bus-id": "bus", "%gpu": "util", "gpu-util": "util",
@@ -297,13 +300,33 @@ def _processes(lines: Sequence[tuple[int, str, str]], start: int) -> tuple[list[
             return out, False
         if re.search(r"no running process", text, re.I):
             continue
-        m = _PROC.match(text)
-        if m is None:
+        row = _proc_row(text)
+        if row is None:
             raise ParseError(TOOL, f"Processes: expected 'ID PID NAME MEMORY', got {text.strip()[:40]!r}", lineno)
-        out.append(GmiProcess(gpu=_int(m.group(1), lineno, "process ID"), pid=_int(m.group(2), lineno, "PID"),
-                              name=m.group(3).strip(),
-                              memory_bytes=_quantity(m.group(4), "MiB", lineno, "GPU Memory Usage")))
+        gpu, pid, name, memory = row
+        out.append(GmiProcess(gpu=_int(gpu, lineno, "process ID"), pid=_int(pid, lineno, "PID"), name=name,
+                              memory_bytes=_quantity(memory, "MiB", lineno, "GPU Memory Usage")))
     return out, False
+
+
+def _proc_row(text: str) -> Optional[tuple[str, str, str, str]]:
+    """``ID PID NAME... MEMORY`` -> (id, pid, name, memory); the name may hold blanks (or be
+    empty, after two blanks), the memory is the last word. Read from the right: a lazy name
+    would retry the tail at every character (quadratic in a long row)."""
+    m = _PROC_HEAD.match(text)
+    if m is None:
+        return None
+    rest = text[m.end():].rstrip()
+    if not rest[:1].isspace():
+        return None
+    word_at = len(rest)
+    while not rest[word_at - 1].isspace():
+        word_at -= 1
+    before = rest[:word_at]  # blanks, the name, blanks
+    name = before.strip()
+    if not name and len(before) < 2:
+        return None
+    return m.group(1), m.group(2), name, rest[word_at:]
 
 
 def parse_table(text: str) -> GmiTable:
@@ -327,7 +350,8 @@ def parse_table(text: str) -> GmiTable:
     if at is None:
         detect(text)  # raises the one-line error
         raise ParseError(TOOL, "no title line")  # pragma: no cover - detect raised
-    title = dict((k.strip().lower(), v) for k, v in _PAIR.findall(lines[at][1]))
+    # the title is ~80 characters; _PAIR retries a long run of words at each one (quadratic)
+    title = dict((k.strip().lower(), v) for k, v in _PAIR.findall(lines[at][1][:MAX_TITLE]))
     version = title.get("mthreads-gmi")
     driver = title.get("driver version")
     runtime = next((v for k, v in title.items() if k.startswith("musa")), None)

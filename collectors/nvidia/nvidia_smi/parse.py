@@ -34,7 +34,7 @@ from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.collectors.nvidia import common as C
 from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault,
                                    NodeSnapshot, ProcessSample, Quality, Reading)
-from hetero_exporter.sdk import pciaddr, values
+from hetero_exporter.sdk import pciaddr, tables, values
 
 TOOL = "nvidia-smi -q -x"
 ARGV = ("nvidia-smi", "-q", "-x")
@@ -357,7 +357,9 @@ def devices_of(root: ET.Element, tool: str, now: Optional[float] = None) -> tupl
     driver = _optional(_text(root.find("driver_version")))
     runtime = _cuda(_optional(_text(root.find("cuda_version"))))
     out: list[DeviceSample] = []
-    for index, gpu in enumerate(root.findall("gpu")):
+    gpus = root.findall("gpu")
+    tables.check_devices(len(gpus), tool)
+    for index, gpu in enumerate(gpus):
         uuid = _optional(_text(gpu.find("uuid")))
         pci = _bus_id(gpu.get("id") or "") or _bus_id(_text(gpu.find("pci/pci_bus_id")) or "")
         if uuid is None and pci is None:
@@ -406,7 +408,9 @@ MAX_TEXT_LINE = 4096
 _GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 # "Key      : value": the key is everything before the first colon (values hold colons: times,
 # bus ids); nvidia-smi pads keys to a column, older drivers to a narrower one.
-_TEXT_KV = re.compile(r"^(?P<indent> *)(?P<key>[^:\s][^:]{0,100}?)\s*:(?:\s+(?P<value>.*?))?\s*$")
+# Read from right-stripped lines: the value is all after the blanks that follow the colon (a lazy
+# value then a trailing-blank test would try every split of a long blank run: quadratic).
+_TEXT_KV = re.compile(r"^(?P<indent> *)(?P<key>[^:\s][^:]{0,100}?)\s*:(?:\s+(?P<value>.*))?$")
 _TITLE = re.compile(r"^ *[A-Za-z][\w .()/%+\-]{0,80}$")
 # (section element, label) -> the XML element nvidia-smi -q -x names the same value with;
 # labels not listed become their snake_case (the XML mostly is that: "FB Memory Usage" ->
@@ -458,23 +462,25 @@ def _regroup(gpu: ET.Element) -> None:
     """The text report's flat lists as the XML nests them: ``MIG Device`` sections under
     ``mig_devices``, the entries of ``Processes`` as one ``process_info`` per process (a key
     seen again starts the next), retired-page counts under ``retired_count``."""
+    # children are moved by rebuilding the lists (Element.remove searches: one per child is quadratic)
     direct = [c for c in gpu if c.tag == "mig_device"]
     if direct:
         holder = gpu.find("mig_devices")
         if holder is None:
             holder = ET.SubElement(gpu, "mig_devices")
-        for c in direct:
-            gpu.remove(c)
-            holder.append(c)
+        gpu[:] = [c for c in gpu if c.tag != "mig_device"]
+        holder.extend(direct)
     for procs in gpu.findall("processes"):
         items = [c for c in procs if c.tag != "process_info"]
         groups: list[ET.Element] = []
+        tags: set[str] = set()  # of the last group
         for c in items:
-            procs.remove(c)
-            if not groups or groups[-1].find(c.tag) is not None:
+            if not groups or c.tag in tags:
                 groups.append(ET.Element("process_info"))
+                tags = set()
             groups[-1].append(c)
-        procs.extend(groups)
+            tags.add(c.tag)
+        procs[:] = [c for c in procs if c.tag == "process_info"] + groups
     retired = gpu.find("retired_pages")
     if retired is not None:
         for c in retired:
@@ -499,7 +505,7 @@ def text_document(text: str) -> ET.Element:
         raise ParseError(TEXT_TOOL, f"expected text, got {type(text).__name__}")
     root = ET.Element("nvidia_smi_log")
     stack: list[tuple[int, ET.Element]] = [(-1, root)]
-    keys = 0
+    keys = gpus = 0
     for lineno, raw in enumerate(text.expandtabs(8).splitlines(), 1):
         if len(raw) > MAX_TEXT_LINE:
             raise ParseError(TEXT_TOOL, f"a line of {len(raw)} characters; nvidia-smi prints short lines", lineno)
@@ -509,6 +515,8 @@ def text_document(text: str) -> ET.Element:
         head = _GPU_HEADER.match(line.strip())
         if head:
             gpu = ET.SubElement(root, "gpu", id=head.group(1))
+            gpus += 1
+            tables.check_devices(gpus, TEXT_TOOL, lineno)
             stack = [(-1, root), (len(line) - len(line.lstrip()), gpu)]
             continue
         indent = len(line) - len(line.lstrip())
@@ -603,6 +611,8 @@ def _csv_rows(text: str, tool: str) -> tuple[list[str], list[list[str]]]:
     if len(set(names)) != len(names):
         raise ParseError(tool, "header names a field twice", 1)
     for n, r in enumerate(rows[1:], 2):
+        if r == rows[0]:  # files saved one after the other: a header read as a GPU named "name"
+            raise ParseError(tool, "the header again (one capture per file: parse each)", n)
         if len(r) != len(names):
             raise ParseError(tool, f"row has {len(r)} cells, the header {len(names)}", n)
     return names, rows[1:]
@@ -694,6 +704,7 @@ def parse_csv_devices(text: str, now: Optional[float] = None) -> tuple[list[Devi
                 v = C.recovery_from_text(t)
                 r[C.RECOVERY_ACTION] = Reading(None, q.with_status("error")) if v is None else Reading(float(v), q)
         out.append(DeviceSample(identity=ident, timestamp=0.0, readings=r))
+        tables.check_devices(len(out), CSV_TOOL, n + 2)
     when = now if now is not None else (doc_time or 0.0)
     return [dataclasses.replace(d, timestamp=when) for d in out], doc_time
 
@@ -742,8 +753,10 @@ def _apps_snapshot(text: str) -> NodeSnapshot:
     procs = parse_apps(text)
     names, rows = _csv_rows(text, APPS_TOOL)
     gpus: dict[str, DeviceSample] = {}
+    owned: dict[str, list[ProcessSample]] = {}  # joined once (a tuple grown per process is quadratic)
     for p, row in zip(procs, rows):
         cell = dict(zip(names, row))
+        owned.setdefault(p.device_uuid, []).append(p)
         if p.device_uuid not in gpus:
             name = _optional(cell.get("gpu_name")) or ""
             ident = DeviceIdentity(
@@ -752,9 +765,8 @@ def _apps_snapshot(text: str) -> NodeSnapshot:
                 numa_node=None, driver_version=None, runtime_version=None, name=name or None,
                 serial=_optional(cell.get("gpu_serial")))
             gpus[p.device_uuid] = DeviceSample(identity=ident, timestamp=0.0, processes_reported=True)
-        d = gpus[p.device_uuid]
-        gpus[p.device_uuid] = dataclasses.replace(d, processes=d.processes + (p,))
-    return NodeSnapshot(node="", time=0.0, devices=tuple(gpus.values()),
+    return NodeSnapshot(node="", time=0.0, devices=tuple(dataclasses.replace(d, processes=tuple(owned[u]))
+                                                          for u, d in gpus.items()),
                         collectors=(CollectorStatus("nvidia_smi", True, vendor="nvidia", devices=len(gpus)),))
 
 
