@@ -168,7 +168,7 @@ AGENT_RULES = [
                      '{{ with first . }} ({{ .Labels.kind }}: {{ .Labels.reason }}){{ end }}{{ end }}; '
                      "its devices are served stale with health unknown." % N.COLLECTOR_ERROR_INFO.name,
          runbook="unavailable: the vendor binding or tool is missing from the image or the host mounts; "
-                 "timeout/busy: the vendor tool hangs (driver problem, check dmesg); parse: the tool's output "
+                 "timeout/late/busy: the vendor tool hangs (driver problem, check dmesg); parse: the tool's output "
                  "changed, capture it and report it with hetero-exporter parse."),
     Rule("AcceleratorKernelLogDown",
          f"{N.KERNEL_LOG_UP.name} == 0", "warning", for_="10m",

@@ -219,7 +219,8 @@ class DeviceSample:
 @dataclass(frozen=True)
 class CollectorStatus:
     """Outcome of one collector in one cycle. ``error_kind`` is one of
-    unavailable | timeout | exception | parse | busy (still running from an earlier cycle)."""
+    unavailable | timeout | late (still running when the cycle was published; its devices
+    carried over stale) | exception | parse | busy (still running from an earlier cycle)."""
 
     name: str
     ok: bool

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import test_vendor_contract as contract
-from conftest import shared_fixture
+from conftest import ROOT, shared_fixture
 from hetero_exporter import cli, registry, vendors
 from hetero_exporter.model import snapshot_from_json
 from hetero_exporter.sdk.contract import ParseError
@@ -327,3 +327,20 @@ def test_a_hung_detail_call_leaves_the_table(enflame, tmp_path):
     assert len(out) == 8 and all(d.health.state == "ok" for d in out)
     assert all(d.readings["memory_used_bytes"].quality.status == "unsupported" for d in out)
     assert out[0].identity.uuid == sc.devices_of("enflame")[0].serial  # no -q: the serial
+
+
+def test_an_idle_card_table_with_no_running_processes_parses():
+    # efsmi writes a one-cell "No running processes found" row under the process header when
+    # nothing runs (the fake renders it for an idle scenario, as the tool does)
+    from hetero_exporter.collectors.enflame.efsmi import fake, parse as efparse
+    from hetero_exporter.simulate.scenario import load as load_scenario
+    sc = load_scenario(str(ROOT / "collectors" / "enflame" / "scenario.yaml"))
+    rows = []
+    for line in fake.table(sc, 0.0).splitlines():
+        rows.append(line)
+        if "=====" in line:
+            rows.append("|" + " No running processes found".ljust(len(line) - 2) + "|")
+            break
+    rows.append("+" + "-" * (len(rows[-1]) - 2) + "+")
+    parsed = efparse.parse_table("\n".join(rows) + "\n")
+    assert len(parsed.devices) == 8 and parsed.processes == ()

@@ -144,7 +144,7 @@ def test_the_zeroed_error_kinds_are_every_kind_the_sampler_gives():
     from hetero_exporter.sampling import classify
     from hetero_exporter.sdk.contract import ParseError, Unavailable
     kinds = {classify(e) for e in (Unavailable("no lib"), ParseError("tool", "bad"), TimeoutError(),
-                                   RuntimeError("boom"), KeyError("k"))} | {"busy"}  # busy: the sampler's own
+                                   RuntimeError("boom"), KeyError("k"))} | {"late", "busy"}  # the sampler's own
     assert kinds == set(COLLECTOR_ERROR_KINDS)
     assert all(k in N.COLLECTOR_ERRORS.help for k in kinds)
 

@@ -21,10 +21,10 @@ from hetero_exporter.exposition import names as N
 from hetero_exporter.model import HEALTH_STATES, NodeSnapshot
 
 _EMPTY = ""
-# Every kind sampling.classify (and the sampler's "busy") can give a failed cycle: each collector's
+# Every kind sampling.classify (and the sampler's "late" and "busy") can give a failed cycle: each collector's
 # errors counter is exported at 0 for all of them from the start (DESIGN: known label sets), so
 # rate()/increase() have a series before the first failure.
-COLLECTOR_ERROR_KINDS = ("unavailable", "timeout", "busy", "parse", "exception")
+COLLECTOR_ERROR_KINDS = ("unavailable", "timeout", "late", "busy", "parse", "exception")
 
 
 def _s(v: object) -> str:

@@ -112,7 +112,7 @@ COLLECTOR_DURATION = Metric("accelerator_collector_duration_seconds", "gauge",
 COLLECTOR_LAST_SUCCESS = Metric("accelerator_collector_last_success_timestamp_seconds", "gauge",
                                 "Unix time of the collector's last successful cycle.", ("collector",))
 COLLECTOR_ERRORS = Metric("accelerator_collector_errors_total", "counter",
-                          "Failed cycles by kind (unavailable, timeout, busy, parse, exception).",
+                          "Failed cycles by kind (unavailable, timeout, late, busy, parse, exception).",
                           ("collector", "kind"))
 COLLECTOR_ERROR_INFO = Metric("accelerator_collector_error_info", "gauge",
                               "Why the collector's last cycle failed; always 1, absent on success.",
