@@ -65,7 +65,7 @@ RUN test -x /usr/sbin/chroot && hetero-exporter version
 #
 # No HEALTHCHECK: Kubernetes ignores it; the manifests probe /healthz and /readyz instead.
 
-# 9400: the agent's /metrics; 9401: the scheduler extender
-EXPOSE 9400 9401
+# 9400: the agent's /metrics; 9401: the scheduler extender; 9402: the extender's metrics-only port
+EXPOSE 9400 9401 9402
 ENTRYPOINT ["hetero-exporter"]
 CMD ["run"]
