@@ -5,18 +5,28 @@ the devices that may be chosen (health ok or degraded; failed and unknown ones a
 their reason, never chosen), their link matrix and what the request-independent scores need.
 Everything a request does not change is computed here, when the annotation changes, so that
 scoring a node for a request is a few lookups (see scorer.py).
+
+An annotation text is read by ``_light_snapshot`` (msgspec Structs of the fields read here,
+~0.1 ms a node) and falls back to the model decoder (model.snapshot_from_doc), which words the
+reason, for anything it refuses: a node in a request body seen for the first time costs ~0.35 ms.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Annotated, Any, Mapping, Optional, Union
 
-from hetero_exporter import profiles
-from hetero_exporter.model import HOST_LINK_TYPES, DeviceSample, NodeSnapshot, SchemaError, snapshot_from_doc
+from hetero_exporter import profiles, vendors
+from hetero_exporter.model import (HOST_LINK_TYPES, SCHEMA_VERSION, DeviceSample, NodeSnapshot, SchemaError,
+                                   snapshot_from_doc)
 from hetero_exporter.scoring import jsonsafe
 from hetero_exporter.scoring.resources import device_resource
 from hetero_exporter.scoring.versions import VersionKey, version_key
+
+try:  # the extender extra: the scorer's fields of an annotation decoded in C (see _light_snapshot)
+    import msgspec
+except ModuleNotFoundError:  # pragma: no cover - without it every annotation takes the model decoder
+    msgspec = None  # type: ignore[assignment]
 
 # How close two devices are, by the best link between them (0..1). The host-side link types
 # are named here; every other link type is a vendor's device-to-device fabric (each vendor
@@ -131,8 +141,23 @@ def _text(value: Optional[str], what: str, where: str) -> Optional[str]:
     return value
 
 
+_VERSION_KEYS: dict[str, Optional[VersionKey]] = {}  # nodes alike share few driver versions
+
+
+def _known_version(text: Optional[str]) -> Optional[VersionKey]:
+    """``version_key`` of a text already bounded to TEXT_CHARS["version"], memoized."""
+    if text is None:
+        return None
+    got = _VERSION_KEYS.get(text, _VERSION_KEYS)
+    if got is _VERSION_KEYS:
+        if len(_VERSION_KEYS) >= 4096:
+            _VERSION_KEYS.clear()
+        got = _VERSION_KEYS[text] = version_key(text)
+    return got  # type: ignore[return-value]
+
+
 def _version(text: Optional[str], where: str) -> Optional[VersionKey]:
-    return version_key(_text(text, "version", where))  # bounded first: int() of 5,000 digits fails
+    return _known_version(_text(text, "version", where))  # bounded first: int() of 5,000 digits fails
 
 
 def _not_negative(value: Optional[float], where: str) -> Optional[float]:
@@ -141,39 +166,47 @@ def _not_negative(value: Optional[float], where: str) -> Optional[float]:
     return value
 
 
-def _dev(d: DeviceSample, where: str) -> Dev:
+def _dev(d: DeviceSample, where: str, texts_checked: bool = False) -> Dev:
+    """``texts_checked``: the text bounds were checked by the decoder (_light_snapshot)."""
     ident = d.identity
-    for what in ("vendor", "model", "uuid"):
-        _text(getattr(ident, what), what, f"{where}.identity.{what}")
-    for at, link in enumerate(d.links):
-        _text(link.type, "link type", f"{where}.links[{at}].type")
-        _text(link.peer, "uuid", f"{where}.links[{at}].peer")
-    total = _not_negative(d.value("memory_total_bytes"), f"{where}.readings.memory_total_bytes")
+    if not texts_checked:
+        for what in ("vendor", "model", "uuid"):
+            _text(getattr(ident, what), what, f"{where}.identity.{what}")
+        for at, link in enumerate(d.links):
+            _text(link.type, "link type", f"{where}.links[{at}].type")
+            _text(link.peer, "uuid", f"{where}.links[{at}].peer")
+    value = d.value
+    total = _not_negative(value("memory_total_bytes"), f"{where}.readings.memory_total_bytes")
     prof = d.profile or profiles.profile_for(ident.vendor, ident.model, kind=ident.kind,
                                              memory_total_bytes=total)
     _text(prof.model, "model", f"{where}.profile.model")
-    for name in ("compute_units", "cost_weight", "memory_bytes"):
-        _not_negative(getattr(prof, name), f"{where}.profile.{name}")
-    for name in ("memory_free_bytes", "memory_used_bytes", "utilization_ratio"):
-        _not_negative(d.value(name), f"{where}.readings.{name}")
+    for name, v in (("compute_units", prof.compute_units), ("cost_weight", prof.cost_weight),
+                    ("memory_bytes", prof.memory_bytes)):
+        if v is not None and v < 0:  # the path worded only then: a few f-strings a device add up
+            _not_negative(v, f"{where}.profile.{name}")
+    free, used, util = value("memory_free_bytes"), value("memory_used_bytes"), value("utilization_ratio")
+    for name, v in (("memory_free_bytes", free), ("memory_used_bytes", used), ("utilization_ratio", util)):
+        if v is not None and v < 0:
+            _not_negative(v, f"{where}.readings.{name}")
     if total is None and prof.memory_bytes:
         total = float(prof.memory_bytes)
-    free = d.value("memory_free_bytes")
-    used = d.value("memory_used_bytes")
     if free is None and used is not None and total:
         free = max(0.0, total - used)
     if used is None and free is not None and total:
         used = max(0.0, total - free)
-    shares = [x for x in (d.value("utilization_ratio"), (used / total) if used is not None and total else None)
+    shares = [x for x in (util, (used / total) if used is not None and total else None)
               if x is not None]
     runtime = ident.runtime_version
+    if texts_checked:
+        driver_key, runtime_key = _known_version(ident.driver_version), _known_version(runtime)
+    else:
+        driver_key = _version(ident.driver_version, f"{where}.identity.driver_version")
+        runtime_key = _version(runtime, f"{where}.identity.runtime_version")
     return Dev(uuid=ident.uuid, index=ident.index, model=ident.model or prof.model,
                health=d.health.state, compute_units=float(prof.compute_units),
                cost_weight=float(prof.cost_weight), features=frozenset(prof.features),
                memory_total=total, memory_free=free, load=min(1.0, max(shares, default=0.0)),
-               driver=ident.driver_version,
-               driver_key=_version(ident.driver_version, f"{where}.identity.driver_version"),
-               runtime=runtime, runtime_key=_version(runtime, f"{where}.identity.runtime_version"),
+               driver=ident.driver_version, driver_key=driver_key, runtime=runtime, runtime_key=runtime_key,
                numa=ident.numa_node)
 
 
@@ -186,22 +219,30 @@ def _links(devs: list[Dev], samples: list[DeviceSample]) -> tuple[list[list[floa
     for i, s in enumerate(samples):
         for link in s.links:
             j = pos.get(link.peer)
-            score = link_score(link.type or "")
-            if j is None or j == i or score is None or (link.state or "").lower() in DOWN_LINK_STATES:
+            if j is None or j == i or link.type in NOT_LINKS:
                 continue
+            state = link.state
+            if state and state.lower() in DOWN_LINK_STATES:
+                continue
+            score = HOST_LINK_SCORE.get(link.type, FABRIC_SCORE)  # link_score, inlined
             has_links = True
-            for a, b in ((i, j), (j, i)):  # a link seen from either end serves both
-                if score > pair[a][b]:
-                    pair[a][b], kind[a][b] = score, link.type
+            if score > pair[i][j]:  # a link seen from either end serves both
+                pair[i][j], kind[i][j] = score, link.type
+            if score > pair[j][i]:
+                pair[j][i], kind[j][i] = score, link.type
+    numas = [d.numa for d in devs]
+    same_numa, cross_numa = HOST_LINK_SCORE["numa"], HOST_LINK_SCORE["cross-numa"]
     for i in range(n):
+        a, row_pair, row_kind = numas[i], pair[i], kind[i]
         for j in range(n):
-            if i != j and not kind[i][j]:
-                a, b = devs[i].numa, devs[j].numa
+            if i != j and not row_kind[j]:
+                b = numas[j]
                 if a is None or b is None:
-                    pair[i][j], kind[i][j] = UNKNOWN_LINK, "unknown"
+                    row_pair[j], row_kind[j] = UNKNOWN_LINK, "unknown"
+                elif a == b:
+                    row_pair[j], row_kind[j] = same_numa, "numa"
                 else:
-                    pair[i][j], kind[i][j] = (HOST_LINK_SCORE["numa"], "numa") if a == b else \
-                        (HOST_LINK_SCORE["cross-numa"], "cross-numa")
+                    row_pair[j], row_kind[j] = cross_numa, "cross-numa"
     return pair, kind, has_links
 
 
@@ -209,12 +250,13 @@ def _domains(kind: list[list[str]]) -> tuple[int, ...]:
     """Connected components over fabric links (each device's smallest member index)."""
     n = len(kind)
     comp = list(range(n))
+    fabric = [[b for b, k in enumerate(row) if is_fabric(k)] for row in kind]
     for i in range(n):
         stack = [i]
         while stack:
             a = stack.pop()
-            for b in range(n):
-                if is_fabric(kind[a][b]) and comp[b] > comp[i]:
+            for b in fabric[a]:
+                if comp[b] > comp[i]:
                     comp[b] = comp[i]
                     stack.append(b)
     return tuple(comp)
@@ -268,16 +310,33 @@ def _why_excluded(d: Dev) -> Optional[str]:
     return None
 
 
-def node_state(name: str, snapshot: NodeSnapshot) -> NodeState:
+_RESOURCES: dict[tuple[str, str], str] = {}  # (vendor, model) -> device_resource, for one specs generation
+_RESOURCES_OF = [-1]  # the vendors.generation() _RESOURCES holds
+
+
+def _resource(vendor: str, model: str) -> str:
+    if _RESOURCES_OF[0] != vendors.generation():  # a spec (un)registered: its plugin's names may differ
+        _RESOURCES.clear()
+        _RESOURCES_OF[0] = vendors.generation()
+    got = _RESOURCES.get((vendor, model))
+    if got is None:
+        if len(_RESOURCES) >= 4096:
+            _RESOURCES.clear()
+        got = _RESOURCES[(vendor, model)] = device_resource(vendor, model)
+    return got
+
+
+def node_state(name: str, snapshot: NodeSnapshot, texts_checked: bool = False) -> NodeState:
     """Precompute the scorer's view of a node from its snapshot (SchemaError beyond the bounds
-    above, or for a number a device cannot have)."""
+    above, or for a number a device cannot have). ``texts_checked``: ``snapshot`` is a
+    _light_snapshot, whose decoder checked the text bounds."""
     samples: dict[str, list[DeviceSample]] = {}
     position: dict[int, int] = {}  # id(sample) -> its index in $.devices, for error paths
     for at, d in enumerate(snapshot.devices):
         if d.identity.parent is not None:  # partitions (identity.parent) are not whole devices
             continue
         position[id(d)] = at
-        samples.setdefault(device_resource(d.identity.vendor, d.identity.model), []).append(d)
+        samples.setdefault(_resource(d.identity.vendor, d.identity.model), []).append(d)
     if len(position) > MAX_DEVICES:
         raise SchemaError(f"$.devices: {len(position)} whole devices, over the {MAX_DEVICES} this extender "
                           "scores on one node")
@@ -286,7 +345,7 @@ def node_state(name: str, snapshot: NodeSnapshot) -> NodeState:
         group_samples.sort(key=lambda s: s.identity.index)
         devs, cand_samples, excluded = [], [], []
         for s in group_samples:
-            dev = _dev(s, f"$.devices[{position[id(s)]}]")
+            dev = _dev(s, f"$.devices[{position[id(s)]}]", texts_checked)
             why = _why_excluded(dev)
             if why is None:
                 devs.append(dev)
@@ -310,6 +369,86 @@ def _unreadable(name: str, why: str) -> NodeState:
     return NodeState(name=name, time=0.0, groups={}, error=f"annotation unreadable: {why}")
 
 
+if msgspec is not None:
+    def _bounded(what: str) -> Any:
+        return Annotated[str, msgspec.Meta(max_length=TEXT_CHARS[what])]
+
+    _VendorText, _ModelText, _UuidText = _bounded("vendor"), _bounded("model"), _bounded("uuid")
+    _LinkText, _VersionText = _bounded("link type"), _bounded("version")
+
+    class _Quality(msgspec.Struct, frozen=True, gc=False):
+        source: str
+        status: str = "ok"
+
+    _NO_QUALITY = _Quality(source="")
+
+    class _Reading(msgspec.Struct, gc=False):
+        value: Optional[float]
+        quality: _Quality = _NO_QUALITY
+
+    class _Identity(msgspec.Struct, gc=False):
+        vendor: _VendorText
+        kind: str
+        index: int
+        uuid: _UuidText
+        model: _ModelText = ""
+        numa_node: Optional[int] = None
+        driver_version: Optional[_VersionText] = None
+        parent: Optional[str] = None
+        runtime_version: Optional[_VersionText] = None
+
+    class _Link(msgspec.Struct, gc=False):
+        peer: _UuidText
+        type: _LinkText
+        state: Optional[str] = None
+
+    class _Health(msgspec.Struct, frozen=True, gc=False):
+        state: str = "ok"
+
+    class _Profile(msgspec.Struct, gc=False):
+        model: _ModelText
+        vendor: str = ""
+        kind: str = ""
+        compute_units: float = 1.0
+        memory_bytes: Optional[int] = None
+        features: tuple[str, ...] = ()
+        cost_weight: float = 1.0
+
+    class _Device(msgspec.Struct, gc=False):
+        identity: _Identity
+        timestamp: float
+        readings: dict[str, _Reading] = msgspec.field(default_factory=dict)
+        health: _Health = _Health()
+        links: tuple[_Link, ...] = ()
+        profile: Optional[_Profile] = None
+
+        value = DeviceSample.value
+
+    class _Snapshot(msgspec.Struct, gc=False):
+        schema: Union[int, float]
+        node: str
+        time: float
+        devices: tuple[_Device, ...] = ()
+
+    _LIGHT = msgspec.json.Decoder(_Snapshot)
+
+
+def _light_snapshot(text: str) -> Optional[Any]:
+    """The fields of an annotation the scorer reads (duck-typed like a NodeSnapshot), decoded and
+    checked in C: types and nullability as the model decoder checks them, the text bounds
+    above. None for anything it refuses: the model decoder then says why. The fields the scorer
+    does not read (faults, processes, collectors, quality but its status...) are skipped, not
+    checked: a node is not refused for them (nor for nesting in them below msgspec's own
+    recursion limit, where ``jsonsafe`` stops at MAX_DEPTH)."""
+    if msgspec is None:
+        return None
+    try:
+        snap = _LIGHT.decode(text)
+    except (msgspec.MsgspecError, RecursionError, UnicodeError):
+        return None
+    return snap if int(snap.schema) == SCHEMA_VERSION else None
+
+
 def from_annotation(name: str, text: Optional[str], annotation: str = "hetero-exporter.io/devices") -> NodeState:
     """The state of a node from its annotation text; an unreadable, oversized or out-of-bounds
     annotation gives a state whose ``error`` says why (never an exception)."""
@@ -319,6 +458,12 @@ def from_annotation(name: str, text: Optional[str], annotation: str = "hetero-ex
     if len(text) > MAX_ANNOTATION_CHARS:
         return _unreadable(name, f"$: {len(text)} characters, over the {MAX_ANNOTATION_CHARS} Kubernetes "
                                  "allows for all annotations of a node")
+    light = _light_snapshot(text)
+    if light is not None:
+        try:
+            return node_state(name, light, texts_checked=True)
+        except SchemaError as e:
+            return _unreadable(name, str(e))
     try:
         doc = jsonsafe.loads(text)
     except jsonsafe.JSONRefused as e:
