@@ -150,3 +150,18 @@ def checked_loads(data: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         if "digits" in str(e):
             raise JSONRefused(f"a number has more than {sys.get_int_max_str_digits()} digits") from None
         raise JSONRefused(str(e)[:200]) from None
+
+
+_ENCODER = msgspec.json.Encoder() if msgspec is not None else None
+
+
+def dumps(doc: Any) -> bytes:
+    """Compact JSON bytes of ``doc`` (an answer built from decoded requests: str keys, finite
+    numbers). msgspec when installed: the /filter answer of body mode echoes every passing Node,
+    ~4x faster than json.dumps; non-ASCII is written as UTF-8 rather than escaped, both valid JSON."""
+    if _ENCODER is not None:
+        try:
+            return _ENCODER.encode(doc)
+        except (TypeError, OverflowError):
+            pass  # a value msgspec will not write (an int beyond 64 bits): json writes it
+    return json.dumps(doc, separators=(",", ":")).encode()

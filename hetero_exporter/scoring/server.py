@@ -18,12 +18,12 @@ a NetworkPolicy can admit Prometheus there and kube-scheduler alone to the exten
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from typing import Any, Callable, Optional
 from urllib.parse import parse_qs
 
+from hetero_exporter.scoring import jsonsafe
 from hetero_exporter.scoring.extender import BadRequest, Extender
 from hetero_exporter.web.server import HttpServer, Limits, Request, Response, ServerFace, WebSettings
 
@@ -46,7 +46,7 @@ VERBS = {"/filter": "filter", "/prioritize": "prioritize"}
 
 
 def _json(code: int, doc: Any, trace: str = "") -> Response:
-    return _reply(code, json.dumps(doc, separators=(",", ":")).encode(), trace)
+    return _reply(code, jsonsafe.dumps(doc), trace)
 
 
 def _reply(code: int, body: bytes, trace: str = "", ctype: str = "application/json") -> Response:
