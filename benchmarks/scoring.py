@@ -43,7 +43,7 @@ import threading
 import time
 
 from hetero_exporter.model import compact_json
-from hetero_exporter.scoring import synthetic
+from hetero_exporter.scoring import columns, synthetic
 from hetero_exporter.scoring.extender import Extender
 from hetero_exporter.scoring.nodetable import NodeTable
 from hetero_exporter.scoring.scorer import Scorer
@@ -130,6 +130,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--clients", type=int, default=4, help="concurrent clients of the concurrent case")
     ap.add_argument("--no-body", action="store_true", help="skip the nodes-in-request cases")
+    ap.add_argument("--no-gc-policy", action="store_true", help="leave column fills to the GC (columns.GC off)")
     args = ap.parse_args()
     now = time.time()
 
@@ -142,6 +143,8 @@ def main() -> None:
     table.replace(texts)
     load = time.perf_counter() - t
     gc.freeze()  # as `scheduler-extender` does once its cache is loaded
+    if not args.no_gc_policy:
+        columns.GC.enabled = True  # and freezes what each new shape's column makes
     size = sum(len(x) for x in texts.values()) / len(texts)
     ext = Extender(scorer, table, traces=64)
     server = ExtenderServer(("127.0.0.1", 0), ext).start()

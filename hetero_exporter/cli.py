@@ -749,8 +749,16 @@ def cmd_scheduler_extender(args: argparse.Namespace) -> int:
             # which otherwise stall a /prioritize for hundreds of ms (BENCHMARKS.md)
             if cache.wait_synced(3600):
                 import gc
+                import time
+
+                from hetero_exporter.scoring.nodetable import columns  # None without numpy
                 gc.freeze()
                 log.info("node cache loaded", extra={"nodes": len(table)})
+                if columns is not None:
+                    columns.GC.enabled = True  # and what each new pod shape's column makes
+                    while True:  # frozen cycles (replaced node states) are collected when idle
+                        time.sleep(10)
+                        columns.GC.sweep()
         threading.Thread(target=_freeze_when_synced, name="gc-freeze", daemon=True).start()
         mode = "nodes in the request, and node names (nodeCacheCapable) from a watch of the node annotations"
     else:

@@ -5,7 +5,9 @@ answers as the standard json path does."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +15,8 @@ from hypothesis import strategies as st
 
 from hetero_exporter.model import compact_json
 from hetero_exporter.scoring import jsonsafe, synthetic
-from hetero_exporter.scoring.columns import ShapeCache
+from hetero_exporter.scoring import scorer as scorer_module
+from hetero_exporter.scoring.columns import GC, GcPolicy, ShapeCache
 from hetero_exporter.scoring.nodes import from_annotation
 from hetero_exporter.scoring.nodetable import NodeTable
 from hetero_exporter.scoring.request import request_from_pod
@@ -123,6 +126,97 @@ def test_the_shape_cache_is_bounded_in_columns_and_cells():
         req = request_from_pod(pod({"nvidia.com/gpu": 2}, {"memory_per_device": f"{1000 + mib}Mi"}))
         table.decide(table.scorer, req, ["n0"])
     assert len(few_cells) == 3
+
+
+@pytest.fixture
+def gc_policy(monkeypatch):
+    """The column GC policy on, for fills of any size; everything unfrozen afterwards."""
+    monkeypatch.setattr(GC, "enabled", True)
+    monkeypatch.setattr(GC, "min_new", 1)
+    gc.collect()
+    gc.freeze()
+    yield GC
+    gc.unfreeze()
+
+
+def _tracked_growth(table, req, names) -> int:
+    gc.collect()
+    before = len(gc.get_objects())
+    _, got = table.decide(table.scorer, req, names)
+    assert len(got) == len(names)
+    return len(gc.get_objects()) - before
+
+
+def test_a_filled_column_leaves_no_node_count_of_objects_to_the_gc(gc_policy):
+    names = [f"n{i}" for i in range(40)]
+    table = NodeTable(Scorer(), precompute=False)  # every node searched on the request path
+    table.replace({n: text(n, loads={0: 0.3 * (i % 3)}) for i, n in enumerate(names)})
+    for mib in range(3):  # each a new shape: a Decision (and a Choice) per node
+        req = request_from_pod(pod({"nvidia.com/gpu": 1 + mib}, {"memory_per_device": f"{1000 + mib}Mi"}))
+        assert _tracked_growth(table, req, names) < len(names)
+    assert gc.get_freeze_count() > 0
+
+
+def test_without_the_policy_a_new_shape_leaves_objects_per_node(monkeypatch):
+    monkeypatch.setattr(GC, "enabled", False)
+    names = [f"n{i}" for i in range(40)]
+    table = NodeTable(Scorer(), precompute=False)
+    table.replace({n: text(n, loads={0: 0.3 * (i % 3)}) for i, n in enumerate(names)})
+    req = request_from_pod(pod({"nvidia.com/gpu": 2}, {"memory_per_device": "1000Mi"}))
+    assert _tracked_growth(table, req, names) >= len(names)  # what the policy freezes
+
+
+def test_a_sweep_collects_cycles_dropped_after_a_freeze():
+    policy = GcPolicy(min_new=1)
+    policy.enabled = True
+
+    class Node:
+        pass
+
+    a, b = Node(), Node()
+    a.peer, b.peer = b, a  # a cycle, like a replaced node state's groups and choices
+    dead = weakref.ref(a)
+    try:
+        policy.after_fill(10)
+        del a, b
+        gc.collect()
+        assert dead() is not None  # frozen: the GC does not see it
+        assert not policy.sweep(idle_seconds=3600, max_wait=3600)  # not idle yet
+        assert policy.sweep(idle_seconds=0)
+        assert dead() is None and policy.frozen_fills == 0
+        assert not policy.sweep(idle_seconds=0)  # nothing frozen since
+    finally:
+        gc.unfreeze()
+
+
+def test_alike_groups_are_checked_once_per_request_and_keep_their_own_reasons(monkeypatch):
+    calls = []
+    real = scorer_module.device_problem
+    monkeypatch.setattr(scorer_module, "device_problem", lambda *a: calls.append(a) or real(*a))
+    names = [f"n{i}" for i in range(30)]
+    texts = {n: text(n, health={3: "failed"} if i % 10 == 0 else None) for i, n in enumerate(names)}
+    table = NodeTable(Scorer(), precompute=False)
+    table.replace(texts)
+    req = request_from_pod(pod({"nvidia.com/gpu": 2}, {"memory_per_device": "500000Mi"}))  # fits nowhere
+    _, got = table.decide(table.scorer, req, names)
+    assert len(calls) < 8 * 3  # per floor and per kind of group, not 8 devices x 30 nodes
+    reference = Scorer()
+    for name, d in zip(names, got):
+        want = reference.decide_fresh(req, from_annotation(name, texts[name]))
+        assert same(d, want), name
+    assert "#3" in got[0].reason and got[0].reason != got[1].reason  # the failed device is named
+    assert got[1].reason == got[2].reason
+
+
+def test_shared_requests_tell_devices_apart_by_their_load():
+    texts = {"a": text("a", loads={i: 0.9 for i in range(8)}), "b": text("b", loads={i: 0.9 for i in range(7)})}
+    table = NodeTable(Scorer(), precompute=False)
+    table.replace(texts)
+    req = request_from_pod(pod(request={"count": 2, "shared": True, "compute_units": 0.5}))
+    _, got = table.decide(table.scorer, req, ["a", "b"])
+    for name, d in zip(["a", "b"], got):
+        assert same(d, Scorer().decide_fresh(req, from_annotation(name, texts[name]))), name
+    assert not got[0].feasible and not got[1].feasible and got[0].reason != got[1].reason
 
 
 def test_the_per_node_memo_of_absent_hardware_is_bounded():

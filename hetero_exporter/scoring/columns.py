@@ -12,13 +12,22 @@ meets the per-device constraints (an exclusive request: one check per floor clas
 one per node) the decision is that of the request without them, read from its own column (few such
 shapes exist: count, vendors, policies); the other rows get the exact per-node search. The cache
 is bounded in columns and in cells (rows x columns): least recently used shapes go first.
+
+GC (``GcPolicy``): a new shape makes thousands of long-lived objects (a Decision, often a Choice,
+per node searched). After a ``gc.freeze()`` of the loaded cache they are all that the cyclic GC's
+full passes scan, and they trigger them: up to ~100 ms inside one call. With the policy on, the
+objects a fill made are frozen at once (a young collection first, so that young garbage is not
+frozen; frozen objects are still freed by their reference counts), and ``sweep`` (called by the
+extender when idle) unfreezes and collects once, for cycles dropped since (replaced node states).
 """
 
 from __future__ import annotations
 
 import collections
+import gc
 import itertools
 import threading
+import time
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -31,6 +40,45 @@ MAX_COLUMNS = 256  # shapes kept (each a column over every row)
 MAX_CELLS = 4_000_000  # rows x columns kept: 64 MiB of arrays (decisions still referenced besides)
 MAX_CLASSES = 100_000  # distinct floor classes interned; beyond, a node is checked on its own
 NO_CLASS = -1  # checked on its own: an error, a floor not interned, or too many classes
+
+
+class GcPolicy:
+    """Freeze what column fills make (off by default: ``scheduler-extender`` turns it on once its
+    cache is loaded and frozen). ``min_new``: fills that searched fewer nodes are left to the GC."""
+
+    def __init__(self, min_new: int = 256):
+        self.enabled = False
+        self.min_new = min_new
+        self.last_fill = time.monotonic()  # when a fill last froze objects
+        self.last_sweep = time.monotonic()
+        self.frozen_fills = 0  # fills frozen since the last sweep
+        self.sweeps = 0
+
+    def after_fill(self, searched: int) -> None:
+        if self.enabled and searched >= self.min_new:
+            gc.collect(1)  # young garbage goes now: only survivors are frozen
+            gc.freeze()
+            self.frozen_fills += 1
+            self.last_fill = time.monotonic()
+
+    def sweep(self, idle_seconds: float = 30.0, max_wait: float = 900.0) -> bool:
+        """Collect what froze since the last sweep (a full collection: hundreds of ms over a
+        large cache), once no fill froze anything for ``idle_seconds``, or at the latest
+        ``max_wait`` seconds after the previous sweep (memory stays bounded under steady load).
+        True if it ran."""
+        now = time.monotonic()
+        if not self.frozen_fills or (now - self.last_fill < idle_seconds and now - self.last_sweep < max_wait):
+            return False
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        self.frozen_fills = 0
+        self.sweeps += 1
+        self.last_sweep = time.monotonic()
+        return True
+
+
+GC = GcPolicy()
 
 
 class Rows:
@@ -189,6 +237,7 @@ class ShapeCache:
         decide = scorer.decide_fresh
         for j in exact:
             new[j] = decide(req, states[todo_list[j]])
+        GC.after_fill(len(exact))
         with self._lock:
             arr = np.empty(len(new), dtype=object)
             arr[:] = new

@@ -75,7 +75,7 @@ class Choice:
 
     def __init__(self, group: Group, combo: tuple[int, ...], inner: float, policy: str, shared: bool):
         self.group, self.combo, self.inner, self.policy, self.shared = group, combo, inner, policy, shared
-        self.devices: tuple[Dev, ...] = tuple(group.devices[i] for i in combo)
+        self.devices: tuple[Dev, ...] = tuple(map(group.devices.__getitem__, combo))
         self.decisions: dict = {}  # (band, tiers) -> Decision, see Scorer._feasible
         self._parts: Optional[dict[str, float]] = None
         self._weakest: Optional[str] = None
@@ -174,6 +174,55 @@ def device_problem(d: Dev, req: Request, vendor: str) -> Optional[str]:
             if not at_least(key, need[0]):
                 return f"{which} {text} older than required {need[1]}"
     return None
+
+
+def _refusal(g: Group, req: Request, elig: tuple[int, ...], problems: dict[str, list[Dev]]) -> tuple[str, bool]:
+    """(why too few devices of ``g`` are usable, resolvable by preemption)."""
+    listed: dict[str, list[Dev]] = {}
+    for d, why in g.excluded:  # failed and unknown devices first
+        listed.setdefault(why, []).append(d)
+    for why, devs in problems.items():
+        listed.setdefault(why, []).extend(devs)
+    detail = f": {_problems_text(listed)}" if listed else ""
+    # only a lack of free memory on shared devices can be fixed by evicting pods
+    resolvable = req.shared and any(w.startswith("free ") for w in listed)
+    total = len(g.devices) + len(g.excluded)
+    return f"needs {req.count} x {g.resource}, {len(elig)} usable of {total}{detail}", resolvable
+
+
+_SIG_IDS: dict[tuple, int] = {}  # what a check reads of a group (devices, links) -> its id
+_SIG_NEXT = itertools.count(1)  # ids are never reused, so an id kept in a group's memo stays its own
+SIG_LIMIT = 100_000
+
+
+def _device_sig(g: Group, shared: bool) -> int:
+    """The id of what a per-device check and its refusal read of ``g`` (kept in its memo):
+    groups alike (one model, driver, failed devices) share it, so a request checks them once."""
+    key = ("device-sig", shared)
+    got = g.choices.get(key)
+    if got is None:
+        devs = tuple((d.index, d.compute_units, d.memory_total, d.features, d.driver, d.driver_key, d.runtime,
+                      d.runtime_key) + ((d.load, d.memory_free) if shared else ()) for d in g.devices)
+        got = g.choices[key] = _intern((g.resource, g.vendor, devs, tuple((d.index, why) for d, why in g.excluded)))
+    return got
+
+
+def _intern(sig: tuple) -> int:
+    """A never reused id for ``sig`` (equal signatures, equal ids while the table holds them)."""
+    got = _SIG_IDS.get(sig)
+    if got is None:
+        if len(_SIG_IDS) >= SIG_LIMIT:
+            _SIG_IDS.clear()
+        got = _SIG_IDS[sig] = next(_SIG_NEXT)
+    return got
+
+
+def _problems_seen(req: Request) -> dict:
+    """Per-request memo: group signature id -> (usable devices, refusal or None)."""
+    seen = req.scratch.get("problems")
+    if seen is None or len(seen) > SIG_LIMIT:
+        seen = req.scratch["problems"] = {}
+    return seen
 
 
 def _labels(devs: Sequence[Dev]) -> str:
@@ -280,7 +329,13 @@ class Scorer:
                 notes.append(f"node has {state.inventory()}" if state.groups else "node reports no accelerators")
                 absent = state.memo[key] = Decision(False, reason="; ".join(notes))
             return absent
-        return Decision(False, reason="; ".join(notes), resolvable=resolvable)
+        # alike nodes refuse alike (refusals are kept per group signature): one Decision for them
+        seen = _problems_seen(req)
+        key = ("refused", tuple(notes), resolvable)
+        d = seen.get(key)
+        if d is None:
+            d = seen[key] = Decision(False, reason="; ".join(notes), resolvable=resolvable)
+        return d
 
     @staticmethod
     def _feasible(g: Group, choice: Choice, band: int, tiers: int, notes: list[str]) -> Decision:
@@ -295,31 +350,35 @@ class Scorer:
             choice.decisions[key] = d
         return d
 
+    @staticmethod
+    def _eligible(g: Group, req: Request) -> tuple[tuple[int, ...], Optional[tuple[str, bool]]]:
+        """(the devices of ``g`` meeting the per-device constraints, the refusal if too few)."""
+        problems: dict[str, list[Dev]] = {}
+        eligible = []
+        for i, d in enumerate(g.devices):
+            why = device_problem(d, req, g.vendor)
+            if why is None:
+                eligible.append(i)
+            else:
+                problems.setdefault(why, []).append(d)
+        elig = tuple(eligible)
+        return elig, (_refusal(g, req, elig, problems) if len(elig) < req.count else None)
+
     def _group(self, g: Group, req: Request, policy: str) -> "Choice | tuple[str, bool]":
         """The best choice in one group, or (why not, resolvable by preemption)."""
         elig = g.every
-        problems: dict[str, list[Dev]] = {}
-        if req.per_device and (g.floor is None or device_problem(g.floor, req, g.vendor) is not None):
-            eligible = []  # the weakest device does not fit: look at each one
-            for i, d in enumerate(g.devices):
-                why = device_problem(d, req, g.vendor)
-                if why is None:
-                    eligible.append(i)
-                else:
-                    problems.setdefault(why, []).append(d)
-            elig = tuple(eligible)
-        if len(elig) < req.count:
-            listed: dict[str, list[Dev]] = {}
-            for d, why in g.excluded:  # failed and unknown devices first
-                listed.setdefault(why, []).append(d)
-            for why, devs in problems.items():
-                listed.setdefault(why, []).extend(devs)
-            problems = listed
-            detail = f": {_problems_text(problems)}" if problems else ""
-            # only a lack of free memory on shared devices can be fixed by evicting pods
-            resolvable = req.shared and any(w.startswith("free ") for w in problems)
-            total = len(g.devices) + len(g.excluded)
-            return (f"needs {req.count} x {g.resource}, {len(elig)} usable of {total}{detail}", resolvable)
+        if req.per_device and not _floor_fits(g, req):
+            # the weakest device does not fit: look at each one, once per request for alike groups
+            seen = _problems_seen(req)
+            sig = _device_sig(g, req.shared)
+            got = seen.get(sig)
+            if got is None:
+                got = seen[sig] = self._eligible(g, req)
+            elig, refusal = got
+            if refusal is not None:
+                return refusal
+        elif len(elig) < req.count:
+            return _refusal(g, req, elig, {})
         topology = req.topology_policy
         choice = self.best_choice(g, elig, req.count, policy, topology, req.shared)
         if choice is None:
@@ -327,7 +386,7 @@ class Scorer:
             words = g.choices.get(key)
             if words is None:
                 words = g.choices[key] = (f"usable {g.resource} devices {TOPOLOGY_WORDS[topology]}"
-                                          f"{_fabrics(g, topology)} (largest such set: {_largest(g, elig, topology)})")
+                                          f"{_fabrics(g, topology)} (largest such set: {_largest_kept(g, elig, topology)})")
             return f"no {req.count} {words}", False
         return choice
 
@@ -504,19 +563,25 @@ def all_fit(req: Request, state: NodeState) -> bool:
     """Whether every candidate device of every group the request may use meets its per-device
     constraints. For exclusive requests the answer for a hardware floor is kept per request,
     so a cluster of alike nodes costs one check per kind of node."""
-    fits = None if req.shared else req.floor_fits
     for g in _relevant(req, state):
-        floor, fid = g.floor, g.floor_id
-        if floor is None:
-            continue
-        ok = fits.get(fid) if fits is not None and fid >= 0 else None
-        if ok is None:
-            ok = device_problem(floor, req, g.vendor) is None
-            if fits is not None and fid >= 0:
-                fits[fid] = ok
-        if not ok:
+        if _floor_fits(g, req) is False:
             return False
     return True
+
+
+def _floor_fits(g: Group, req: Request) -> Optional[bool]:
+    """Whether the group's floor (its weakest device) meets the per-device constraints (None:
+    no floor); kept per request and interned floor for exclusive requests."""
+    floor, fid = g.floor, g.floor_id
+    if floor is None:
+        return None
+    fits = None if req.shared or fid < 0 else req.floor_fits
+    ok = fits.get(fid) if fits is not None else None
+    if ok is None:
+        ok = device_problem(floor, req, g.vendor) is None
+        if fits is not None:
+            fits[fid] = ok
+    return ok
 
 
 def _fill(load_total: float, chosen_load: float, k: int, n: int, shared: bool) -> float:
@@ -561,6 +626,23 @@ def _pools(g: Group, elig: tuple[int, ...], topology: str) -> list[tuple[int, ..
         by_domain.setdefault(g.domain[i], []).append(i)
     # a domain of several devices is joined by fabric links (nodes._domains)
     return [tuple(v) for v in by_domain.values()]
+
+
+_LARGEST: dict[tuple, int] = {}  # (pair matrix id, usable devices, topology policy) -> largest set
+
+
+def _largest_kept(g: Group, elig: tuple[int, ...], topology: str) -> int:
+    """``_largest``, once for groups of one link layout (one server model: one matrix)."""
+    sig = g.choices.get(("pair-sig",))
+    if sig is None:
+        sig = g.choices[("pair-sig",)] = _intern((tuple(map(tuple, g.pair)), g.domain))
+    key = (sig, elig, canonical_topology(topology))
+    got = _LARGEST.get(key)
+    if got is None:
+        if len(_LARGEST) >= SIG_LIMIT:
+            _LARGEST.clear()
+        got = _LARGEST[key] = _largest(g, elig, topology)
+    return got
 
 
 def _largest(g: Group, elig: tuple[int, ...], topology: str) -> int:
