@@ -461,3 +461,18 @@ def test_uncaught_thread_exceptions_warnings_and_asyncio_errors_are_json_lines()
     for expected in ("doomed", "ZeroDivisionError", "something odd", "loop trouble", "the end"):
         assert expected in text, (expected, proc.stderr)
     assert proc.returncode == 1
+
+
+def test_a_server_left_running_at_exit_is_stopped_quietly():
+    # a command that ends by an exception or a signal before its own stop: the event loop must
+    # not be collected while running ("Exception ignored ... Cannot close a running event loop")
+    import subprocess
+    import sys
+    for start in (".start()", ""):  # started, and built but never started (a signal in between)
+        code = ("import warnings; warnings.simplefilter('always')\n"
+                "from hetero_exporter.web.server import HttpServer, Response\n"
+                f"s = HttpServer(('127.0.0.1', 0), lambda r: Response(200, b'ok')){start}\n"
+                "raise SystemExit(3)\n")
+        r = subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 3
+        assert "Exception ignored" not in r.stderr and "unclosed" not in r.stderr, r.stderr

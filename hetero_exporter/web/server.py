@@ -27,6 +27,7 @@ cache, bcrypt on its own thread), extra headers and a rate limit (``web.config``
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import dataclasses
@@ -37,6 +38,7 @@ import resource
 import socket
 import threading
 import time
+import weakref
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar, Union
 
 import h11
@@ -146,6 +148,18 @@ class ServerFace:
         self._http.stop()
 
 
+# Servers not stopped when the interpreter exits (a command left by an exception or a signal,
+# perhaps between construction and start): stopped at exit, so no event loop is left to a
+# __del__ during interpreter teardown (it prints "Exception ignored ... Traceback" to stderr).
+_running: "weakref.WeakSet[HttpServer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running() -> None:
+    for server in list(_running):
+        server.stop()
+
+
 class HttpServer:
     """Serves ``handler`` on (host, port) from a background thread; port 0 picks a free one.
 
@@ -166,6 +180,7 @@ class HttpServer:
         self._sock = socket.create_server((host, port), family=family, backlog=128)
         self._address = self._sock.getsockname()[:2]
         self._loop = asyncio.new_event_loop()
+        _running.add(self)  # from here on, a loop to close at exit even if start() never runs
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, limits.workers), thread_name_prefix=name)
         self._bcrypt = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{name}-auth")
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
