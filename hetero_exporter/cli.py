@@ -19,7 +19,6 @@ import argparse
 import json
 import logging
 import os
-import stat
 import signal
 import socket
 import sys
@@ -32,7 +31,7 @@ from hetero_exporter import logs
 from hetero_exporter import pci
 from hetero_exporter import registry
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
-from hetero_exporter.sdk.capture import DEFAULT_MAX_BYTES as CAPTURE_MAX_BYTES, CaptureError, read_capture
+from hetero_exporter.sdk.capture import DEFAULT_MAX_BYTES as CAPTURE_MAX_BYTES, CaptureError, open_capture, read_capture
 from hetero_exporter.model import NodeSnapshot, SchemaError, snapshot_to_json, to_dict
 from hetero_exporter.sampling import CollectorSpec, Sampler
 from hetero_exporter.validate import ValidationError
@@ -624,26 +623,13 @@ def cmd_parse_kernel_log(args: argparse.Namespace) -> int:
     at most KERNEL_LOG_PARSE_LIMIT bytes."""
     from hetero_exporter import kernel_log as kl
     from hetero_exporter.sdk.kmsg import parse_lines
-    try:
-        if args.file == "-":
-            stream = sys.stdin.buffer
-        else:
-            stream = open(args.file, "rb")  # noqa: SIM115 - closed below
-            st = os.fstat(stream.fileno())
-            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-                stream.close()  # /dev/zero never ends, /dev/kmsg blocks at its end: a capture is a file
-                print(f"hetero-exporter parse: {args.file} is a device, not a capture; save it first "
-                      f"(dmesg > FILE, or cat /dev/kmsg with a timeout) and parse the file", file=sys.stderr)
-                return EXIT_FAIL
-            size = st.st_size
-            if size > KERNEL_LOG_PARSE_LIMIT:
-                stream.close()
-                print(f"hetero-exporter parse: {args.file} is {size} bytes, over the limit of "
-                      f"{KERNEL_LOG_PARSE_LIMIT} bytes ({KERNEL_LOG_PARSE_LIMIT >> 20} MiB) of parse kernel-log",
-                      file=sys.stderr)
-                return EXIT_FAIL
-    except OSError as e:
-        print(f"hetero-exporter parse: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+    try:  # a regular file (devices and FIFOs refused, sdk/capture.py) or stdin
+        stream = sys.stdin.buffer if args.file == "-" else open_capture(
+            args.file, KERNEL_LOG_PARSE_LIMIT, limit_hint=" of parse kernel-log",
+            # /dev/zero never ends, /dev/kmsg blocks at its end
+            hint="save it first (dmesg > FILE, or cat /dev/kmsg with a timeout) and parse the file")
+    except CaptureError as e:
+        print(f"hetero-exporter parse: {e}", file=sys.stderr)
         return EXIT_FAIL
     try:
         events, n = parse_lines(kl.iter_lines(stream, KERNEL_LOG_PARSE_LIMIT, args.file))

@@ -387,7 +387,7 @@ def test_parse_kernel_log_json_table_and_size_limit(tmp_path, capsys, monkeypatc
     assert "LINE" in out and "ras-uncorrectable-umc" in out and "2 event(s) in 3 line(s)" in out
     monkeypatch.setattr(cli, "KERNEL_LOG_PARSE_LIMIT", 64)
     assert cli.main(["parse", "kernel-log", str(cap)]) == 1
-    assert "limit of 64 bytes" in capsys.readouterr().err
+    assert "over the capture limit (64 bytes of parse kernel-log)" in capsys.readouterr().err
 
 
 def test_config_rejects_unknown_kernel_log_keys(tmp_path):

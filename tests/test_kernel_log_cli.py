@@ -4,6 +4,7 @@ read until a size limit: /dev/zero never ends), stdin is read."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -27,3 +28,12 @@ def test_stdin_is_read():
     assert proc.returncode == 0, proc.stderr
     (event,) = json.loads(proc.stdout)["events"]
     assert (event["pci_address"], event["code"], event["source"]) == ("0000:3b:00.0", "79", "kmsg")
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    # the same opening as `parse TOOL FILE` (sdk/capture.py): a FIFO nobody writes used to hang
+    fifo = tmp_path / "kmsg.fifo"
+    os.mkfifo(fifo)
+    proc = _parse(str(fifo))
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "is a FIFO" in proc.stderr

@@ -36,8 +36,8 @@ _BOMS = (
 )
 
 _KINDS = (
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISCHR, "a device (a character device)"),
+    (stat.S_ISBLK, "a device (a block device)"),
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISDIR, "a directory"),
@@ -80,12 +80,38 @@ def read_bounded(stream: BinaryIO, limit: int, name: str) -> bytes:
         got += len(chunk)
     if got > limit:
         raise CaptureError(f"{name}: more than {limit} bytes, over the capture limit "
-                           f"({_size(limit)}; raise it with --max-bytes)")
+                           f"({_size(limit)}{LIMIT_HINT})")
     return b"".join(chunks)
 
 
 def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
+
+
+SAVE_HINT = "save the tool's output to a file first (TOOL ... > FILE), or pipe it to '-'"
+LIMIT_HINT = "; raise it with --max-bytes"
+
+
+def open_capture(name: str, limit: int, hint: str = SAVE_HINT, limit_hint: str = LIMIT_HINT) -> BinaryIO:
+    """A regular file opened for reading, refused (CaptureError, one line) when it is anything
+    else (ending with ``hint``) or over ``limit`` bytes by its size (``limit_hint`` says how to
+    raise it); the caller closes it. Opened non-blocking, so a FIFO swapped in after a check
+    cannot hang the open."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(name, flags)
+    except OSError as e:
+        raise CaptureError(f"{name}: cannot read: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CaptureError(f"{name} is {_kind(st.st_mode)}, not a capture; {hint}")
+        if st.st_size > limit:  # /proc files say 0: the callers' bounded reads still hold them
+            raise CaptureError(f"{name}: {st.st_size} bytes, over the capture limit ({_size(limit)}{limit_hint})")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_capture(source: Union[str, "os.PathLike[str]"], limit: int = DEFAULT_MAX_BYTES, *,
@@ -102,25 +128,9 @@ def read_capture(source: Union[str, "os.PathLike[str]"], limit: int = DEFAULT_MA
             return decode(read_bounded(stream, limit, "standard input"))
         except OSError as e:
             raise CaptureError(f"standard input: cannot read: {e.strerror or e}") from None
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
     try:
-        fd = os.open(name, flags)
-    except OSError as e:
-        raise CaptureError(f"{name}: cannot read: {e.strerror or e}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CaptureError(f"{name} is {_kind(st.st_mode)}, not a capture; save the tool's output "
-                               f"to a file first (TOOL ... > FILE), or pipe it to '-'")
-        if st.st_size > limit:  # /proc files say 0: the bounded read below still holds them
-            raise CaptureError(f"{name}: {st.st_size} bytes, over the capture limit "
-                               f"({_size(limit)}; raise it with --max-bytes)")
-        with os.fdopen(fd, "rb", buffering=0) as f:
-            fd = -1  # closed by the with
+        with open_capture(name, limit) as f:
             data = read_bounded(f, limit, name)
     except OSError as e:
         raise CaptureError(f"{name}: cannot read: {e.strerror or e}") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
     return decode(data)
