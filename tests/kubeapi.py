@@ -78,12 +78,20 @@ RESOURCES: dict[tuple[str, str, str], Resource] = {
         Resource("", "v1", "events", "Event", namespaced=True),
         Resource("", "v1", "namespaces", "Namespace", namespaced=False, status=True),
         Resource("events.k8s.io", "v1", "events", "Event", namespaced=True),
+        Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True),
+        Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False),
+        Resource("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", namespaced=False, status=True),
+        Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True, status=True),
     )
 }
 NODES = RESOURCES[("", "v1", "nodes")]
 PODS = RESOURCES[("", "v1", "pods")]
 EVENTS = RESOURCES[("", "v1", "events")]
 EVENTS_V1 = RESOURCES[("events.k8s.io", "v1", "events")]
+LEASES = RESOURCES[("coordination.k8s.io", "v1", "leases")]
+RESOURCE_SLICES = RESOURCES[("resource.k8s.io", "v1", "resourceslices")]
+DEVICE_TAINT_RULES = RESOURCES[("resource.k8s.io", "v1", "devicetaintrules")]
+PDBS = RESOURCES[("policy", "v1", "poddisruptionbudgets")]
 
 # Strategic-merge strategy of list fields, per kind (from the Go struct tags
 # patchStrategy/patchMergeKey). A merge key of None = merge a list of primitives as a set.
