@@ -1,18 +1,40 @@
 """A loopback Kubernetes API server for tests: the real wire protocol, a small faithful core.
 
 No kube-apiserver can be installed here, so tests run the real ``kubernetes`` Python client
-against this server. It speaks what the agent uses, the way the API server does it:
+against this server. It speaks what the agent uses, the way the API server (1.37) does it:
 
 - ``GET`` an object or a list (``labelSelector``, ``fieldSelector`` on any dotted field such as
-  ``spec.nodeName`` or ``involvedObject.name``), ``POST`` (``generateName``, 409 AlreadyExists),
-  ``PUT``, ``DELETE``, and ``PATCH`` with ``application/merge-patch+json`` (RFC 7386),
+  ``spec.nodeName``, ``status.phase`` or ``involvedObject.name``; the kinds of ``FIELD_LABELS``
+  accept only their own field labels, 400 otherwise), lists in pages (``limit``, ``continue``,
+  ``remainingItemCount``; a token from before ``compact()`` is 410), ``POST`` (``generateName``,
+  409 AlreadyExists), ``PUT``, ``DELETE`` (a DeleteOptions body: ``preconditions`` on uid and
+  resourceVersion, 409 Conflict when they fail; ``dryRun``), and ``PATCH`` with
+  ``application/merge-patch+json`` (RFC 7386),
   ``application/strategic-merge-patch+json`` (merge keys of the Kubernetes types: node
   ``status.conditions`` merge by ``type``, ``spec.taints`` are replaced as a list; ``$patch``,
   ``$retainKeys``, ``$deleteFromPrimitiveList`` and ``$setElementOrder`` directives) and
   ``application/json-patch+json`` (RFC 6902, ``test`` included).
-- Resources: core/v1 ``nodes`` (+ ``status``), ``pods`` (+ ``status``), ``events``, ``namespaces``;
-  ``events.k8s.io/v1`` ``events``. The main resource ignores status changes and the ``status``
-  subresource ignores everything but status (as the node and pod strategies do).
+- Resources: core/v1 ``nodes`` (+ ``status``), ``pods`` (+ ``status``, + ``eviction``), ``events``,
+  ``namespaces``; ``events.k8s.io/v1`` ``events``; ``coordination.k8s.io/v1`` ``leases``;
+  ``resource.k8s.io/v1`` ``resourceslices`` and ``devicetaintrules`` (+ ``status``); ``policy/v1``
+  ``poddisruptionbudgets`` (+ ``status``). The main resource ignores status changes and the
+  ``status`` subresource ignores everything but status (as the strategies do).
+- Discovery: ``/api``, ``/api/v1``, ``/apis``, ``/apis/{group}``, ``/apis/{group}/{version}``
+  (APIVersions, APIGroupList, APIGroup, APIResourceList with subresources such as
+  ``pods/eviction``); an unserved group/version is 404. ``KubeAPIServer(dra=False)``: no
+  resource.k8s.io at all (a cluster without DRA); ``dra_versions=("v1beta2",)``: an older one.
+- Decoding and validation where issue 15 needs them (``SCHEMAS``, ``VALIDATORS``): DeviceTaintRule,
+  ResourceSlice, Lease (MicroTime), PodDisruptionBudget, pod condition types. A wrong JSON type
+  or an unparseable time is 400; an unknown field is 400 (``fieldValidation=Strict``, this
+  server's default) or dropped (``Warn`` with a Warning header, ``Ignore``); a bad value is 422
+  Invalid with one ``details.causes`` entry per field. The strategies: ``metadata.generation``
+  (1, then +1 per spec change) and a DeviceTaint's ``timeAdded`` (set on create, renewed when
+  the effect changes).
+- Eviction (``POST pods/{name}/eviction``, policy/v1): 201 and the pod deleted, 429
+  TooManyRequests with a ``DisruptionBudget`` cause when the PodDisruptionBudget selecting it
+  allows no disruption (computed from minAvailable / maxUnavailable, ints or percentages, and the
+  running pods it selects, or its ``status.disruptionsAllowed`` where a test set one), 404 for
+  an unknown pod, 500 for a pod under two budgets.
 - One cluster-wide ``resourceVersion`` bumped on every write that changes an object (a no-op
   patch writes nothing, as in etcd); a stale ``metadata.resourceVersion`` in a patch or PUT body
   is answered 409 Conflict; ``?dryRun=All`` validates without storing.
@@ -25,6 +47,11 @@ against this server. It speaks what the agent uses, the way the API server does 
   (``delay_next``, for client timeouts), a dropped connection (``drop_next``); each one either
   before the request is applied or after it (``after_apply=True``: the write happened but the
   client never hears of it, the case that tempts a client to write twice).
+- Seeding: ``seed_node``, ``seed_pod``, ``seed_resource_slice``, ``seed_pdb``; ``mutate`` writes as
+  another client would.
+
+Simplified on purpose: deletion is immediate (no grace period, no finalizers), pages after the
+first are cut from the current state, a budget's expected pod count is the pods it selects.
 
 Every request is recorded (``requests``), every stored version of every object is kept
 (``versions``), so tests assert on what reached the server and on how state evolved.
@@ -34,10 +61,12 @@ Use the ``kube_api`` fixture (registered in conftest.py) or ``KubeAPIServer().st
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
 import itertools
 import json
+import math
 import queue
 import re
 import socket
@@ -64,24 +93,30 @@ class Resource:
     kind: str
     namespaced: bool
     status: bool = False  # has a status subresource
+    short_names: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
 
 RESOURCES: dict[tuple[str, str, str], Resource] = {
     (r.group, r.version, r.plural): r
     for r in (
-        Resource("", "v1", "nodes", "Node", namespaced=False, status=True),
-        Resource("", "v1", "pods", "Pod", namespaced=True, status=True),
-        Resource("", "v1", "events", "Event", namespaced=True),
-        Resource("", "v1", "namespaces", "Namespace", namespaced=False, status=True),
-        Resource("events.k8s.io", "v1", "events", "Event", namespaced=True),
+        Resource("", "v1", "nodes", "Node", namespaced=False, status=True, short_names=("no",)),
+        Resource("", "v1", "pods", "Pod", namespaced=True, status=True, short_names=("po",)),
+        Resource("", "v1", "events", "Event", namespaced=True, short_names=("ev",)),
+        Resource("", "v1", "namespaces", "Namespace", namespaced=False, status=True, short_names=("ns",)),
+        Resource("events.k8s.io", "v1", "events", "Event", namespaced=True, short_names=("ev",)),
         Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True),
         Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False),
         Resource("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", namespaced=False, status=True),
-        Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True, status=True),
+        Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True, status=True,
+                 short_names=("pdb",)),
     )
 }
 NODES = RESOURCES[("", "v1", "nodes")]
@@ -92,6 +127,23 @@ LEASES = RESOURCES[("coordination.k8s.io", "v1", "leases")]
 RESOURCE_SLICES = RESOURCES[("resource.k8s.io", "v1", "resourceslices")]
 DEVICE_TAINT_RULES = RESOURCES[("resource.k8s.io", "v1", "devicetaintrules")]
 PDBS = RESOURCES[("policy", "v1", "poddisruptionbudgets")]
+DRA_GROUP = "resource.k8s.io"
+# resource.k8s.io versions that can be served (KubeAPIServer(dra_versions=...)): the v1beta2 schemas of
+# ResourceSlice and DeviceTaintRule are those of v1 (v1beta2 was made to become v1), so one stored
+# object is served at either version with only its apiVersion changed, as the API server converts.
+DRA_VERSIONS = ("v1", "v1beta2")
+# Kinds whose spec changes bump metadata.generation (their strategies'); it starts at 1.
+GENERATION_KINDS = frozenset({"DeviceTaintRule", "ResourceSlice", "PodDisruptionBudget"})
+# Field selectors a kind supports beyond the generic dotted matcher (the others answer 400, as the
+# API server's field label conversion does). Kinds not named here keep the generic matcher.
+FIELD_LABELS: dict[str, frozenset] = {
+    "ResourceSlice": frozenset({"metadata.name", "spec.nodeName", "spec.driver", "spec.pool.name"}),
+    "DeviceTaintRule": frozenset({"metadata.name"}),
+    "Lease": frozenset({"metadata.name", "metadata.namespace"}),
+    "PodDisruptionBudget": frozenset({"metadata.name", "metadata.namespace"}),
+}
+VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]  # deletecollection is not served
+SUBRESOURCE_VERBS = ["get", "patch", "update"]
 
 # Strategic-merge strategy of list fields, per kind (from the Go struct tags
 # patchStrategy/patchMergeKey). A merge key of None = merge a list of primitives as a set.
@@ -108,6 +160,15 @@ MERGE_KEYS: dict[str, dict[tuple[str, ...], Optional[str]]] = {
     "Event": dict(_META_LISTS),
     "Namespace": {**_META_LISTS, ("status", "conditions"): "type"},
 }
+
+
+def resource_slice(name: str, node_name: str, devices: Iterable[dict], *, driver: str = "gpu.example.com",
+                   pool: Optional[str] = None, generation: int = 1, slice_count: int = 1) -> dict:
+    """A resource.k8s.io/v1 ResourceSlice of one node-local pool, as a DRA driver writes it."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
+            "spec": {"driver": driver, "nodeName": node_name,
+                     "pool": {"name": pool or node_name, "generation": generation, "resourceSliceCount": slice_count},
+                     "devices": copy.deepcopy(list(devices))}}
 
 
 def now_rfc3339() -> str:
@@ -348,8 +409,9 @@ def _field(obj: dict, dotted: str) -> str:
     return "" if cur is None else str(cur)
 
 
-def field_matcher(selector: Optional[str]) -> Callable[[dict], bool]:
-    """``a.b=x,c!=y`` on dotted paths (missing = empty string, as the server compares)."""
+def field_matcher(selector: Optional[str], allowed: Optional[Iterable[str]] = None) -> Callable[[dict], bool]:
+    """``a.b=x,c!=y`` on dotted paths (missing = empty string, as the server compares); with
+    ``allowed``, a field label outside it is 400 (the kind's field label conversion)."""
     terms = []
     for term in (selector or "").split(","):
         term = term.strip()
@@ -358,6 +420,9 @@ def field_matcher(selector: Optional[str]) -> Callable[[dict], bool]:
         m = re.match(r"^([A-Za-z0-9_.\-]+)\s*(==|!=|=)\s*(.*)$", term)
         if not m:
             raise ApiError(400, "BadRequest", f"invalid field selector term {term!r}")
+        if allowed is not None and m.group(1) not in allowed:
+            only = ", ".join(f'"{a}"' for a in sorted(allowed))
+            raise ApiError(400, "BadRequest", f'"{m.group(1)}" is not a known field selector: only {only}')
         terms.append((m.group(1), m.group(2) != "!=", m.group(3)))
     return lambda obj: all((_field(obj, k) == v) == eq for k, eq, v in terms)
 
@@ -451,7 +516,20 @@ class KubeAPIServer:
     ``write_kubeconfig(path)``), seed objects, inject faults, inspect what happened."""
 
     def __init__(self, token: str = "test-token", history: int = 10000,
-                 bookmark_seconds: float = 1.0, max_watch_seconds: float = 60.0):
+                 bookmark_seconds: float = 1.0, max_watch_seconds: float = 60.0, *, dra: bool = True,
+                 dra_versions: Iterable[str] = ("v1",), field_validation: str = "Strict"):
+        """``dra=False``: resource.k8s.io is not served at all (a cluster without DRA: 404 on its
+        paths, absent from discovery); ``dra_versions``: the resource.k8s.io versions served, of
+        ``DRA_VERSIONS`` (``("v1beta2",)``: a cluster from before DeviceTaintRule reached v1);
+        ``field_validation``: what an unknown field of a schema'd kind gets when the request
+        does not say (``Strict``: 400; ``Warn``: dropped, with a Warning header; ``Ignore``)."""
+        versions = tuple(dra_versions)
+        if not versions or any(v not in DRA_VERSIONS for v in versions):
+            raise ValueError(f"dra_versions: some of {DRA_VERSIONS}, not {versions!r}")
+        if field_validation not in ("Strict", "Warn", "Ignore"):
+            raise ValueError(f"field_validation: Strict, Warn or Ignore, not {field_validation!r}")
+        self.dra, self.dra_versions, self.field_validation = dra, versions, field_validation
+        self._local = threading.local()  # per request: fieldValidation, warnings, the version asked for
         self.token = token
         self.bookmark_seconds = bookmark_seconds
         self.max_watch_seconds = max_watch_seconds  # bound on a watch without timeoutSeconds
@@ -567,6 +645,29 @@ class KubeAPIServer:
             obj["metadata"]["uid"] = uid
         return self.create(PODS, namespace, obj)
 
+    def seed_resource_slice(self, name: str, node_name: str, devices: Iterable[dict], *,
+                            driver: str = "gpu.example.com", pool: Optional[str] = None,
+                            generation: int = 1) -> dict:
+        """Create a ResourceSlice as a DRA driver publishes it for ``node_name`` (pool = node name
+        unless given); ``devices``: ``{"name": ..., "attributes": {...}}`` entries."""
+        return self.create(RESOURCE_SLICES, None, resource_slice(name, node_name, devices, driver=driver,
+                                                                 pool=pool, generation=generation))
+
+    def seed_pdb(self, namespace: str, name: str, selector: dict, *, min_available: Any = None,
+                 max_unavailable: Any = None, status: Optional[dict] = None) -> dict:
+        """Create a PodDisruptionBudget (``status`` as the disruption controller would have written
+        it, e.g. ``{"disruptionsAllowed": 0}``; without it the eviction computes the budget)."""
+        spec: dict = {"selector": copy.deepcopy(selector)}
+        if min_available is not None:
+            spec["minAvailable"] = min_available
+        if max_unavailable is not None:
+            spec["maxUnavailable"] = max_unavailable
+        obj = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+               "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+        if status is not None:
+            obj["status"] = copy.deepcopy(status)
+        return self.create(PDBS, namespace, obj)
+
     def create(self, res: Resource, namespace: Optional[str], obj: dict, dry_run: bool = False) -> dict:
         with self._lock:
             obj = copy.deepcopy(obj)
@@ -584,6 +685,10 @@ class KubeAPIServer:
                 if not meta.get("generateName"):
                     raise ApiError(422, "Invalid", f"{res.kind}: metadata.name or generateName is required")
                 meta["name"] = f"{meta['generateName']}{uuid_mod.uuid4().hex[:5]}{next(self._names)}"
+            obj = self._decode(res, obj)
+            meta = obj["metadata"]
+            prepare(res, obj, None)
+            self._validate(res, obj)
             key = (res, namespace, meta["name"])
             if key in self._objects:
                 raise ApiError(409, "AlreadyExists", f'{res.plural} "{meta["name"]}" already exists',
@@ -642,14 +747,109 @@ class KubeAPIServer:
     def node_versions(self, name: str) -> list[dict]:
         return self.versions(NODES, None, name)
 
-    def delete(self, res: Resource, namespace: Optional[str], name: str) -> dict:
+    def delete(self, res: Resource, namespace: Optional[str], name: str, *,
+               preconditions: Optional[dict] = None) -> dict:
+        """Delete now (no graceful deletion, no finalizers); ``preconditions`` as in DeleteOptions
+        (uid, resourceVersion): 409 Conflict when the object is not that one any more."""
         with self._lock:
             key = (res, namespace or "", name)
             old = self._objects.get(key)
             if old is None:
                 raise _not_found(res, name)
+            check_preconditions(res, old, preconditions)
             self._store(res, namespace or "", name, None, old, "DELETED")
             return copy.deepcopy(old)
+
+    def evict(self, namespace: str, name: str, body: Any) -> dict:
+        """``POST pods/{name}/eviction`` (policy/v1 Eviction): the pod is deleted unless the one
+        PodDisruptionBudget selecting it allows no disruption (429 TooManyRequests, cause
+        DisruptionBudget). Pods that are not running (Pending, Succeeded, Failed) ignore budgets,
+        as the eviction REST handler does; an unhealthy pod may go while the budget is met."""
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the body of an eviction must be a policy/v1 Eviction")
+        ev = Decoder("Eviction").value(body, EVICTION, "")
+        if ev.get("kind") not in (None, "", "Eviction") or \
+                ev.get("apiVersion") not in (None, "", "policy/v1", "policy/v1beta1"):
+            raise ApiError(400, "BadRequest", f"the body is not a policy/v1 Eviction (kind {ev.get('kind')!r}, "
+                                              f"apiVersion {ev.get('apiVersion')!r})")
+        meta = ev.get("metadata") if isinstance(ev.get("metadata"), dict) else {}
+        if meta.get("name") != name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+        if meta.get("namespace") not in (None, "", namespace):
+            raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the "
+                                              "namespace sent on the request")
+        with self._lock:
+            pod = self.get(PODS, namespace, name)
+            check_preconditions(PODS, pod, (ev.get("deleteOptions") or {}).get("preconditions"))
+            running = (pod.get("status") or {}).get("phase") not in ("Pending", "Succeeded", "Failed") \
+                and not pod["metadata"].get("deletionTimestamp")
+            if running:
+                labels = pod["metadata"].get("labels") or {}
+                budgets = [b for b in self.list(PDBS, namespace)
+                           if selector_matches((b.get("spec") or {}).get("selector"), labels)]
+                if len(budgets) > 1:
+                    raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, "
+                                                         "which the eviction subresource does not support.")
+                if budgets:
+                    self._spend_budget(budgets[0], pod, namespace)
+            self.delete(PODS, namespace, name)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def _spend_budget(self, pdb: dict, pod: dict, namespace: str) -> None:
+        spec = pdb.get("spec") or {}
+        selected = [p for p in self.list(PODS, namespace) if not p["metadata"].get("deletionTimestamp")
+                    and selector_matches(spec.get("selector"), p["metadata"].get("labels") or {})]
+        allowed, desired, current = disruption_status(pdb, selected)
+        if not pod_healthy(pod) and (spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or current >= desired):
+            return  # an unhealthy pod does not count against a budget that is met
+        if allowed < 0:
+            raise ApiError(403, "Forbidden", "pdb disruptions allowed is negative")
+        if allowed == 0:
+            raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+                           {"causes": [{"reason": "DisruptionBudget",
+                                        "message": f"The disruption budget {pdb['metadata']['name']} needs {desired} "
+                                                   f"healthy pods and has {current} currently"}]})
+        status = dict(pdb.get("status") or {})
+        if "disruptionsAllowed" in status:  # a budget a test set: spend it, as the API server records it
+            status["disruptionsAllowed"] = allowed - 1
+            status["disruptedPods"] = {**(status.get("disruptedPods") or {}), pod["metadata"]["name"]: now_rfc3339()}
+            self._commit(PDBS, namespace, pdb["metadata"]["name"], {**pdb, "status": status})
+
+    # ------------------------------------------------------------------ what is served
+    def served_versions(self, group: str) -> list[str]:
+        """The versions of ``group`` this server answers ("" is core); [] when not served."""
+        if group == DRA_GROUP:
+            return list(self.dra_versions) if self.dra else []
+        return sorted({r.version for r in RESOURCES.values() if r.group == group})
+
+    def resolve(self, group: str, version: str, plural: str) -> Optional[Resource]:
+        """The stored resource behind a served group/version/plural, or None (404)."""
+        if version not in self.served_versions(group):
+            return None
+        return RESOURCES.get((group, "v1" if group == DRA_GROUP else version, plural))
+
+    # ------------------------------------------------------------------ decoding and validation
+    def _decode(self, res: Resource, obj: dict) -> dict:
+        schema = SCHEMAS.get(res.kind)
+        if schema is None:
+            return obj
+        decoder = Decoder(res.kind, getattr(self._local, "version", None) or res.version)
+        out = decoder.object(obj, schema)
+        if decoder.unknown:
+            mode = getattr(self._local, "field_validation", None) or self.field_validation
+            if mode == "Strict":
+                raise unknown_fields_error(decoder.unknown)
+            if mode == "Warn":
+                self._local.warnings = [f'unknown field "{f}"' for f in decoder.unknown]
+        return out
+
+    @staticmethod
+    def _validate(res: Resource, obj: dict) -> None:
+        fn = VALIDATORS.get(res.kind)
+        if fn is not None:
+            errs = FieldErrors()
+            fn(obj, errs)
+            errs.check(res, str((obj.get("metadata") or {}).get("name") or ""))
 
     def mutate(self, res: Resource, namespace: Optional[str], name: str, fn: Callable[[dict], None]) -> dict:
         """Change an object in place as another client would (bumps resourceVersion, notifies
@@ -657,6 +857,7 @@ class KubeAPIServer:
         with self._lock:
             new = self.get(res, namespace, name)
             fn(new)
+            prepare(res, new, self._objects[(res, namespace or "", name)])  # generation, as a client's write
             return self._commit(res, namespace or "", name, new)
 
     def mutate_node(self, name: str, fn: Callable[[dict], None]) -> dict:
@@ -818,6 +1019,9 @@ class KubeAPIServer:
                     new.pop("status", None)
             if res.kind == "Node":
                 _validate_node(new)
+            new = self._decode(res, new)
+            prepare(res, new, cur)
+            self._validate(res, new)
             if dry_run:
                 return new, False
             before = self._rv
@@ -892,6 +1096,562 @@ def _validate_core_event(ev: dict) -> None:
         raise ApiError(422, "Invalid", f"type: Unsupported value: {ev.get('type')!r}")
 
 
+# --------------------------------------------------------------------------- decoding (400) and validation (422)
+#
+# The API server first decodes the JSON into the Go type (a value of the wrong JSON type or an
+# unparseable time is 400 BadRequest; an unknown field is dropped with a warning, or refused with
+# ``fieldValidation=Strict``), then runs the kind's strategy (generation, defaults such as a
+# DeviceTaint's timeAdded) and its validation (422 Invalid, one StatusCause per field). The
+# schemas below cover the kinds whose every field matters to issue 15; other kinds are stored as
+# sent. This server refuses unknown fields by default (``KubeAPIServer(field_validation="Strict")``)
+# where the real default is ``Warn``: a field the server would drop (a v1alpha3
+# ``deviceSelector.deviceClassName``) means the client asks for something it will not get.
+
+STRING, INT, BOOL, TIME, MICRO_TIME, INT_OR_STRING, ANY = "string", "int64", "bool", "Time", "MicroTime", \
+    "IntOrString", "any"
+_GO_LAYOUT = {TIME: "2006-01-02T15:04:05Z07:00", MICRO_TIME: "2006-01-02T15:04:05.000000Z07:00"}
+_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+_MICRO_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$")
+
+_DEVICE_TAINT = {"key": STRING, "value": STRING, "effect": STRING, "timeAdded": TIME}
+SCHEMAS: dict[str, dict] = {
+    "DeviceTaintRule": {"deviceSelector": {"driver": STRING, "pool": STRING, "device": STRING},
+                        "taint": _DEVICE_TAINT},
+    "ResourceSlice": {
+        "driver": STRING, "pool": {"name": STRING, "generation": INT, "resourceSliceCount": INT},
+        "nodeName": STRING, "nodeSelector": ANY, "allNodes": BOOL, "perDeviceNodeSelection": BOOL,
+        "sharedCounters": [ANY], "partitionTypeAttribute": STRING, "skipNodeOperations": [STRING],
+        "devices": [{
+            "name": STRING, "capacity": {"*": ANY}, "consumesCounters": [ANY], "nodeName": STRING,
+            "nodeSelector": ANY, "allNodes": BOOL, "taints": [_DEVICE_TAINT], "bindsToNode": BOOL,
+            "bindingConditions": [STRING], "bindingFailureConditions": [STRING],
+            "allowMultipleAllocations": BOOL, "nodeAllocatableResources": {"*": ANY},
+            "attributes": {"*": {"int": INT, "bool": BOOL, "string": STRING, "version": STRING,
+                                 "ints": [INT], "bools": [BOOL], "strings": [STRING], "versions": [STRING]}},
+        }],
+    },
+    "Lease": {"holderIdentity": STRING, "leaseDurationSeconds": INT, "acquireTime": MICRO_TIME,
+              "renewTime": MICRO_TIME, "leaseTransitions": INT, "preferredHolder": STRING, "strategy": STRING},
+    "PodDisruptionBudget": {"minAvailable": INT_OR_STRING, "maxUnavailable": INT_OR_STRING, "selector": ANY,
+                            "unhealthyPodEvictionPolicy": STRING},
+}
+DELETE_OPTIONS = {"kind": STRING, "apiVersion": STRING, "gracePeriodSeconds": INT, "orphanDependents": BOOL,
+                  "preconditions": {"uid": STRING, "resourceVersion": STRING}, "propagationPolicy": STRING,
+                  "dryRun": [STRING], "ignoreStoreReadErrorWithClusterBreakingPotential": BOOL}
+EVICTION = {"kind": STRING, "apiVersion": STRING, "metadata": ANY, "deleteOptions": DELETE_OPTIONS}
+
+
+def _json_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return f"number {v}" if isinstance(v, float) else "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(v), "null")
+
+
+class Decoder:
+    """JSON -> the Go type's shape: wrong types are 400 (the message names the field), times are
+    normalized as the server writes them back (UTC; Time to the second, MicroTime to the µs),
+    unknown fields are collected in ``unknown`` and left out of the result."""
+
+    def __init__(self, kind: str, version: str = "v1"):
+        self.kind, self.version = kind, version
+        self.unknown: list[str] = []
+
+    def bad(self, path: str, detail: str) -> ApiError:
+        return ApiError(400, "BadRequest", f'{self.kind} in version "{self.version}" cannot be handled as a '
+                                           f"{self.kind}: {detail}")
+
+    def mismatch(self, v: Any, path: str, want: str) -> ApiError:
+        return self.bad(path, f"json: cannot unmarshal {_json_type(v)} into Go struct field {self.kind}.{path} "
+                              f"of type {want}")
+
+    def value(self, v: Any, schema: Any, path: str) -> Any:
+        if v is None or schema == ANY:
+            return v
+        if isinstance(schema, list):
+            if not isinstance(v, list):
+                raise self.mismatch(v, path, "[]" + (schema[0] if isinstance(schema[0], str) else "object"))
+            return [self.value(x, schema[0], f"{path}[{i}]") for i, x in enumerate(v)]
+        if isinstance(schema, dict):
+            if not isinstance(v, dict):
+                raise self.mismatch(v, path, "map" if "*" in schema else "object")
+            if "*" in schema:
+                return {k: self.value(x, schema["*"], f"{path}[{k}]") for k, x in v.items()}
+            out = {}
+            for k, x in v.items():
+                if k in schema:
+                    out[k] = self.value(x, schema[k], f"{path}.{k}" if path else k)
+                else:
+                    self.unknown.append(f"{path}.{k}" if path else k)
+            return out
+        ok = {STRING: isinstance(v, str), BOOL: isinstance(v, bool),
+              INT: isinstance(v, int) and not isinstance(v, bool),
+              INT_OR_STRING: isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)),
+              TIME: isinstance(v, str), MICRO_TIME: isinstance(v, str)}[schema]
+        if not ok:
+            raise self.mismatch(v, path, schema)
+        return self.time(v, schema, path) if schema in (TIME, MICRO_TIME) else v
+
+    def time(self, v: str, schema: str, path: str) -> str:
+        pattern = _MICRO_TIME_RE if schema == MICRO_TIME else _TIME_RE
+        try:
+            if not pattern.match(v):
+                raise ValueError(v)
+            t = datetime.datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(datetime.timezone.utc)
+        except ValueError:
+            raise self.bad(path, f'{path}: parsing time "{v[:64]}" as "{_GO_LAYOUT[schema]}": cannot parse') from None
+        return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if schema == MICRO_TIME else "%Y-%m-%dT%H:%M:%SZ")
+
+    def object(self, obj: dict, spec_schema: dict) -> dict:
+        """A whole object: its top-level fields and its spec (metadata and status stored as sent)."""
+        top = {"apiVersion": STRING, "kind": STRING, "metadata": ANY, "spec": spec_schema, "status": ANY}
+        return self.value(obj, top, "")
+
+
+def unknown_fields_error(unknown: list[str]) -> ApiError:
+    listed = ", ".join(f'unknown field "{f}"' for f in unknown)
+    return ApiError(400, "BadRequest", f"strict decoding error: {listed}")
+
+
+_CAUSES = {"Required value": "FieldValueRequired", "Invalid value": "FieldValueInvalid",
+           "Unsupported value": "FieldValueNotSupported", "Duplicate value": "FieldValueDuplicate",
+           "Too long": "FieldValueTooLong", "Too many": "FieldValueTooMany", "Forbidden": "FieldValueForbidden"}
+
+
+def _quote(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v, sort_keys=True)
+
+
+class FieldErrors:
+    """A field.ErrorList: ``required`` / ``invalid`` / ... collect, ``check`` raises one 422 Invalid
+    whose details.causes name each field (``reason``, ``message``, ``field``), as the API server's."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str, str]] = []  # (field, type, detail)
+
+    def add(self, path: str, kind: str, detail: str = "") -> None:
+        self.errors.append((path, kind, detail))
+
+    def required(self, path: str, detail: str = "") -> None:
+        self.add(path, "Required value", detail)
+
+    def invalid(self, path: str, value: Any, detail: str) -> None:
+        self.add(path, "Invalid value", f"{_quote(value)}: {detail}")
+
+    def unsupported(self, path: str, value: Any, supported: Iterable[str]) -> None:
+        self.add(path, "Unsupported value",
+                 f"{_quote(value)}: supported values: " + ", ".join(f'"{s}"' for s in sorted(supported)))
+
+    def check(self, res: Resource, name: str) -> None:
+        if not self.errors:
+            return
+        texts = [f"{k}: {d}" if d else k for _, k, d in self.errors]
+        whole = [f"{f}: {t}" for (f, _, _), t in zip(self.errors, texts)]
+        what = f"{res.kind}.{res.group}" if res.group else res.kind
+        listed = whole[0] if len(whole) == 1 else "[" + ", ".join(whole) + "]"
+        raise ApiError(422, "Invalid", f'{what} "{name}" is invalid: {listed}', {
+            "name": name, "group": res.group, "kind": res.kind,
+            "causes": [{"reason": _CAUSES[k], "message": t, "field": f}
+                       for (f, k, _), t in zip(self.errors, texts)]})
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+                     r"(-(0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(\.(0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*)?"
+                     r"(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$")
+
+
+def _shaped(errs: FieldErrors, path: str, v: str, limit: int, pattern: re.Pattern, rule: str,
+            empty: bool = False) -> None:
+    """``v`` at most ``limit`` characters matching ``pattern`` (or empty where ``empty``)."""
+    if len(v) > limit:
+        errs.invalid(path, v, f"must be no more than {limit} characters")
+    elif not (empty and not v) and not pattern.match(v):
+        errs.invalid(path, v, rule)
+
+
+def dns_subdomain(errs: FieldErrors, path: str, v: str, limit: int = 253) -> None:
+    _shaped(errs, path, v, limit, _DNS_SUBDOMAIN, "a lowercase RFC 1123 subdomain must consist of lower case "
+            "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")
+
+
+def dns_label(errs: FieldErrors, path: str, v: str) -> None:
+    _shaped(errs, path, v, 63, _DNS_LABEL, "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+            "characters or '-', and must start and end with an alphanumeric character")
+
+
+def qualified_name(errs: FieldErrors, path: str, v: str) -> None:
+    """A label key: ``[prefix/]name``, prefix a DNS subdomain, name <= 63 characters."""
+    parts = v.split("/")
+    if len(parts) > 2:
+        errs.invalid(path, v, "a qualified name must consist of alphanumeric characters, '-', '_' or '.', "
+                              "with an optional DNS subdomain prefix and '/'")
+        return
+    if len(parts) == 2:
+        if not parts[0]:
+            errs.invalid(path, v, "prefix part must be non-empty")
+        else:
+            dns_subdomain(errs, path, parts[0])
+    name = parts[-1]
+    if not name:
+        errs.invalid(path, v, "name part must be non-empty")
+    elif len(name) > 63:
+        errs.invalid(path, v, "name part must be no more than 63 characters")
+    elif not _NAME_PART.match(name):
+        errs.invalid(path, v, "name part must consist of alphanumeric characters, '-', '_' or '.', and must "
+                              "start and end with an alphanumeric character")
+
+
+def label_value(errs: FieldErrors, path: str, v: str) -> None:
+    _shaped(errs, path, v, 63, _NAME_PART, "a valid label must be an empty string or consist of alphanumeric "
+            "characters, '-', '_' or '.', and must start and end with an alphanumeric character", empty=True)
+
+
+def _metadata(errs: FieldErrors, obj: dict) -> None:
+    """ObjectMeta of the kinds validated here: a DNS-subdomain name, valid labels."""
+    meta = obj.get("metadata") or {}
+    dns_subdomain(errs, "metadata.name", str(meta.get("name") or ""))
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        errs.invalid("metadata.labels", labels, "must be a map of strings")
+        return
+    for k, v in labels.items():
+        qualified_name(errs, "metadata.labels", k)
+        label_value(errs, f"metadata.labels[{k}]", v if isinstance(v, str) else str(v))
+
+
+DEVICE_TAINT_EFFECTS = ("None", "NoSchedule", "NoExecute")
+
+
+def _device_taint(errs: FieldErrors, path: str, taint: dict) -> None:
+    if not taint.get("key"):
+        errs.required(f"{path}.key")
+    else:
+        qualified_name(errs, f"{path}.key", taint["key"])
+    if taint.get("value"):
+        label_value(errs, f"{path}.value", taint["value"])
+    if not taint.get("effect"):
+        errs.required(f"{path}.effect")
+    elif taint["effect"] not in DEVICE_TAINT_EFFECTS:
+        errs.unsupported(f"{path}.effect", taint["effect"], DEVICE_TAINT_EFFECTS)
+
+
+def _pool_name(errs: FieldErrors, path: str, v: str) -> None:
+    if len(v) > 253:
+        errs.add(path, "Too long", "may not be more than 253 bytes")
+        return
+    for part in v.split("/"):
+        dns_subdomain(errs, path, part)
+
+
+def validate_device_taint_rule(obj: dict, errs: FieldErrors) -> None:
+    _metadata(errs, obj)
+    spec = obj.get("spec") or {}
+    sel = spec.get("deviceSelector") or {}
+    if sel.get("driver"):
+        dns_subdomain(errs, "spec.deviceSelector.driver", sel["driver"], limit=63)
+    if sel.get("pool"):
+        _pool_name(errs, "spec.deviceSelector.pool", sel["pool"])
+    if sel.get("device"):
+        dns_label(errs, "spec.deviceSelector.device", sel["device"])
+    _device_taint(errs, "spec.taint", spec.get("taint") or {})
+
+
+_NODE_SELECTION = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
+
+
+def _selection(where: dict, fields: Iterable[str]) -> list[str]:
+    return [f for f in fields if where.get(f) not in (None, "", False)]
+
+
+def validate_resource_slice(obj: dict, errs: FieldErrors) -> None:
+    _metadata(errs, obj)
+    spec = obj.get("spec") or {}
+    if not spec.get("driver"):
+        errs.required("spec.driver")
+    else:
+        dns_subdomain(errs, "spec.driver", spec["driver"], limit=63)
+    pool = spec.get("pool") or {}
+    if not pool.get("name"):
+        errs.required("spec.pool.name")
+    else:
+        _pool_name(errs, "spec.pool.name", pool["name"])
+    if (pool.get("generation") or 0) < 0:
+        errs.invalid("spec.pool.generation", pool["generation"], "must be greater than or equal to 0")
+    if (pool.get("resourceSliceCount") or 0) <= 0:
+        errs.invalid("spec.pool.resourceSliceCount", pool.get("resourceSliceCount") or 0, "must be greater than zero")
+    chosen = _selection(spec, _NODE_SELECTION)
+    exactly = "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"
+    if not chosen:
+        errs.required("spec", exactly)
+    elif len(chosen) > 1:
+        errs.invalid("spec", chosen, exactly)
+    if spec.get("nodeName"):
+        dns_subdomain(errs, "spec.nodeName", spec["nodeName"])
+    devices = spec.get("devices") or []
+    if len(devices) > 128:
+        errs.add("spec.devices", "Too many", f"{len(devices)}: must have at most 128 items")
+    seen: set = set()
+    for i, dev in enumerate(devices):
+        _device(errs, f"spec.devices[{i}]", dev, per_device=bool(spec.get("perDeviceNodeSelection")), seen=seen)
+
+
+def _device(errs: FieldErrors, path: str, dev: dict, *, per_device: bool, seen: set) -> None:
+    name = dev.get("name")
+    if not name:
+        errs.required(f"{path}.name")
+    else:
+        dns_label(errs, f"{path}.name", name)
+        if name in seen:
+            errs.add(f"{path}.name", "Duplicate value", _quote(name))
+        seen.add(name)
+    attrs = dev.get("attributes") or {}
+    if len(attrs) + len(dev.get("capacity") or {}) > 32:
+        errs.invalid(path, len(attrs), "the total number of attributes and capacities must not exceed 32")
+    for key, attr in attrs.items():
+        _attribute(errs, f"{path}.attributes[{key}]", key, attr or {})
+    chosen = _selection(dev, ("nodeName", "nodeSelector", "allNodes"))
+    if per_device and len(chosen) != 1:
+        errs.invalid(path, chosen, "exactly one of `nodeName`, `nodeSelector`, `allNodes` is required when "
+                                   "`perDeviceNodeSelection` is set")
+    elif not per_device and chosen:
+        errs.add(f"{path}.{chosen[0]}", "Forbidden", "`perDeviceNodeSelection` is not set")
+    for j, taint in enumerate(dev.get("taints") or []):
+        _device_taint(errs, f"{path}.taints[{j}]", taint or {})
+
+
+def _attribute(errs: FieldErrors, path: str, key: str, attr: dict) -> None:
+    """An attribute name is a C identifier (<= 32), optionally behind a domain; exactly one value."""
+    domain, _, ident = key.rpartition("/")
+    if domain:
+        dns_subdomain(errs, path, domain, limit=63)
+    if not _C_IDENTIFIER.match(ident) or len(ident) > 32:
+        errs.invalid(path, key, "must be a C identifier of at most 32 characters, optionally behind a domain and '/'")
+    values = [k for k in ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
+              if attr.get(k) is not None]
+    if len(values) != 1:
+        errs.invalid(path, attr, "exactly one value must be specified")
+        return
+    v = attr[values[0]]
+    for s in ([v] if values[0] in ("string", "version") else v if values[0] in ("strings", "versions") else []):
+        if len(s) > 64:
+            errs.add(f"{path}.{values[0]}", "Too long", "may not be more than 64 bytes")
+        elif values[0].startswith("version") and not _SEMVER.match(s):
+            errs.invalid(f"{path}.{values[0]}", s, "must be a string compatible with semver.org spec 2.0.0")
+
+
+def validate_lease(obj: dict, errs: FieldErrors) -> None:
+    _metadata(errs, obj)
+    spec = obj.get("spec") or {}
+    if spec.get("leaseDurationSeconds") is not None and spec["leaseDurationSeconds"] <= 0:
+        errs.invalid("spec.leaseDurationSeconds", spec["leaseDurationSeconds"], "must be greater than 0")
+    if spec.get("leaseTransitions") is not None and spec["leaseTransitions"] < 0:
+        errs.invalid("spec.leaseTransitions", spec["leaseTransitions"], "must be greater than or equal to 0")
+    if spec.get("strategy") and spec["strategy"] != "OldestEmulationVersion":
+        errs.unsupported("spec.strategy", spec["strategy"], ["OldestEmulationVersion"])
+    if spec.get("preferredHolder") and not spec.get("strategy"):
+        errs.add("spec.preferredHolder", "Forbidden", "preferredHolder is only allowed if strategy is set")
+
+
+_PERCENT = re.compile(r"^(0|[1-9]\d*)%$")
+
+
+def validate_pdb(obj: dict, errs: FieldErrors) -> None:
+    _metadata(errs, obj)
+    spec = obj.get("spec") or {}
+    for f in ("minAvailable", "maxUnavailable"):
+        v = spec.get(f)
+        if isinstance(v, str) and not _PERCENT.match(v):
+            errs.invalid(f"spec.{f}", v, "must be an integer or percentage (e.g '5%')")
+        elif isinstance(v, int) and v < 0:
+            errs.invalid(f"spec.{f}", v, "must be greater than or equal to 0")
+    if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+        errs.invalid("spec", spec, "minAvailable and maxUnavailable cannot be both set")
+    policy = spec.get("unhealthyPodEvictionPolicy")
+    if policy is not None and policy not in ("IfHealthyBudget", "AlwaysAllow"):
+        errs.unsupported("spec.unhealthyPodEvictionPolicy", policy, ["AlwaysAllow", "IfHealthyBudget"])
+
+
+_POD_SYSTEM_CONDITIONS = ("PodScheduled", "Ready", "Initialized")
+
+
+def validate_pod(obj: dict, errs: FieldErrors) -> None:
+    """What the pod strategies check that issue 15 relies on: a condition type that is not one of
+    the system ones is a qualified name (``hetero-exporter.io/AcceleratorHealthy``)."""
+    for i, c in enumerate((obj.get("status") or {}).get("conditions") or []):
+        ctype = c.get("type") if isinstance(c, dict) else None
+        if not isinstance(ctype, str) or ctype in _POD_SYSTEM_CONDITIONS:
+            continue
+        qualified_name(errs, f"status.conditions[{i}].type", ctype)
+
+
+VALIDATORS: dict[str, Callable[[dict, FieldErrors], None]] = {
+    "DeviceTaintRule": validate_device_taint_rule, "ResourceSlice": validate_resource_slice,
+    "Lease": validate_lease, "PodDisruptionBudget": validate_pdb, "Pod": validate_pod,
+}
+
+
+def prepare(res: Resource, new: dict, old: Optional[dict]) -> None:
+    """The strategies' PrepareForCreate / PrepareForUpdate: generation, DeviceTaint.timeAdded."""
+    meta = new.setdefault("metadata", {})
+    if res.kind in GENERATION_KINDS:
+        if old is None:
+            meta["generation"] = 1
+        else:
+            gen = int((old.get("metadata") or {}).get("generation") or 1)
+            meta["generation"] = gen + 1 if new.get("spec") != old.get("spec") else gen
+    if res.kind == "DeviceTaintRule":
+        taint = (new.get("spec") or {}).get("taint")
+        if not isinstance(taint, dict):
+            return
+        before = ((old or {}).get("spec") or {}).get("taint") or {}
+        if not taint.get("timeAdded"):
+            taint["timeAdded"] = now_rfc3339()
+        elif old is not None and taint.get("effect") != before.get("effect") \
+                and taint["timeAdded"] == before.get("timeAdded"):
+            taint["timeAdded"] = now_rfc3339()  # a new effect starts its own time
+
+
+def check_preconditions(res: Resource, obj: dict, pre: Optional[dict]) -> None:
+    """DeleteOptions.preconditions (uid, resourceVersion): 409 Conflict when they do not hold."""
+    meta = obj.get("metadata") or {}
+    for key, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+        want = (pre or {}).get(key)
+        if want is not None and want != meta.get(key):
+            what = f"{res.plural}.{res.group}" if res.group else res.plural
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {what} "{meta.get("name")}": '
+                                            f"Precondition failed: {label} in precondition: {want}, "
+                                            f"{label} in object meta: {meta.get(key)}",
+                           {"name": meta.get("name"), "group": res.group, "kind": res.plural})
+
+
+# --------------------------------------------------------------------------- disruption budgets
+
+
+def selector_matches(selector: Optional[dict], labels: dict) -> bool:
+    """A metav1.LabelSelector: matchLabels and matchExpressions (In, NotIn, Exists, DoesNotExist).
+    A PodDisruptionBudget's empty selector selects every pod of its namespace, a missing one none."""
+    if selector is None:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        ok = {"In": labels.get(key) in values, "NotIn": key not in labels or labels[key] not in values,
+              "Exists": key in labels, "DoesNotExist": key not in labels}.get(op)
+        if ok is None:
+            raise ApiError(400, "BadRequest", f"{op!r} is not a valid label selector operator")
+        if not ok:
+            return False
+    return True
+
+
+def pod_healthy(pod: dict) -> bool:
+    """Running and not reported unready (a seeded pod without conditions counts as ready)."""
+    status = pod.get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), None)
+    return status.get("phase") == "Running" and (ready is None or ready.get("status") == "True")
+
+
+def _scaled(v: Any, total: int) -> int:
+    """An int, or a percentage of ``total`` rounded up (GetScaledValueFromIntOrPercent, roundUp)."""
+    if isinstance(v, str):
+        return math.ceil(int(v.rstrip("%")) * total / 100)
+    return int(v)
+
+
+def disruption_status(pdb: dict, pods: list[dict]) -> tuple[int, int, int]:
+    """(disruptionsAllowed, desiredHealthy, currentHealthy) as the disruption controller computes
+    them, the expected count being the selected pods; a status a test set wins."""
+    spec, status = pdb.get("spec") or {}, pdb.get("status") or {}
+    expected = len(pods)
+    current = sum(1 for p in pods if pod_healthy(p))
+    if spec.get("maxUnavailable") is not None:
+        desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
+    elif spec.get("minAvailable") is not None:
+        desired = _scaled(spec["minAvailable"], expected)
+    else:
+        desired = 0  # neither set: the controller desires nothing (policy/v1 has no default)
+    allowed = max(0, current - desired)
+    if "disruptionsAllowed" in status:
+        allowed = int(status["disruptionsAllowed"])
+        desired, current = int(status.get("desiredHealthy", desired)), int(status.get("currentHealthy", current))
+    return allowed, desired, current
+
+
+# --------------------------------------------------------------------------- discovery, versions, paging
+
+
+def api_group(group: str, versions: list[str]) -> dict:
+    """An APIGroup entry: its served versions and the preferred one (v1 when served)."""
+    listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    preferred = next((x for x in listed if x["version"] == "v1"), listed[0])
+    return {"name": group, "versions": listed, "preferredVersion": preferred}
+
+
+def api_resource_list(group: str, version: str) -> dict:
+    """The APIResourceList of a served group/version: each resource, then its subresources."""
+    stored = "v1" if group == DRA_GROUP else version
+    resources: list[dict] = []
+    for r in RESOURCES.values():
+        if r.group != group or r.version != stored:
+            continue
+        entry = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
+                 "verbs": list(VERBS)}
+        if r.short_names:
+            entry["shortNames"] = list(r.short_names)
+        resources.append(entry)
+        if r.status:
+            resources.append({"name": f"{r.plural}/status", "singularName": "", "namespaced": r.namespaced,
+                              "kind": r.kind, "verbs": list(SUBRESOURCE_VERBS)})
+        if r is PODS:
+            resources.append({"name": "pods/eviction", "singularName": "", "namespaced": True, "group": "policy",
+                              "version": "v1", "kind": "Eviction", "verbs": ["create"]})
+    doc = {"kind": "APIResourceList", "groupVersion": f"{group}/{version}" if group else version,
+           "resources": resources}
+    return doc if not group else {"kind": "APIResourceList", "apiVersion": "v1", **doc}
+
+
+def _at_version(body: Any, version: Optional[str]) -> Any:
+    """An answer of resource.k8s.io as the version asked for (the schemas served are the same)."""
+    if version in (None, "v1") or not isinstance(body, dict):
+        return body
+    stored = f"{DRA_GROUP}/v1"
+    if body.get("apiVersion") != stored:
+        return body
+    out = {**body, "apiVersion": f"{DRA_GROUP}/{version}"}
+    if isinstance(body.get("items"), list):
+        out["items"] = [_at_version(i, version) for i in body["items"]]
+    return out
+
+
+def _list_key(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _continue_token(rv: int, after: tuple[str, str]) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(after)}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _continue_position(token: str, oldest_rv: int) -> tuple[int, tuple[str, str]]:
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        rv, (ns, name) = int(doc["rv"]), doc["start"]
+    except (ValueError, KeyError, TypeError):
+        raise ApiError(400, "BadRequest", "continue key is not valid: the token is not one this server gave") from None
+    if rv < oldest_rv:
+        raise ApiError(410, "Expired", "The provided continue parameter is too old to display a consistent list "
+                                       "result. You can start a new list without the continue parameter.")
+    return rv, (str(ns), str(name))
+
+
 # --------------------------------------------------------------------------- HTTP
 
 
@@ -923,10 +1683,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ plumbing
     def _send_json(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
+        api = self.server_api
+        data = json.dumps(_at_version(body, getattr(api._local, "version", None))).encode()
         try:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
+            for text in getattr(api._local, "warnings", None) or ():
+                self.send_header("Warning", f"299 - {json.dumps(text)}")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -956,6 +1719,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(parts.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         is_watch = method == "GET" and _truthy(query.get("watch"))
+        api._local.version, api._local.warnings = None, []
+        api._local.field_validation = query.get("fieldValidation")
         rec = RequestRecord(method, path, query, self.headers.get("Content-Type", ""), None)
         rec.target = self.path
         rec.headers = {k: self.headers[k] for k in ("Accept", "Content-Type", "User-Agent") if k in self.headers}
@@ -1027,23 +1792,51 @@ class _Handler(BaseHTTPRequestHandler):
             ns, rest = rest[1], rest[2:]
         if not rest:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
-        res = RESOURCES.get((group, version, rest[0]))
+        res = self.server_api.resolve(group, version, rest[0])
         if res is None:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+        self.server_api._local.version = version
         if res.namespaced is False and ns is not None:
             raise ApiError(404, "NotFound", f"{res.plural} is not namespaced")
         name = rest[1] if len(rest) >= 2 else None
         sub = rest[2] if len(rest) >= 3 else None
-        if sub is not None and (sub != "status" or not res.status):
+        if sub is not None and not ((sub == "status" and res.status) or (sub == "eviction" and res is PODS)):
             raise ApiError(404, "NotFound", f"no subresource {sub!r} on {res.plural}")
         return res, ns, name, sub
+
+    def _discovery(self, path: str) -> Optional[dict]:
+        """The discovery documents (``/api``, ``/apis``, ``/apis/{group}``, ``/api/v1``,
+        ``/apis/{group}/{version}``); None for any other path, 404 for an unserved group/version."""
+        api = self.server_api
+        segs = [s for s in path.split("/") if s]
+        if segs == ["api"]:
+            host, port = self.server.server_address[:2]
+            return {"kind": "APIVersions", "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"{host}:{port}"}]}
+        if segs == ["api", "v1"]:
+            return api_resource_list("", "v1")
+        if segs == ["apis"]:
+            groups = [api_group(g, api.served_versions(g)) for g in dict.fromkeys(r.group for r in RESOURCES.values())
+                      if g and api.served_versions(g)]
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        if len(segs) in (2, 3) and segs[0] == "apis":
+            versions = api.served_versions(segs[1])
+            if not versions or (len(segs) == 3 and segs[2] not in versions):
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            if len(segs) == 2:
+                return {"kind": "APIGroup", "apiVersion": "v1", **api_group(segs[1], versions)}
+            return api_resource_list(segs[1], segs[2])
+        return None
 
     def _handle(self, method: str, path: str, query: dict, body: Any, ctype: str) -> tuple[int, Any, bool]:
         api = self.server_api
         if path in ("/version", "/version/"):
-            return 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0-kubeapi-test"}, False
+            return 200, {"major": "1", "minor": "37", "gitVersion": "v1.37.0-kubeapi-test"}, False
         if path in ("/healthz", "/readyz", "/livez"):
             return 200, "ok", False
+        doc = self._discovery(path) if method == "GET" else None
+        if doc is not None:
+            return 200, doc, False
         res, ns, name, sub = self._route(path)
         dry = query.get("dryRun") == "All"
         key_ns = ns or ""
@@ -1057,12 +1850,21 @@ class _Handler(BaseHTTPRequestHandler):
                 obj = api.create(res, ns, body, dry_run=dry)
                 return 201, obj, api._rv != before
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a collection here")
+        if sub == "eviction":
+            if method != "POST":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on pods/eviction")
+            return 201, api.evict(key_ns, name, body), True
         if method == "GET":
             return 200, api.get(res, ns, name), False
         if method == "DELETE":
-            if dry:
-                return 200, api.get(res, ns, name), False
-            return 200, api.delete(res, ns, name), True
+            opts = Decoder("DeleteOptions").value(body, DELETE_OPTIONS, "") if body is not None else {}
+            if not isinstance(opts, dict):
+                raise ApiError(400, "BadRequest", "the body of a delete must be a DeleteOptions object")
+            if dry or "All" in (opts.get("dryRun") or []):
+                obj = api.get(res, ns, name)
+                check_preconditions(res, obj, opts.get("preconditions"))
+                return 200, obj, False
+            return 200, api.delete(res, ns, name, preconditions=opts.get("preconditions")), True
         if method == "PUT":
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "the body of a replace must be an object")
@@ -1088,20 +1890,38 @@ class _Handler(BaseHTTPRequestHandler):
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported")
 
     def _list(self, res: Resource, ns: Optional[str], query: dict) -> dict:
+        """A list, in pages when asked (``limit``; ``continue`` from the page before). Pages after
+        the first are cut from the current state (the API server reads them at the first page's
+        resourceVersion) and carry that first resourceVersion; a token from before ``compact()``
+        is 410 Expired."""
         api = self.server_api
-        fm, lm = field_matcher(query.get("fieldSelector")), label_matcher(query.get("labelSelector"))
+        fm = field_matcher(query.get("fieldSelector"), FIELD_LABELS.get(res.kind))
+        lm = label_matcher(query.get("labelSelector"))
+        try:
+            limit = int(query.get("limit") or 0)
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"limit: not an integer: {query.get('limit')!r}") from None
         with api._lock:
-            items = [o for o in api.list(res, ns) if fm(o) and lm(o)]
-            rv = str(api._rv)
-        return {"kind": f"{res.kind}List", "apiVersion": res.api_version,
-                "metadata": {"resourceVersion": rv}, "items": items}
+            rv, after = api._rv, None
+            if query.get("continue"):
+                rv, after = _continue_position(query["continue"], api._oldest_rv)
+            items = [o for o in api.list(res, ns) if (after is None or _list_key(o) > after) and fm(o) and lm(o)]
+        meta: dict = {"resourceVersion": str(rv)}
+        if 0 < limit < len(items):
+            left = len(items) - limit
+            items = items[:limit]
+            meta["continue"] = _continue_token(rv, _list_key(items[-1]))
+            if not query.get("fieldSelector") and not query.get("labelSelector"):
+                meta["remainingItemCount"] = left
+        return {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta, "items": items}
 
     def _watch(self, path: str, query: dict) -> None:
         api = self.server_api
         res, ns, name, sub = self._route(path)
         if name is not None:
             raise ApiError(405, "MethodNotAllowed", "watch a collection (use fieldSelector metadata.name=...)")
-        fm, lm = field_matcher(query.get("fieldSelector")), label_matcher(query.get("labelSelector"))
+        fm = field_matcher(query.get("fieldSelector"), FIELD_LABELS.get(res.kind))
+        lm = label_matcher(query.get("labelSelector"))
         w, backlog, err = api._open_watch(res, ns, lambda o: fm(o) and lm(o), query.get("resourceVersion"))
         timeout = float(query.get("timeoutSeconds") or api.max_watch_seconds)
         deadline = time.monotonic() + min(timeout, api.max_watch_seconds)
@@ -1146,6 +1966,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _chunk(self, event: dict) -> None:
+        event = {**event, "object": _at_version(event.get("object"), getattr(self.server_api._local, "version", None))}
         data = (json.dumps(event) + "\n").encode()
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
