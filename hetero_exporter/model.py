@@ -260,10 +260,20 @@ class NodeSnapshot:
     attribution_sources: tuple[SourceStatus, ...] = ()
 
     def present(self) -> dict[str, int]:
-        """Devices seen by the vendor tools, per vendor (top-level devices only)."""
+        """Devices the vendor tools really see, per vendor (top-level devices only).
+
+        Not counted: a device with nothing read and health failed or unknown. That is PCI
+        presence's stand-in for a device on the bus that no tool reports
+        (health/pci_presence.py: no readings, failed), and a device its collector reports lost
+        under its pinned identity (NVML GPU_IS_LOST, a CLI tool that no longer lists it), so
+        ``accelerator_devices_expected > accelerator_devices_present`` says a device is missing.
+        A device carried over stale from a late collector still counts: it has (stale)
+        readings, it was seen at the last success, and a slow tool is not a missing device
+        (``accelerator_collector_success`` says that), so a late cycle does not fire the
+        missing-device alert."""
         counts: dict[str, int] = {}
         for d in self.devices:
-            if d.identity.parent is None:
+            if d.identity.parent is None and (d.readings or d.health.state not in ("failed", "unknown")):
                 counts[d.identity.vendor] = counts.get(d.identity.vendor, 0) + 1
         return counts
 

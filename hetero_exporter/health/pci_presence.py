@@ -6,7 +6,9 @@ fault for an accelerator that is on the bus but that its vendor's collector does
 the bus and is gone (``pci-gone``: fell off the bus, hot-removed). Both are class
 ``missing-device`` (node-level in the default policy). A device the collector still reports
 gets the fault added to its own health; otherwise a placeholder device stands in for it, with
-the identity last seen at that PCI address when there was one. Devices bound to a passthrough
+the identity last seen at that PCI address when there was one, failed and with no readings (so
+``NodeSnapshot.present()``, hence ``accelerator_devices_present``, does not count it: the
+missing-device alert compares it with the bus). Devices bound to a passthrough
 driver (vfio-pci...) are meant to be invisible and are left out. When a vendor's collector
 failed this cycle, its devices are not compared (cannot read is not missing).
 

@@ -20,7 +20,11 @@ from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import ACTIONS, SEVERITIES, Fault
 
 POLICY_FILE = Path(__file__).with_name("policy.yaml")
-CLEAR_EVIDENCE = ("boot", "reset", "readable")
+# Evidence that a sticky fault's recommended action happened (policy.yaml says what each means):
+# boot (node boot id changed), reset (a reset code or a reset counter going backwards), recovery
+# (the vendor's recovery-action reading back to none after asking for one), readable (the device
+# really lost, then reading again).
+CLEAR_EVIDENCE = ("boot", "reset", "recovery", "readable")
 
 
 class PolicyError(ValueError):
@@ -68,6 +72,7 @@ class Policy:
     actions: Mapping[str, ClassPolicy] = field(default_factory=dict)
     reset_codes: frozenset[str] = frozenset()
     reset_counters: tuple[str, ...] = ()  # counters that restart at a device reset / driver reload
+    recovery_fields: tuple[str, ...] = ()  # vendor recovery-action readings (0 = no action asked)
     overrides: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
     readings: tuple[ReadingRule, ...] = ()
     escalate_count: int = 3
@@ -187,6 +192,7 @@ def parse(doc: Mapping[str, Any], where: str = "policy") -> Policy:
             actions={str(a): _class_policy(v, f"{where}.actions.{a}") for a, v in (doc.get("actions") or {}).items()},
             reset_codes=frozenset(str(c) for c in doc.get("reset_codes") or ()),
             reset_counters=tuple(str(c) for c in doc.get("reset_counters") or ()),
+            recovery_fields=tuple(str(c) for c in doc.get("recovery_fields") or ()),
             overrides={str(v): {str(c): dict(f or {}) for c, f in (codes or {}).items()}
                        for v, codes in overrides.items()},
             readings=tuple(_rule(r, f"{where}.readings[{i}]") for i, r in enumerate(doc.get("readings") or ())),

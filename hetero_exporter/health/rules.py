@@ -13,10 +13,13 @@ keeps the latest state. What goes in:
 
 What comes out, per device: ``ok | degraded | failed | unknown`` with the reasons (faults).
 Critical faults fail a device at once; warnings must be seen in k of the last n readable polls
-(debounce); sticky classes stay until evidence clears them (node boot id changed, a reset code,
-or the lost device reading again); a device that failed too often is escalated; a device gets
-better only after ``recovery_polls`` consecutive better polls (hysteresis), unless evidence
-cleared it. A device that cannot be read is ``unknown``, never ``failed`` on that account.
+(debounce); sticky classes stay until evidence that the recommended action happened clears them
+(``policy.CLEAR_EVIDENCE``: the node boot id changed, a device reset seen, the vendor's recovery
+action back to none, the device really lost and readable again); a device that failed too often
+is escalated; a device gets better only after ``recovery_polls`` consecutive better polls
+(hysteresis), unless evidence cleared it. A device that cannot be read is ``unknown``, never
+``failed`` on that account. A device that answers with a critical health code and then answers
+ok has not been reset: answering again is evidence only after the device was really lost.
 """
 
 from __future__ import annotations
@@ -26,24 +29,28 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
 from hetero_exporter.health import faults as fault_tables
-from hetero_exporter.health.policy import Policy, ReadingRule
+from hetero_exporter.health.policy import CLEAR_EVIDENCE, Policy, ReadingRule
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
 
 STATE_RANK = {"ok": 0, "unknown": 0, "degraded": 1, "failed": 2}
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 EVIDENCE_SOURCE = "kmsg"  # Fault.source of the kernel log (hetero_exporter/kernel_log.py)
+STALE_SOURCE = "sampler"  # Fault.source of a device carried over stale (sampling.mark_stale)
 
 
 @dataclass(frozen=True)
 class StickyFault:
-    """A fault that holds until evidence clears it. ``seen_lost``: the device was reported
-    failed by its collector since (needed for ``readable`` evidence)."""
+    """A fault that holds until evidence clears it. ``seen_lost``: the device was really lost
+    since (absent, or nothing of it readable: needed for ``readable`` evidence; a failed health
+    state alone is not lost). ``recovery_pending``: the vendor's recovery action asked for an
+    action since (needed for ``recovery`` evidence: that reading back to none)."""
 
     fault: Fault
     since: float
     clear_on: frozenset[str]
     level: str  # failed | degraded
     seen_lost: bool = False
+    recovery_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class DeviceState:
     state: str = "ok"
     better_streak: int = 0  # consecutive polls whose raw state was better than ``state``
     offenses: tuple[float, ...] = ()  # times the device entered failed
+    vendor: str = ""  # of a top-level device once seen: an absent one is lost when its vendor's collector answered
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,8 @@ class State:
 @dataclass(frozen=True)
 class Verdict:
     """The health of one device now. ``pending``: warnings seen but not yet confirmed
-    (code -> polls seen in the window); ``cleared``: sticky codes cleared by evidence this poll."""
+    (code -> polls seen in the window); ``cleared``: sticky codes cleared by evidence this poll;
+    ``cleared_by``: code -> the evidence that cleared it (one of ``policy.CLEAR_EVIDENCE``)."""
 
     uuid: str
     state: str
@@ -76,6 +85,7 @@ class Verdict:
     pending: Mapping[str, int] = field(default_factory=dict)
     cleared: tuple[str, ...] = ()
     node_level: bool = False  # failed with a node-level class or action
+    cleared_by: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,11 +162,44 @@ def _order(faults: Iterable[Fault], vendor: str, policy: Policy) -> tuple[Fault,
     return tuple(sorted(seen.values(), key=key))
 
 
+def _unreachable(d: DeviceSample) -> bool:
+    """Nothing of the device could be read this poll by its collector: NVML GPU_IS_LOST, a tool
+    that no longer lists it, a device that cannot be identified (``unknown``), PCI presence's
+    stand-in. A device that answers with a critical health code is not, and neither is a stale
+    carry-over (its collector did not run this cycle, which says nothing about the device)."""
+    if d.health.state not in ("failed", "unknown"):
+        return False
+    if any(f.source == STALE_SOURCE for f in d.health.reasons) or any(
+            r.quality.status == "stale" for r in d.readings.values()):
+        return False
+    return not any(r.quality.status == "ok" for r in d.readings.values())
+
+
+def _recovery(d: DeviceSample, policy: Policy) -> Optional[bool]:
+    """True when a recovery-action reading asks for an action, False when every one reported
+    reads 0 (none), None when the device reports none."""
+    values = [v for v in (d.value(name) for name in policy.recovery_fields) if v is not None]
+    return None if not values else any(v != 0 for v in values)
+
+
+def _evidence(st: StickyFault, reset_seen: bool, recovery: Optional[bool], back: bool) -> Optional[str]:
+    """The evidence in this poll that clears ``st``, if any (its ``clear_on`` says which count)."""
+    if "reset" in st.clear_on and reset_seen:
+        return "reset"
+    if "recovery" in st.clear_on and st.recovery_pending and recovery is False:
+        return "recovery"
+    if "readable" in st.clear_on and st.seen_lost and back:
+        return "readable"
+    return None
+
+
 def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) -> tuple[DeviceState, Verdict]:
     vendor = d.identity.vendor
     collector = d.health.state
     readable = collector in ("ok", "degraded")
     lost = collector == "failed"
+    unreachable = _unreachable(d)
+    recovery = _recovery(d, policy)
 
     # new fault occurrences since the previous poll (cumulative counts grew)
     counts = dict(s.counts)
@@ -178,14 +221,17 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
         if prev_counter is not None and v < prev_counter[1]:
             reset_seen = True
 
-    # evidence clears sticky faults
+    # evidence that the recommended action happened clears sticky faults
     sticky: dict[str, StickyFault] = {}
-    cleared: list[str] = []
+    cleared_by: dict[str, str] = {}
     for code, st in s.sticky.items():
-        if ("reset" in st.clear_on and reset_seen) or ("readable" in st.clear_on and st.seen_lost and readable):
-            cleared.append(code)
+        why = _evidence(st, reset_seen, recovery, readable)
+        if why is not None:
+            cleared_by[code] = why
             continue
-        sticky[code] = dataclasses.replace(st, seen_lost=st.seen_lost or lost)
+        sticky[code] = dataclasses.replace(st, seen_lost=st.seen_lost or unreachable,
+                                           recovery_pending=st.recovery_pending or bool(recovery))
+    cleared = sorted(cleared_by)
 
     # conditions of this poll
     critical: dict[str, Fault] = {}
@@ -217,14 +263,16 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
 
     # sticky faults start on their first occurrence, without debounce: they are events. A
     # critical fault from the kernel log is sticky whatever its class: the line is printed once,
-    # so it holds until evidence (a reset, the lost device readable again, a boot)
+    # so it holds until evidence (any kind: a reset, the recovery action cleared, the lost
+    # device readable again, a boot)
     for code, f in list(critical.items()) + list(warning.items()):
         cp = policy.class_policy(f)
         evidence_only = not cp.sticky and f.source == EVIDENCE_SOURCE and code in critical
         if (cp.sticky or evidence_only) and code not in sticky:
             level = "failed" if code in critical else "degraded"
-            clear_on = frozenset({"boot", "reset", "readable"}) if evidence_only else cp.clear_on
-            sticky[code] = StickyFault(f, f.first_seen or now, clear_on, level, seen_lost=lost)
+            clear_on = frozenset(CLEAR_EVIDENCE) if evidence_only else cp.clear_on
+            sticky[code] = StickyFault(f, f.first_seen or now, clear_on, level, seen_lost=unreachable,
+                                       recovery_pending=bool(recovery))
             warning.pop(code, None)
 
     # warning debounce: k of the last n readable polls
@@ -295,8 +343,9 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
                                            or f.code in sticky)
     new_state = DeviceState(window=window, warnings=warnings, active_rules=frozenset(active_rules),
                             counts=counts, counters=counters, sticky=sticky, state=state,
-                            better_streak=streak, offenses=offenses)
-    return new_state, Verdict(d.identity.uuid, state, reasons, pending, tuple(sorted(cleared)), node_level)
+                            better_streak=streak, offenses=offenses,
+                            vendor=vendor if d.identity.parent is None else "")
+    return new_state, Verdict(d.identity.uuid, state, reasons, pending, tuple(cleared), node_level, cleared_by)
 
 
 def _held(s: DeviceState, sticky: Mapping[str, StickyFault]) -> tuple[Fault, ...]:
@@ -311,18 +360,30 @@ def _held(s: DeviceState, sticky: Mapping[str, StickyFault]) -> tuple[Fault, ...
 def step(state: State, snapshot: NodeSnapshot, policy: Policy) -> tuple[State, dict[str, Verdict]]:
     """Fold one snapshot into the rule state; the verdict of every device in it."""
     devices = dict(state.devices)
+    booted: dict[str, tuple[str, ...]] = {}  # uuid -> sticky codes the boot cleared
     if state.boot_id and snapshot.boot_id and snapshot.boot_id != state.boot_id:
         # the node rebooted: every sticky fault and warning is cleared; what was already counted
         # stays counted, and so does the repeat-offender history
-        devices = {u: DeviceState(offenses=ds.offenses, counts=ds.counts, counters=ds.counters)
+        booted = {u: tuple(ds.sticky) for u, ds in devices.items() if ds.sticky}
+        devices = {u: DeviceState(offenses=ds.offenses, counts=ds.counts, counters=ds.counters, vendor=ds.vendor)
                    for u, ds in devices.items()}
     verdicts: dict[str, Verdict] = {}
     for d in snapshot.devices:
         uuid = d.identity.uuid
         ds, v = _device_step(devices.get(uuid, DeviceState()), d, snapshot.time, policy)
         devices[uuid] = ds
+        if booted.get(uuid):
+            by = {**{c: "boot" for c in booted[uuid]}, **v.cleared_by}
+            v = dataclasses.replace(v, cleared=tuple(sorted(by)), cleared_by=by)
         verdicts[uuid] = v
     present = {d.identity.uuid for d in snapshot.devices}
+    # a device gone from the snapshot while its vendor's collector answered is really lost
+    # (no longer enumerated): its sticky faults may clear when it reads again
+    answered = {c.vendor for c in snapshot.collectors if c.ok and c.vendor}
+    for u, ds in list(devices.items()):
+        if u not in present and ds.sticky and ds.vendor in answered:
+            devices[u] = dataclasses.replace(ds, sticky={c: dataclasses.replace(st, seen_lost=True)
+                                                         for c, st in ds.sticky.items()})
     # forget devices that are gone unless they carry sticky faults (a lost GPU may vanish
     # from enumeration: its fault must not vanish with it)
     devices = {u: ds for u, ds in devices.items() if u in present or ds.sticky or ds.offenses}

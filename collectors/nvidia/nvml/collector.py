@@ -24,10 +24,15 @@ devices (nvml_mig), topology links (nvml_topology) and an event thread for XIDs
 (nvml_events). Health is a faithful report, not a policy: failed while a critical fault is
 active (lost GPU, a critical XID within the last ``event_hold_seconds``, a recovery action
 the driver asks for), degraded for warnings; health/rules.py builds verdicts on top.
+
+The first cycle (the only one of ``inspect``) registers the event set before its reads and
+drains every pending event into the snapshot before building it, so an XID that came while it
+ran is always in it; the thread then takes the set over (nvml/events.py).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -177,6 +182,7 @@ class NvmlCollector:
         self._event_hold = event_hold_seconds
         self._watcher: Optional[EventWatcher] = None
         self._watcher_lock = threading.Lock()
+        self._draining = False  # delivering pending events inside collect(): no wake-up
 
     # ------------------------------------------------------------------ plumbing
     def _optional_text(self, name: str, *args: Any) -> Optional[str]:
@@ -188,6 +194,8 @@ class NvmlCollector:
         w = self._watcher
         if w is not None:
             w.stop()
+            if not w.started:  # opened for a drain, never handed to a thread
+                w.close_set()
         try:
             self._nv.nvmlShutdown()
         except Exception:  # noqa: BLE001 - best effort at exit
@@ -205,23 +213,65 @@ class NvmlCollector:
         self._ledger.record(ev.uuid, fault, self._clock())
         log.warning("NVIDIA fault event", extra={"uuid": ev.uuid, "code": ev.code, "action": fault.action,
                                                  "detail": ev.message})
-        self._wake()
+        if not self._draining:  # drained inside a collection: already in the snapshot it builds
+            self._wake()
 
     def _mig_changed(self) -> None:
         self._mig.invalidate()
         self._wake()
 
+    def _open_events(self, count: int) -> Optional[EventWatcher]:
+        """First cycle: the event watcher with its set registered before the reads (every GPU
+        that can be identified), not started; None when events are off. A set that cannot be
+        opened here is left to the thread, which tries again and says why."""
+        if not self._events_enabled or self._watcher is not None:
+            return None
+        devices = []
+        for index in range(count):
+            got = self._f.attempt(self._nv.nvmlDeviceGetHandleByIndex, index)
+            if not got.ok:
+                continue
+            try:
+                devices.append((self._identity(index, got.value).uuid, got.value))
+            except (Lost, Failed):
+                continue  # read (and reported) by the loop
+        w = self.event_watcher(devices)
+        try:
+            w.open()
+        except Exception as e:  # noqa: BLE001 - EventsUnsupported, Failed: the thread says it
+            log.debug("NVML event set not opened before the first reads: %s", e)
+            w.close_set()
+        with self._watcher_lock:
+            self._watcher = w
+        return w
+
+    def _drain_events(self, w: Optional[EventWatcher]) -> None:
+        """Every event pending in the first cycle's set, into the ledger before the build."""
+        if w is None or not w.is_open:
+            return
+        self._draining = True
+        try:
+            w.drain()
+        except Exception:  # noqa: BLE001 - the thread goes on with the set; the snapshot is built
+            log.warning("NVML event drain failed", exc_info=True)
+        finally:
+            self._draining = False
+
     def _ensure_watcher(self, devices: list[tuple[str, Any]]) -> None:
         if not self._events_enabled or not devices:
             return
         with self._watcher_lock:
-            if self._watcher is not None and self._watcher.alive:
-                self._watcher.update(devices)
+            w = self._watcher
+            if w is not None and w.alive:
+                w.update(devices)
                 return
-            if self._watcher is not None and self._watcher.no_event_calls:
+            if w is not None and w.no_event_calls:
                 return  # no event calls on this driver: polling sees the XIDs
-            self._watcher = self.event_watcher(devices)
-            self._watcher.start()
+            if w is None or w.started:  # none yet, or its thread ended: a new one
+                w = self._watcher = self.event_watcher(devices)
+            else:  # opened for the first cycle's drain: the thread takes its set over
+                w.update(devices)
+            w.start()
 
     def _event_reasons(self, uuid: str, now: float) -> list[Fault]:
         """Event faults seen within the hold window (an event is news for one interval)."""
@@ -485,7 +535,9 @@ class NvmlCollector:
         if not got.ok:
             raise Unavailable(f"nvmlDeviceGetCount failed: {type(got.error).__name__}: {got.error}")
         count = int(got.value)
-        results: list[Any] = []  # per index: a finished DeviceSample, or the parts of a live GPU
+        first = self._open_events(count)
+        # per index: the parts of a live GPU, or a lost / unreadable one built after the drain
+        results: list[Any] = []
         live: list[tuple[DeviceIdentity, Any]] = []
         states: dict[str, list[bool]] = {}
         seen_pids: set[int] = set()
@@ -502,11 +554,11 @@ class NvmlCollector:
                 migs = self._mig.instances(ident, handle)
                 mig_samples = [(m, self._mig.readings(m, self._memory_v2)) for m in migs]
             except Lost as e:
-                results.append(self._lost_device(index, now, e.args[0] if e.args else None))
+                results.append(functools.partial(self._lost_device, index, now, e.args[0] if e.args else None))
                 continue
             except Failed as e:
                 # cannot even identify this GPU: report it unknown, keep the others
-                results.append(self._unreadable(index, now, e.got.error or e))
+                results.append(functools.partial(self._unreadable, index, now, e.got.error or e))
                 continue
             finally:
                 f.after_loss = False
@@ -517,12 +569,13 @@ class NvmlCollector:
             seen_pids.update(p.pid for p in running or ())
             results.append((ident, readings, running, util, util_q, mig_samples))
         self._names = {pid: n for pid, n in self._names.items() if pid in seen_pids}
+        self._drain_events(first)
         self._ensure_watcher([(i.uuid, h) for i, h in live])
         links = self._topology.links(live, states) if len(live) > 1 else {}
         out: list[DeviceSample] = []
         for item in results:
-            if isinstance(item, DeviceSample):
-                out.append(item)
+            if callable(item):
+                out.append(item())
                 continue
             out.extend(self._build(item, now, links.get(item[0].uuid, ())))
         # a pinned GPU NVML no longer enumerates (the count shrank): lost under its uuid

@@ -12,6 +12,11 @@ NVML answers NVML_ERROR_GPU_IS_LOST from the wait while a registered GPU is lost
 would hide the events of the others: the thread then rebuilds its set without the lost GPU
 (and calls ``on_lost``, so the collector polls at once). Every loop is bounded by ``stop``;
 any other failure backs off one ``wait_ms`` and tries again.
+
+``drain()`` is the one-shot path (the collector's first cycle, all that ``inspect`` has): the
+set is opened before the reads and every event already pending is delivered before the
+snapshot is built, waiting ``DRAIN_WAIT_MS`` at a time until NVML says timeout, at most
+``DRAIN_MAX_EVENTS`` events and ``DRAIN_MAX_SECONDS``. The thread then takes the open set over.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -44,6 +50,11 @@ EVENT_CODES: dict[str, Optional[str]] = {
 # and their counters are polled anyway.
 
 _NOT_MIG = 0xFFFFFFFF
+
+# drain(): each wait's timeout (ms), and the bounds of one drain (events, seconds)
+DRAIN_WAIT_MS = 10
+DRAIN_MAX_EVENTS = 256
+DRAIN_MAX_SECONDS = 1.0
 
 
 class EventsUnsupported(Exception):
@@ -127,6 +138,10 @@ class EventWatcher:
             self._devices = list(devices)
             self._rebuild = True
 
+    @property
+    def is_open(self) -> bool:
+        return self._set is not None
+
     def close_set(self) -> None:
         if self._set is None:
             return
@@ -157,6 +172,38 @@ class EventWatcher:
         data = f.unwrap(got)
         self.events_seen += 1
         return self._dispatch(data)
+
+    def drain(self, max_events: int = DRAIN_MAX_EVENTS, max_seconds: float = DRAIN_MAX_SECONDS,
+              wait_ms: int = DRAIN_WAIT_MS) -> int:
+        """Deliver the events already pending in the open set (not from the thread): wait
+        ``wait_ms`` at a time until NVML says timeout, at most ``max_events`` events and
+        ``max_seconds``. A lost GPU in the set is left out (the set is rebuilt without it, as the
+        thread does, without the thread's back-off); another failure ends the drain. Returns
+        the number of events delivered."""
+        nv, f = self._nv, self._f
+        wait = nv.nvmlEventSetWait_v2 if hasattr(nv, "nvmlEventSetWait_v2") else nv.nvmlEventSetWait
+        deadline = time.monotonic() + max_seconds
+        delivered = rebuilt = 0
+        while self._set is not None and delivered < max_events and time.monotonic() < deadline:
+            got = f.attempt(wait, self._set, wait_ms)
+            if got.code == f.TIMEOUT:
+                break
+            if got.status == LOST and rebuilt < len(self._devices):  # each rebuild drops one lost GPU
+                rebuilt += 1
+                self.close_set()
+                try:
+                    self.open()
+                except Exception as e:  # noqa: BLE001 - the thread opens it again and says why
+                    log.debug("NVML event drain ended: %s", e)
+                    break
+                continue
+            if not got.ok:
+                log.debug("NVML event drain ended: %s", got.error)
+                break
+            self.events_seen += 1
+            delivered += 1
+            self._dispatch(got.value)
+        return delivered
 
     def _uuid_of(self, h: Any) -> Optional[str]:
         uuid = self._by_handle.get(handle_key(h))
@@ -209,6 +256,10 @@ class EventWatcher:
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
 
     def _run(self) -> None:
         nv, f = self._nv, self._f

@@ -24,8 +24,9 @@ Scenario hooks (vendor ``nvidia``):
 - fault kinds: ``lost`` (and ``xid`` code 79, "fallen off the bus"): every call on that GPU
   raises NVMLError_GpuIsLost until a later ``reset`` on the same index (param
   ``handle_error: Unknown|GpuIsLost|...``: nvmlDeviceGetHandleByIndex fails too, with that
-  error, as drivers do once the GPU is off the bus); ``xid`` (code = the
-  XID) and ``ecc-dbe``, ``sbe-storm``, ``dram-retirement``, ``dram-retirement-failure``,
+  error, as drivers do once the GPU is off the bus; an ``xid`` 79 with ``lost: false`` is the
+  event alone: a critical code from a GPU that goes on answering); ``xid`` (code = the XID)
+  and ``ecc-dbe``, ``sbe-storm``, ``dram-retirement``, ``dram-retirement-failure``,
   ``poison``, ``poison-fatal``, ``gpu-unavailable``, ``mig-change``, ``recovery`` (code =
   NVML recovery action number or name such as ``node-reboot``; the recovery field holds it
   from ``at`` to ``until``) are delivered once to each event set created before ``at``, by
@@ -178,7 +179,8 @@ class FakeNvml:
             spans: list[tuple[float, Optional[float]]] = []
             start: Optional[float] = None
             for f in sorted(scenario.faults_of("nvidia", d.index), key=lambda f: f.at):
-                if f.kind == "lost" or (f.kind == "xid" and f.code == "79"):
+                off_bus = f.kind == "xid" and f.code == "79" and f.params.get("lost", True) is not False
+                if f.kind == "lost" or off_bus:
                     if f.params.get("handle_error"):
                         _err(str(f.params["handle_error"]))  # a bad name fails at load
                         self._handle_errors[d.index] = str(f.params["handle_error"])
