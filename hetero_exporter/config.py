@@ -150,8 +150,10 @@ _BY_TYPE: dict[str, Check] = {"bool": v.boolean, "str": v.string, "int": _intege
 def _health_table() -> dict[str, Check]:
     """The health section: RemedyConfig's fields (typed by their annotations) and the others."""
     from hetero_exporter.health.plan import MODES, RemedyConfig
+    from hetero_exporter.health.plan.config import CHECKS
     table = {f.name: _BY_TYPE.get(str(f.type), v.plain) for f in dataclasses.fields(RemedyConfig)}
     table.update({name: _seconds(7 * 86400.0, 1.0) for name in table if name.endswith("_seconds")})
+    table.update(CHECKS)  # the issue-15 keys check their own ranges (allocatable_grace_seconds: 0 is valid)
     table.update(
         mode=lambda p, x: v.string(p, x, choices=MODES),
         domain=v.dns_subdomain,

@@ -1,0 +1,107 @@
+"""The agent's bookkeeping on its Node (annotation ``<domain>/agent-state``, JSON).
+
+It is what makes the agent safe across restarts: which taint and cordon it added (it removes
+nothing else), the faults it has announced (so a restart does not announce them again), the
+sticky faults of the rules, the labels it owns, and an outbox of recent events whose names are
+fixed before they are sent (a resend is answered AlreadyExists, so no event is written twice).
+The per-device records of issue 15 (device taint rules, pod signals, scheduler annotations,
+the black-hole detector, the budget slot) are written only when they hold something, so an
+older agent's book reads back unchanged and is not rewritten for their sake.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from hetero_exporter import model
+from hetero_exporter.health.rules import StickyFault
+from hetero_exporter.model import Fault
+
+BOOK_VERSION = 1
+# fields left out of the JSON while empty (added after version 1 was written)
+_OPTIONAL = ("device_taints", "pods", "scheduler", "black_hole", "budget_slot")
+
+
+@dataclass
+class Book:
+    """The agent's record on the Node (annotation ``<domain>/agent-state``)."""
+
+    taint: Optional[dict] = None  # {"value", "effects": [...], "since", "applied": bool}
+    cordoned: bool = False  # the agent set spec.unschedulable
+    suppressed: bool = False  # someone removed our taint/cordon: not again until recovery
+    refused_since: Optional[float] = None  # the budget refused the taint (episode start)
+    labels: list[str] = field(default_factory=list)  # label keys the agent owns
+    devices: dict[str, dict] = field(default_factory=dict)  # uuid -> announced {codes, state, since, ...}
+    sticky: dict[str, list[dict]] = field(default_factory=dict)  # uuid -> sticky faults of the rules
+    boot_id: Optional[str] = None
+    outbox: list[dict] = field(default_factory=list)  # {id, type, reason, message, action, time}
+    inventory_hash: str = ""
+    inventory_time: float = 0.0
+    device_taints: dict[str, dict] = field(default_factory=dict)  # rule name -> {uuid, driver, pool, device}
+    pods: dict[str, dict] = field(default_factory=dict)  # "ns/name" -> pod signal record
+    scheduler: dict[str, list] = field(default_factory=dict)  # annotation key -> ids this agent marked
+    black_hole: dict[str, Any] = field(default_factory=dict)  # state of the black-hole detector
+    budget_slot: Optional[str] = None  # the budget Lease this node holds
+    broken: str = ""  # why the annotation could not be read (then nothing is assumed ours)
+
+    def to_json(self) -> str:
+        doc = {k: v for k, v in dataclasses.asdict(self).items()
+               if k != "broken" and not (k in _OPTIONAL and not v)}
+        doc["v"] = BOOK_VERSION
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_annotation(cls, text: Optional[str]) -> "Book":
+        if not text:
+            return cls()
+        try:
+            doc = json.loads(text)
+            if not isinstance(doc, dict) or doc.get("v") != BOOK_VERSION:
+                raise ValueError(f"unsupported version {doc.get('v') if isinstance(doc, dict) else doc!r}")
+            names = {f.name for f in dataclasses.fields(cls)} - {"broken"}
+            book = cls(**{k: v for k, v in doc.items() if k in names})
+            _check_shapes(book)
+            return book
+        except (ValueError, TypeError) as e:
+            return cls(broken=f"bookkeeping annotation unreadable ({e}); assuming nothing on the node is ours")
+
+
+def _check_shapes(book: Book) -> None:
+    """ValueError when a record is not of its type (a hand-edited or foreign annotation)."""
+    if book.taint is not None and not isinstance(book.taint, dict):
+        raise ValueError("taint is not an object")
+    for name in ("device_taints", "pods", "scheduler", "black_hole"):
+        if not isinstance(getattr(book, name), dict):
+            raise ValueError(f"{name} is not an object")
+    if book.budget_slot is not None and not isinstance(book.budget_slot, str):
+        raise ValueError("budget_slot is not a string")
+
+
+def sticky_to_json(items: Mapping[str, list[StickyFault]]) -> dict[str, list[dict]]:
+    out = {}
+    for uuid, faults in sorted(items.items()):
+        out[uuid] = [{"fault": model.to_dict(st.fault), "since": st.since, "clear_on": sorted(st.clear_on),
+                      "level": st.level, "lost": st.seen_lost, "recovery_pending": st.recovery_pending}
+                     for st in faults]
+    return out
+
+
+def sticky_from_json(doc: Mapping[str, Any]) -> dict[str, list[StickyFault]]:
+    """Sticky faults read back from the bookkeeping; malformed entries are skipped. ``lost`` (the
+    device was really lost since the fault) replaced ``seen_lost``, which older agents set when
+    the collector merely said failed: an old entry keeps waiting for evidence (the safe side)."""
+    out: dict[str, list[StickyFault]] = {}
+    for uuid, items in (doc or {}).items():
+        for raw in items or ():
+            try:
+                f = model.from_dict(Fault, raw["fault"])
+                out.setdefault(str(uuid), []).append(StickyFault(
+                    fault=f, since=float(raw["since"]), clear_on=frozenset(raw.get("clear_on") or ("boot",)),
+                    level=str(raw.get("level", "failed")), seen_lost=bool(raw.get("lost", False)),
+                    recovery_pending=bool(raw.get("recovery_pending", False))))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return out

@@ -1,0 +1,113 @@
+"""The sub-plans over what the remedy read from the cluster besides the Node (``ClusterView``):
+black-hole node faults (they change the node verdict, so they come first), DRA device taints, pod
+signals and scheduler annotations. Each wraps one pure module of health/ with the settings taken
+from RemedyConfig; compose.py calls them in that order."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+# Modules, not names: they import health.plan.text, so importing one of them first runs this
+# package's __init__, which reaches here while that module is still half-initialized.
+from hetero_exporter.health import black_hole, device_taints, pod_signals, scheduler_annotations
+from hetero_exporter.health.plan.config import RemedyConfig
+from hetero_exporter.health.plan.text import event_id
+from hetero_exporter.health.policy import Policy
+from hetero_exporter.health.rules import NodeVerdict, Verdict
+from hetero_exporter.model import DeviceSample, NodeSnapshot
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the remedy read from the cluster besides the Node."""
+
+    slices: Optional[tuple] = None  # this node's ResourceSlices; None: DRA not served or not read
+    device_rules: tuple = ()  # the DeviceTaintRules this agent made (by label)
+    failed_pods: Optional[tuple] = None  # this node's pods in phase Failed; None: not read
+    resources: Mapping[str, str] = field(default_factory=dict)  # device uuid -> extended resource it is allocated as
+    pods_book: Optional[Mapping[str, Any]] = None  # pod records settled after the last writes (None: the Node's)
+
+
+@dataclass(frozen=True)
+class NodeFaults:
+    """Black-hole faults folded into the node verdict, with their announcements."""
+
+    faults: tuple[black_hole.NodeFault, ...]
+    verdict: NodeVerdict  # the node verdict with the faults
+    state: dict  # the book's new ``black_hole``
+    events: tuple[dict, ...] = ()
+    explain: tuple[str, ...] = ()
+
+
+def plan_node_faults(name: str, node: Mapping[str, Any], view: ClusterView, verdicts: Mapping[str, Verdict],
+                     nv: NodeVerdict, state: Mapping[str, Any], cfg: RemedyConfig, now: float) -> NodeFaults:
+    """A node that looks Ready but rejects accelerator pods is unhealthy: its faults name it.
+    A Warning event when a fault appears, a Normal one when it clears (``state["announced"]``)."""
+    announced = dict(state.get("announced") or {}) if isinstance(state, Mapping) else {}
+    if not cfg.black_hole or view.failed_pods is None:
+        return NodeFaults((), nv, dict(state) if isinstance(state, Mapping) else {})
+    bh = black_hole.detect_black_hole(
+        dict(node), list(view.failed_pods), view.resources, verdicts, state,
+        black_hole.BlackHoleSettings(cfg.admission_failures_min, cfg.admission_window_seconds,
+                                     cfg.allocatable_grace_seconds), now)
+    events: list[dict] = []
+    for f in bh.faults:
+        if f.code not in announced:
+            announced[f.code] = now
+            events.append({"id": event_id(name, "node-fault", f.code, now), "type": "Warning", "reason": f.reason,
+                           "message": f"{name}: {f.message}", "action": "Fault", "time": now})
+    current = {f.code for f in bh.faults}
+    for code in sorted(set(announced) - current):
+        since = announced.pop(code)
+        events.append({"id": event_id(name, "node-fault-cleared", code, since), "type": "Normal",
+                       "reason": "AcceleratorNodeFaultCleared", "message": f"{name}: {code} cleared",
+                       "action": "Recover", "time": now})
+    verdict = nv
+    if bh.faults:
+        why = "; ".join(f.message for f in bh.faults)
+        verdict = dataclasses.replace(nv, unhealthy=True, taint_class=nv.taint_class or bh.faults[0].code,
+                                      why=f"{why}; {nv.why}" if nv.unhealthy else why)
+    new_state = {**bh.state, **({"announced": announced} if announced else {})}
+    return NodeFaults(tuple(bh.faults), verdict, new_state, tuple(events), tuple(bh.explain))
+
+
+def plan_device_rules(name: str, view: ClusterView, verdicts: Mapping[str, Verdict],
+                      by_uuid: Mapping[str, DeviceSample], policy: Policy, cfg: RemedyConfig,
+                      now: float) -> Optional[device_taints.DeviceTaintPlan]:
+    """DeviceTaintRules for the failed devices a ResourceSlice of this node lists; None when off,
+    in observe mode or without DRA. Dry-run plans them (explain) and writes nothing."""
+    if not cfg.device_taints or cfg.mode == "observe" or view.slices is None:
+        return None
+    settings = device_taints.DeviceTaintSettings(cfg.domain, cfg.device_taint_no_execute, cfg.device_taint_degraded)
+    dt = device_taints.plan_device_taints(name, list(view.slices), list(view.device_rules), verdicts, by_uuid,
+                                          policy, settings, now)
+    if cfg.mode == "dry-run":
+        dt.actions = [(a, f"dry-run {what}") for a, what in dt.actions]
+    return dt
+
+
+def plan_pods(name: str, snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], book_pods: Mapping[str, Any],
+              view: ClusterView, policy: Policy, cfg: RemedyConfig, now: float) -> Optional[pod_signals.PodSignalPlan]:
+    """Conditions, events and (opt-in) evictions for the pods holding failed devices; None when
+    all are off or in observe mode."""
+    if cfg.mode == "observe" or not (cfg.pod_conditions or cfg.pod_events or cfg.evict_pods):
+        return None
+    settled = view.pods_book if view.pods_book is not None else book_pods
+    settings = pod_signals.PodSignalSettings(cfg.domain, cfg.pod_conditions, cfg.pod_events, cfg.evict_pods)
+    ps = pod_signals.plan_pod_signals(name, snapshot, verdicts, settled, policy, settings, now)
+    if cfg.mode == "dry-run":
+        ps.actions = [(a, f"dry-run {what}") for a, what in ps.actions]
+    return ps
+
+
+def plan_annotations(annotations: Mapping[str, str], verdicts: Mapping[str, Verdict],
+                     by_uuid: Mapping[str, DeviceSample], owned: Mapping[str, Sequence[str]],
+                     cfg: RemedyConfig) -> Optional[scheduler_annotations.AnnotationPlan]:
+    """Volcano's and HAMi's unhealthy-device annotations (enforce mode; configured ones, and the
+    removal of what an integration no longer configured had marked)."""
+    if cfg.mode != "enforce" or not (cfg.scheduler_annotations or owned):
+        return None
+    return scheduler_annotations.plan_scheduler_annotations(
+        annotations, verdicts, by_uuid, cfg.scheduler_annotations, {k: list(v) for k, v in owned.items()})

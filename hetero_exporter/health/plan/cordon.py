@@ -1,0 +1,50 @@
+"""The opt-in cordon (``health.cordon``, enforce mode): ``spec.unschedulable`` set while the node
+is unhealthy and the taint is not refused, lifted on recovery, and only when this agent set it.
+Someone uncordoning the node is respected until recovery (``suppressed``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from hetero_exporter.health.plan.config import RemedyConfig
+from hetero_exporter.health.rules import NodeVerdict
+
+
+@dataclass(frozen=True)
+class CordonPlan:
+    unschedulable: Optional[bool]  # what to write to spec.unschedulable; None: leave it
+    cordoned: bool  # the book's: this agent cordoned the node
+    suppressed: bool
+    notes: tuple[str, ...] = ()
+    explain: tuple[str, ...] = ()
+    actions: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def spec(self) -> dict:
+        """Its part of the node patch (``None`` deletes the field: uncordoned)."""
+        if self.unschedulable is None:
+            return {}
+        return {"unschedulable": True if self.unschedulable else None}
+
+
+def plan_cordon(name: str, unschedulable_now: bool, nv: NodeVerdict, cordoned: bool, suppressed: bool,
+                refused: bool, cfg: RemedyConfig) -> CordonPlan:
+    """``unschedulable_now``: the node's spec.unschedulable; ``cordoned``, ``suppressed``: the
+    book's (suppressed as the taint sub-plan left it); ``refused``: the budget refused the taint."""
+    if not (cfg.cordon and cfg.mode == "enforce"):
+        return CordonPlan(None, cordoned, suppressed)
+    if nv.unhealthy and not refused and not suppressed and not cordoned:
+        if unschedulable_now:
+            return CordonPlan(None, False, suppressed,
+                              explain=("the node is already cordoned (not by this agent): leaving it",))
+        return CordonPlan(True, True, suppressed, notes=("cordoned the node",), actions=(("cordon", name),))
+    if not nv.unhealthy and cordoned:
+        if unschedulable_now:
+            return CordonPlan(False, False, suppressed, notes=("uncordoned the node",),
+                              actions=(("uncordon", name),))
+        return CordonPlan(None, False, suppressed)
+    if cordoned and not unschedulable_now and nv.unhealthy:
+        return CordonPlan(None, False, True, explain=(
+            "the node was uncordoned by someone else: not cordoning it again until recovery",))
+    return CordonPlan(None, cordoned, suppressed)

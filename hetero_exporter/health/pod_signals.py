@@ -1,0 +1,296 @@
+"""What to tell the pods that hold a failed device: a pod condition, an event, opt-in eviction.
+
+A Job restarts a pod from its checkpoint without counting the failure when the pod carries a
+condition its ``podFailurePolicy`` names (``onPodConditions``), so a pod holding a failed device
+gets ``<domain>/AcceleratorHealthy=False`` (reason as the node condition's, e.g. ``NvidiaXid79``;
+message naming each failed device and its fault), a Warning event ``AcceleratorFailed`` and,
+opt-in, an eviction (the Eviction API honours PodDisruptionBudgets). On recovery the condition
+turns ``True`` and a Normal event ``AcceleratorRecovered`` says which devices are back.
+
+Who holds a device: the kubelet's PodResources allocations and process attribution on the
+snapshot's devices; a MIG instance of a failed GPU counts as failed.
+
+``plan_pod_signals(...) -> PodSignalPlan``. Pure: no I/O, no clock (``now`` is passed); dry-run is
+the caller's business (it prints the plan instead of writing it).
+
+The book (``PodSignalPlan.book``, pod "namespace/name" -> record) is what makes this safe across
+restarts: the plan repeats nothing the book says was done (the same condition is not written
+again unless its message changed; events have fixed ids, so a resend is AlreadyExists). The caller
+keeps the new book only for writes that landed: ``settle(plan, old_book, ...)`` makes the next
+plan redo a condition write that failed (a lost write is redone) and keeps an eviction that was
+refused (a PodDisruptionBudget) pending. A recovered pod's record stays, status "True", for
+``RECOVERED_KEEP_SECONDS`` and is then dropped. A pod that is gone from the snapshot
+while its device is still failed keeps its record: the caller drops it when the API answers 404.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any, Collection, Mapping, Optional
+
+from hetero_exporter.health.plan.text import _event_id, device_name, fault_text
+from hetero_exporter.health.policy import Policy
+from hetero_exporter.health.rules import Verdict
+from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
+
+MAX_DEVICES = 256
+MAX_PODS = 1024
+MAX_MESSAGE = 1024
+RECOVERED_KEEP_SECONDS = 600.0
+FAILED_REASON = "AcceleratorFailed"
+RECOVERED_REASON = "AcceleratorRecovered"
+HEALTHY_REASON = "AcceleratorsHealthy"
+
+
+@dataclass(frozen=True)
+class PodSignalSettings:
+    """``conditions``/``events``: write them; ``evict``: opt-in eviction of pods on a failed device."""
+
+    domain: str = "hetero-exporter.io"
+    conditions: bool = True
+    events: bool = True
+    evict: bool = False
+
+    @property
+    def condition_type(self) -> str:
+        return f"{self.domain}/AcceleratorHealthy"
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str = ""  # "" when unknown: the caller reads it before a write with a uid precondition
+
+
+@dataclass(frozen=True)
+class PodCondition:
+    """One condition to write through pods/status (strategic merge on ``type``)."""
+
+    namespace: str
+    name: str
+    uid: str
+    type: str
+    status: str  # "False" | "True"
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    """An event on the pod; ``id`` is fixed per episode (a resend is AlreadyExists)."""
+
+    namespace: str
+    name: str
+    uid: str
+    id: str
+    type: str  # Warning | Normal
+    reason: str
+    message: str
+
+
+@dataclass
+class PodSignalPlan:
+    conditions: list[PodCondition] = field(default_factory=list)
+    events: list[PodEvent] = field(default_factory=list)
+    evictions: list[PodRef] = field(default_factory=list)
+    book: dict[str, dict] = field(default_factory=dict)
+    explain: list[str] = field(default_factory=list)
+    actions: list[tuple[str, str]] = field(default_factory=list)  # (action, what) for metrics
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.conditions or self.events or self.evictions)
+
+
+@dataclass
+class _Holder:
+    uid: str = ""
+    devices: set[str] = field(default_factory=set)
+
+
+def _holders(snapshot: NodeSnapshot) -> tuple[dict[str, _Holder], bool]:
+    """"namespace/name" -> the pod's uid (when attribution knows it) and the devices it holds;
+    True when the pod bound cut the list."""
+    pods: dict[str, _Holder] = {}
+    cut = False
+    for d in snapshot.devices[:MAX_DEVICES]:
+        refs = [(a.namespace, a.pod, "") for a in d.allocations] + [
+            (p.namespace, p.pod, p.pod_uid or "") for p in d.processes if p.namespace and p.pod]
+        for ns, name, uid in refs:
+            if not ns or not name:
+                continue
+            key = f"{ns}/{name}"
+            if key not in pods and len(pods) >= MAX_PODS:
+                cut = True
+                continue
+            h = pods.setdefault(key, _Holder())
+            h.devices.add(d.identity.uuid)
+            h.uid = h.uid or uid
+    return pods, cut
+
+
+def _failed_verdicts(snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
+    """uuid -> the verdict that fails it: its own, or its parent's (a MIG instance of a failed GPU)."""
+    out = {u: v for u, v in verdicts.items() if v.state == "failed"}
+    for d in snapshot.devices[:MAX_DEVICES]:
+        parent = d.identity.parent
+        if d.identity.uuid not in out and parent in out:
+            out[d.identity.uuid] = out[parent]
+    return out
+
+
+def _record(raw: Any) -> Optional[dict]:
+    """A book record as a previous process left it, or None when malformed."""
+    if not isinstance(raw, Mapping):
+        return None
+    devices = raw.get("devices") or []
+    if not isinstance(devices, list):
+        return None
+    try:
+        rec = {"uid": str(raw.get("uid") or ""), "devices": [str(u) for u in devices[:MAX_DEVICES]],
+               "since": float(raw["since"]), "status": str(raw["status"]), "reason": str(raw.get("reason") or ""),
+               "message": str(raw.get("message") or "")[:MAX_MESSAGE], "evicted": bool(raw.get("evicted", False)),
+               "recovered_at": None if raw.get("recovered_at") is None else float(raw["recovered_at"])}
+    except (KeyError, TypeError, ValueError):
+        return None
+    times = (rec["since"],) if rec["recovered_at"] is None else (rec["since"], rec["recovered_at"])
+    return rec if rec["status"] in ("True", "False") and all(map(math.isfinite, times)) else None
+
+
+def _text(uuids: list[str], by_uuid: Mapping[str, DeviceSample], failed: Mapping[str, Verdict],
+          policy: Policy) -> tuple[str, str]:
+    """(reason, message) of a pod holding these failed devices, as the node condition says them."""
+    parts = []
+    reason = ""
+    for uuid in uuids:
+        d, v = by_uuid[uuid], failed[uuid]
+        head = v.reasons[0] if v.reasons else Fault(code="failed")
+        reason = reason or policy.condition_reason(d.identity.vendor, head.code)
+        faults = "; ".join(fault_text(d.identity.vendor, f, policy, uuid) for f in v.reasons[:3]) or "failed"
+        parts.append(f"{device_name(d)}: {faults}")
+    return reason, " | ".join(parts)[:MAX_MESSAGE]
+
+
+def _name(uuid: str, by_uuid: Mapping[str, DeviceSample]) -> str:
+    return device_name(by_uuid[uuid]) if uuid in by_uuid else uuid
+
+
+def _read_book(book_pods: Any, explain: list[str]) -> dict[str, dict]:
+    book: dict[str, dict] = {}
+    malformed = 0
+    for key, raw in list(book_pods.items())[:MAX_PODS] if isinstance(book_pods, Mapping) else []:
+        rec = _record(raw)
+        if rec is None or not isinstance(key, str) or key.count("/") != 1:
+            malformed += 1
+            continue
+        book[key] = rec
+    if malformed:
+        explain.append(f"{malformed} malformed pod record(s) in the book skipped")
+    return book
+
+
+def _failing(p: PodSignalPlan, key: str, uid: str, rec: Optional[dict], bad: list[str], reason: str, message: str,
+             cfg: PodSignalSettings, now: float) -> dict:
+    """Signals for a pod holding failed devices; its new record."""
+    ns, name = key.split("/", 1)
+    ongoing = rec is not None and rec["status"] == "False"
+    since = rec["since"] if ongoing else now
+    new = {"uid": uid, "devices": bad, "since": since, "status": "False", "reason": reason, "message": message,
+           "evicted": bool(ongoing and rec["evicted"]), "recovered_at": None}
+    if not (ongoing and (rec["reason"], rec["message"]) == (reason, message)):
+        p.explain.append(f"pod {key} holds failed {message}")
+        if cfg.conditions:
+            p.conditions.append(PodCondition(ns, name, uid, cfg.condition_type, "False", reason, message))
+            p.actions.append(("pod-condition", f"{key} False {reason}"))
+    if cfg.events and not (ongoing and set(rec["devices"]) == set(bad)):  # announced once per episode and device set
+        p.events.append(PodEvent(ns, name, uid, _event_id(ns, name, uid, ",".join(bad), since), "Warning",
+                                 FAILED_REASON, message))
+        p.actions.append(("event", f"{key} {FAILED_REASON}"))
+    if cfg.evict and not new["evicted"]:
+        p.evictions.append(PodRef(ns, name, uid))
+        new["evicted"] = True
+        p.actions.append(("evict", key))
+        p.explain.append(f"pod {key} evicted (opt-in): it holds a failed device")
+    return new
+
+
+def _recovering(p: PodSignalPlan, key: str, uid: str, rec: dict, by_uuid: Mapping[str, DeviceSample],
+                cfg: PodSignalSettings, now: float) -> dict:
+    """Signals for a pod whose failed devices are back; its new record."""
+    ns, name = key.split("/", 1)
+    back = ", ".join(_name(u, by_uuid) for u in rec["devices"]) or "its devices"
+    message = f"{back} recovered"[:MAX_MESSAGE]
+    p.explain.append(f"pod {key}: {message}")
+    if cfg.conditions:
+        p.conditions.append(PodCondition(ns, name, uid, cfg.condition_type, "True", HEALTHY_REASON, message))
+        p.actions.append(("pod-condition", f"{key} True {HEALTHY_REASON}"))
+    if cfg.events:
+        p.events.append(PodEvent(ns, name, uid, _event_id(ns, name, uid, "recovered", rec["since"]), "Normal",
+                                 RECOVERED_REASON, message))
+        p.actions.append(("event", f"{key} {RECOVERED_REASON}"))
+    return {**rec, "uid": uid, "status": "True", "reason": HEALTHY_REASON, "message": message, "recovered_at": now}
+
+
+def plan_pod_signals(node: str, snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], book_pods: Mapping[str, Any],
+                     policy: Policy, cfg: PodSignalSettings, now: float) -> PodSignalPlan:
+    """Conditions, events and evictions for the pods on this node's failed devices, and the new book.
+
+    ``book_pods``: the book a previous plan returned (possibly from a previous process);
+    ``now``: Unix seconds."""
+    p = PodSignalPlan()
+    by_uuid = {d.identity.uuid: d for d in snapshot.devices[:MAX_DEVICES]}
+    failed = {u: v for u, v in _failed_verdicts(snapshot, verdicts).items() if u in by_uuid}
+    holders, cut = _holders(snapshot)
+    if cut:
+        p.explain.append(f"more than {MAX_PODS} pods hold devices on {node}: the rest are not signalled")
+    old = _read_book(book_pods, p.explain)
+    book: dict[str, dict] = {}
+    for key in sorted(set(holders) | set(old)):
+        held, rec = holders.get(key), old.get(key)
+        devices = held.devices if held is not None else (rec["devices"] if rec else ())
+        bad = sorted((u for u in devices if u in failed),
+                     key=lambda u: (by_uuid[u].identity.vendor, by_uuid[u].identity.index, u))
+        if rec is not None and held is not None and held.uid and rec["uid"] and held.uid != rec["uid"]:
+            rec = None  # a new pod with the same name: a new episode
+        uid = (held.uid if held else "") or (rec["uid"] if rec else "")
+        if bad and held is None:  # gone from the snapshot: judged by the devices it held
+            p.explain.append(f"pod {key} is gone from the snapshot while {_name(bad[0], by_uuid)} is still "
+                             "failed: its record stays until the API says the pod is gone")
+            book[key] = rec
+        elif bad:
+            reason, message = _text(bad, by_uuid, failed, policy)
+            book[key] = _failing(p, key, uid, rec, bad, reason, message, cfg, now)
+        elif rec is not None and rec["status"] == "False":
+            book[key] = _recovering(p, key, uid, rec, by_uuid, cfg, now)
+        elif rec is not None and now - (rec["recovered_at"] or 0.0) < RECOVERED_KEEP_SECONDS:
+            book[key] = rec  # recovered: the record is kept a while, then dropped
+    p.book = dict(sorted(book.items())[:MAX_PODS])
+    return p
+
+
+def settle(plan: PodSignalPlan, old_book: Mapping[str, Any], failed_conditions: Collection[str] = (),
+           refused_evictions: Collection[str] = ()) -> dict[str, dict]:
+    """The book to keep once the plan's writes are done. A pod ("namespace/name") whose condition
+    write failed is written again next cycle: a failing pod's record keeps its episode (so its
+    event is not announced twice) but not the condition text; a recovered pod's record goes back
+    to the previous one. A refused eviction stays pending (retried next cycle)."""
+    book = copy.deepcopy(plan.book)
+    for key in failed_conditions:
+        rec = book.get(key)
+        if rec is None:
+            continue
+        if rec["status"] == "False":
+            rec["reason"] = rec["message"] = ""
+            continue
+        prev = _record(old_book.get(key)) if isinstance(old_book, Mapping) else None
+        if prev is None:
+            del book[key]
+        else:
+            book[key] = prev
+    for key in refused_evictions:
+        if key in book:
+            book[key]["evicted"] = False
+    return book
