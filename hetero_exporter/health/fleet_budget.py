@@ -1,0 +1,324 @@
+"""The fleet-wide blast-radius budget: a node adds the taint only while it holds a taint slot.
+
+Counting the tainted nodes and then tainting overshoots when many agents fail in the same minute
+(each sees "0 tainted"). Here the slots are Leases ``hetero-exporter-taint-slot-<i>`` (labelled
+``app.kubernetes.io/managed-by: hetero-exporter`` and ``<domain>/budget: taint``) and the API
+server's optimistic concurrency decides who gets one: a create answered AlreadyExists, a takeover
+(PUT with the resourceVersion read) answered 409, means another node won that slot; try the next.
+With ``limit`` slots, at most ``limit`` nodes hold one, whatever the timing. No home-made consensus.
+
+- A slot is held while ``spec.holderIdentity`` names the node and ``renewTime +
+  leaseDurationSeconds`` is in the future. An expired slot is free again (a node that died holding
+  one frees it after ``lease_seconds``), except while its holder still carries the taint: that
+  node still uses the budget, and keeping its slot counts it once, in every agent's view.
+- Nodes that carry the taint without a slot (an older agent, a restart that lost its slot) use
+  the budget too: only slots ``0 .. k-1`` may be taken, ``k`` the largest with ``k`` + those
+  nodes + slots held at ``k`` or above (granted under a larger limit) <= ``limit``. A smaller
+  limit never revokes a held slot; it only stops new grants.
+- ``acquire`` renews a slot this node already holds (even an expired one not yet taken), else
+  takes one; ``renew`` keeps it (at most once per ``lease_seconds / 3``); ``release`` deletes it
+  with uid and resourceVersion preconditions (a slot taken over since it was read is not ours).
+- Every failure of the API refuses (the safe side) and says why. Slot objects are hostile input:
+  a malformed one is free only to a writer that replaces it by its resourceVersion.
+
+``leases`` is ``k8s.leases.Leases`` (or anything with its methods); its failures are
+``k8s.client.K8sError``, recognized here by their ``status`` and ``reason`` (only cli and
+health.remedy import k8s/).
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, Collection, Optional, Protocol
+
+from hetero_exporter.health.plan import Budget, RemedyConfig
+
+SLOT_PREFIX = "hetero-exporter-taint-slot-"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "hetero-exporter")
+MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # metav1.MicroTime, as the API server writes it
+MAX_LEASE_SECONDS = 7 * 86400  # a longer lease is not one of ours: malformed
+MAX_NAMES = 10  # holders named in a refusal
+_SLOT_NAME = re.compile(re.escape(SLOT_PREFIX) + r"(0|[1-9][0-9]{0,5})")
+_ROUNDS = 2  # read and try; once more after losing a race, with what the winners wrote
+
+
+class SlotStore(Protocol):
+    def list(self, label_selector: Optional[str] = None) -> list[dict]: ...
+    def create(self, body: dict) -> dict: ...
+    def replace(self, name: str, body: dict) -> dict: ...
+    def delete(self, name: str, uid: Optional[str], resource_version: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """What ``acquire`` got: ``granted`` (this node holds a slot now), how many others use the
+    budget (slot holders plus nodes tainted without a slot), and why, in one line."""
+
+    granted: bool
+    held_by_others: int
+    why: str
+    error: Optional[str] = None  # the slots could not be read or written: refused (safe side)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One slot Lease as read. ``holder`` None: nobody (or not a readable name); ``expires`` None:
+    malformed times (expired); ``resource_version`` None: cannot be replaced or deleted safely."""
+
+    index: int
+    name: str
+    holder: Optional[str]
+    expires: Optional[float]  # Unix seconds
+    resource_version: Optional[str]
+    uid: Optional[str]
+    acquire_time: Optional[str]
+    transitions: int
+
+    def live(self, now: float) -> bool:
+        return self.holder is not None and self.expires is not None and self.expires > now
+
+
+def _api_error(e: Exception) -> bool:
+    """A failed API call (K8sError), as opposed to a bug, which must not pass for a refusal."""
+    return hasattr(e, "status") and hasattr(e, "reason")
+
+
+def _changed(e: Exception) -> bool:
+    """409 (another writer came first) or 404 (deleted since read): read again, never overwrite."""
+    return getattr(e, "status", None) in (404, 409)
+
+
+def _text(v: object, limit: int) -> Optional[str]:
+    return v if isinstance(v, str) and 0 < len(v) <= limit and v.isprintable() else None
+
+
+def micro_time(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(MICROTIME)
+
+
+def parse_time(v: object) -> Optional[float]:
+    """Unix seconds of a MicroTime (or RFC 3339 Time), None when it is not one."""
+    if not isinstance(v, str) or len(v) > 40:
+        return None
+    for fmt in (MICROTIME, "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.datetime.strptime(v, fmt).replace(tzinfo=datetime.timezone.utc).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+def parse_slot(obj: object, now: float) -> Optional[Slot]:
+    """The slot of a listed Lease; None when it is not a slot (other name, not an object)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    m = _SLOT_NAME.fullmatch(name) if isinstance(name, str) else None
+    if m is None or not isinstance(obj, dict) or not isinstance(meta, dict):
+        return None
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    duration = spec.get("leaseDurationSeconds")
+    renewed = parse_time(spec.get("renewTime"))
+    expires = None
+    if (isinstance(duration, int) and not isinstance(duration, bool) and 0 < duration <= MAX_LEASE_SECONDS
+            and renewed is not None and renewed <= now + duration):  # renewed in the future: hostile
+        expires = renewed + duration
+    acquired, transitions = spec.get("acquireTime"), spec.get("leaseTransitions")
+    return Slot(index=int(m.group(1)), name=name, holder=_text(spec.get("holderIdentity"), 253),
+                expires=expires, resource_version=_text(meta.get("resourceVersion"), 64),
+                uid=_text(meta.get("uid"), 64), acquire_time=acquired if parse_time(acquired) is not None else None,
+                transitions=transitions if isinstance(transitions, int) and 0 <= transitions < 2**31 else 0)
+
+
+def usable_slots(limit: int, unslotted: int, other_indexes: Collection[int]) -> int:
+    """k: slots 0..k-1 may be taken, so that k + unslotted + slots held at k or above <= limit."""
+    k = limit - unslotted
+    while k > 0 and k + unslotted + sum(1 for i in other_indexes if i >= k) > limit:
+        k -= 1
+    return max(k, 0)
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:MAX_NAMES])
+    return shown + (f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else "")
+
+
+def refusal(limit: int, holders: list[str], unslotted: list[str]) -> str:
+    """Why no slot was granted, naming who uses the budget."""
+    parts = []
+    if holders:
+        of = f"{len(holders)} of {limit}" if len(holders) <= limit else f"{len(holders)} (the budget allows {limit})"
+        parts.append(f"{of} taint slots are held by {_names(holders)}")
+    if unslotted:
+        verb = "node carries" if len(unslotted) == 1 else "nodes carry"
+        parts.append(f"{len(unslotted)} {verb} the taint without a slot ({_names(unslotted)})")
+    return "; ".join(parts) if parts else f"no taint slot could be taken (the budget allows {limit})"
+
+
+class FleetBudget:
+    """Taint slots of one node. Not thread-safe: one reconcile loop uses it."""
+
+    def __init__(self, leases: SlotStore, node: str, *, domain: str, lease_seconds: int = 600,
+                 clock: Callable[[], float] = time.time):
+        if not 0 < int(lease_seconds) <= MAX_LEASE_SECONDS:
+            raise ValueError(f"lease_seconds: between 1 and {MAX_LEASE_SECONDS}, not {lease_seconds!r}")
+        self.leases = leases
+        self.node = node
+        self.lease_seconds = int(lease_seconds)
+        self.labels = {MANAGED_BY[0]: MANAGED_BY[1], f"{domain}/budget": "taint"}
+        self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
+        self._clock = clock
+        self._held: Optional[Slot] = None  # the slot as last written by us
+        self._next_renew = 0.0  # renew() writes again from then on
+        self._renew_note: Optional[str] = None  # what renew() said last, until then
+
+    # ------------------------------------------------------------------ reads and writes
+
+    def _read(self, now: float) -> dict[int, Slot]:
+        slots: dict[int, Slot] = {}
+        for obj in self.leases.list(self.selector):
+            s = parse_slot(obj, now)
+            if s is not None and s.index not in slots:
+                slots[s.index] = s
+        return slots
+
+    def _body(self, name: str, now: float, *, resource_version: Optional[str] = None,
+              acquire_time: Optional[str] = None, transitions: int = 0) -> dict:
+        meta: dict = {"name": name, "labels": dict(self.labels)}
+        if resource_version is not None:
+            meta["resourceVersion"] = resource_version
+        stamp = micro_time(now)
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+                "spec": {"holderIdentity": self.node, "leaseDurationSeconds": self.lease_seconds,
+                         "acquireTime": acquire_time or stamp, "renewTime": stamp, "leaseTransitions": transitions}}
+
+    def _wrote(self, answer: dict, now: float) -> None:
+        self._held = parse_slot(answer, now)
+        self._next_renew, self._renew_note = now + self.lease_seconds / 3, None
+
+    def _renew(self, slot: Slot, now: float) -> None:
+        body = self._body(slot.name, now, resource_version=slot.resource_version,
+                          acquire_time=slot.acquire_time, transitions=slot.transitions)
+        self._wrote(self.leases.replace(slot.name, body), now)
+
+    def _take(self, index: int, slot: Optional[Slot], now: float) -> None:
+        name = f"{SLOT_PREFIX}{index}"
+        if slot is None:
+            self._wrote(self.leases.create(self._body(name, now)), now)
+        else:
+            body = self._body(name, now, resource_version=slot.resource_version,
+                              transitions=min(slot.transitions + 1, 2**31 - 1))
+            self._wrote(self.leases.replace(name, body), now)
+
+    def _mine(self, slots: dict[int, Slot]) -> list[Slot]:
+        return [s for _, s in sorted(slots.items()) if s.holder == self.node and s.resource_version]
+
+    # ------------------------------------------------------------------ the three calls
+
+    def acquire(self, limit: int, tainted: Collection[str]) -> Acquired:
+        """Hold a slot (keep ours, else take a free one below the usable count). ``tainted``:
+        the nodes that carry the taint now (read before this call), this one included or not."""
+        now = self._clock()
+        marked = {t for t in tainted if isinstance(t, str)} - {self.node}
+        why = ""
+        for _ in range(_ROUNDS):
+            try:
+                slots = self._read(now)
+            except Exception as e:
+                if not _api_error(e):
+                    raise
+                return Acquired(False, 0, f"the taint slots could not be read: {e}", error=str(e))
+            others = [s for _, s in sorted(slots.items()) if s.holder not in (None, self.node)
+                      and (s.live(now) or s.holder in marked)]
+            holders = [s.holder for s in others if s.holder]
+            unslotted = sorted(marked - set(holders))
+            held = len(others) + len(unslotted)
+            lost_race = False
+            candidates = [(s.index, s) for s in self._mine(slots)]
+            k = usable_slots(limit, len(unslotted), [s.index for s in others])
+            occupied = {s.index for s in others} | {i for i, _ in candidates}
+            candidates += [(i, slots.get(i)) for i in range(k) if i not in occupied]
+            for index, slot in candidates:
+                if slot is not None and slot.resource_version is None:
+                    continue  # cannot be taken without overwriting blindly
+                try:
+                    if slot is not None and slot.holder == self.node:
+                        self._renew(slot, now)
+                        return Acquired(True, held, f"this node holds taint slot {index} (renewed)")
+                    self._take(index, slot, now)
+                    return Acquired(True, held, f"taint slot {index} taken; {held} other nodes use the "
+                                                f"budget of {limit}")
+                except Exception as e:
+                    if not _api_error(e):
+                        raise
+                    if not _changed(e):
+                        return Acquired(False, held, f"cannot write taint slot {index}: {e}", error=str(e))
+                    lost_race = True  # another node won this slot: the next one
+            why = refusal(limit, holders, unslotted)
+            if not lost_race:
+                return Acquired(False, held, why)
+        return Acquired(False, held, why)
+
+    def renew(self) -> Optional[str]:
+        """Keep our slot (call each reconcile while tainted; writes at most once per
+        ``lease_seconds / 3``). None when it is held; else why not."""
+        now = self._clock()
+        if now < self._next_renew:
+            return self._renew_note
+        slot = self._held
+        for _ in range(_ROUNDS):
+            try:
+                if slot is None:
+                    mine = self._mine(self._read(now))
+                    if not mine:
+                        self._held, self._next_renew = None, now + self.lease_seconds / 3
+                        self._renew_note = "this node holds no taint slot"
+                        return self._renew_note
+                    slot = mine[0]
+                self._renew(slot, now)
+                return None
+            except Exception as e:
+                if not _api_error(e):
+                    raise
+                if not _changed(e):
+                    return f"cannot renew the taint slot: {e}"
+                slot = self._held = None  # changed since we wrote it: read again
+        return "the taint slot kept changing under us"
+
+    def release(self) -> Optional[str]:
+        """Give back every slot this node holds (call on recovery, after the taint is off).
+        None when none is left; else why (it expires after ``lease_seconds`` anyway)."""
+        now = self._clock()
+        self._held, self._next_renew = None, 0.0
+        for _ in range(_ROUNDS):
+            try:
+                mine = self._mine(self._read(now))
+            except Exception as e:
+                if not _api_error(e):
+                    raise
+                return f"the taint slots could not be read: {e}"
+            changed = False
+            for slot in mine:
+                try:
+                    self.leases.delete(slot.name, slot.uid, slot.resource_version or "")
+                except Exception as e:
+                    if not _api_error(e):
+                        raise
+                    if not _changed(e):
+                        return f"cannot release taint slot {slot.index}: {e}"
+                    changed = True  # taken over since read (then not ours) or changed: read again
+            if not changed:
+                return None
+        return "a taint slot of this node kept changing under us"
+
+    # ------------------------------------------------------------------ for the plan
+
+    def check(self, cfg: RemedyConfig, total: int, tainted: Collection[str]) -> tuple[Budget, Acquired]:
+        """``acquire`` under the configured limit of ``total`` accelerator nodes, as the plan's
+        Budget (``granted`` decides; ``tainted`` counts the others using the budget), with the
+        Acquired for its one-line why."""
+        result = self.acquire(Budget(total=total, tainted=0).limit(cfg), tainted)
+        return Budget(total=total, tainted=result.held_by_others, error=result.error, granted=result.granted), result
