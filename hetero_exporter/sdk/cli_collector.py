@@ -26,7 +26,7 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequenc
 from hetero_exporter import pci, vendors
 from hetero_exporter.sdk import host_tools
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
-from hetero_exporter.sdk.identity import IdentityMemory
+from hetero_exporter.sdk.identity import IdentityMemory, identity_file
 from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.sdk.spec import ToolSpec
 from hetero_exporter.health import faults as fault_tables
@@ -293,7 +293,8 @@ def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: 
     or, when ``options.scenario`` is set, over the fake that ``install_fake(scenario, clock,
     workdir) -> (exe, extra_env)`` writes (or the fake module's dotted name: imported only then). ``tool`` is the
     tool's name or its ToolSpec; ``dirs`` are searched before the ToolSpec's, ``why`` left out
-    comes from it (the one given, or the one of ``vendor``'s spec); find_tool says where."""
+    comes from it (the one given, or the one of ``vendor``'s spec); find_tool says where. A
+    CliCollector keeps its pinned identities in ``options.state_dir`` (persist_identities)."""
     if isinstance(install_fake, str):  # the fake module's dotted name
         install_fake = fake_installer(install_fake)
     spec = tool if isinstance(tool, ToolSpec) else None
@@ -303,8 +304,12 @@ def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: 
                   interval=options.interval_seconds, settings=settings)
     if options.scenario is not None:
         exe, env = install_fake(options.scenario, options.clock, options.workdir)
-        return factory(exe, extra_env=env, **common)
-    return factory(find_tool(settings, name, dirs, why, vendor=vendor, spec=spec), **common)
+        collector = factory(exe, extra_env=env, **common)
+    else:
+        collector = factory(find_tool(settings, name, dirs, why, vendor=vendor, spec=spec), **common)
+    if isinstance(collector, CliCollector):
+        collector.persist_identities(options.state_dir)
+    return collector
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,6 +361,13 @@ class CliCollector:
         self.episodes = FaultEpisodes()
         self.identities = IdentityMemory()
         self.numa = NumaNodes(str(self.settings.get("sysfs_root", "/sys")))
+
+    def persist_identities(self, state_dir: Optional[str]) -> None:
+        """Keep the pinned identities in ``state_dir`` (loaded now, saved on change), so a
+        device lost across an agent restart keeps its uuid; call before the first cycle
+        (``build()`` does, with the options' state dir)."""
+        if state_dir:
+            self.identities = IdentityMemory(identity_file(state_dir, self.name))
 
     @property
     def calls(self) -> int:

@@ -55,6 +55,9 @@ class CollectorOptions:
     workdir: Optional[str] = None  # where fake executables / fake roots may be written
     # Call to ask the sampler for a cycle now (e.g. a driver event thread saw a device fault):
     wake: Callable[[], None] = lambda: None
+    # Where state that must survive an agent restart is kept (pinned identities: sdk/identity.py);
+    # None keeps it in memory only
+    state_dir: Optional[str] = None
 
 
 @runtime_checkable

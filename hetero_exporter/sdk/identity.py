@@ -1,67 +1,123 @@
-"""Identity memory: a device keeps its uuid while it is lost.
+"""Identity memory: a device keeps its uuid while it is lost, across agent restarts too.
 
 A collector pins each device's identity the first time it reads it (uuid, serial, model...)
 and remembers it by vendor-local index and by PCI address. When the device later stops
 answering (fell off the bus, the tool lists it no more, the binding raises GPU_IS_LOST), the
 collector asks ``recall`` and reports it failed under the uuid its pods and dashboards know,
 not under a placeholder name; ``missing`` lists the pinned devices absent from this cycle.
+
+With a file (``identity_file(state_dir, collector)``, on the DaemonSet's hostPath) the pinned
+top-level identities are saved whenever one is new or replaced, and loaded at start: an agent
+restarted while a GPU is off the bus still knows that GPU's uuid, so the sticky faults, taint
+rules and pod conditions keyed by it go on matching. The file is kept across reboots: uuids
+are hardware identities. A board swapped at a PCI address replaces the old identity when it is
+read (``remember``), so a stale entry is never reported for a working board; a board taken out
+for good stays reported missing until the file is deleted (the agent cannot tell "removed" from
+"fell off the bus"). Restored identities answer ``recall`` and ``missing``, but a collector
+that caches identities through ``recall(restored=False)`` reads every answering device again
+(indexes may have renumbered, the driver may have changed).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import stat
+import tempfile
 import threading
 from typing import Iterable, Optional
 
+from hetero_exporter import model
 from hetero_exporter.model import DeviceIdentity
 from hetero_exporter.sdk import pciaddr
 
+log = logging.getLogger(__name__)
+
+FILE_FORMAT = "hetero-exporter/identities"
+FILE_VERSION = 1
+MAX_DEVICES = 1024  # a node has at most a few dozen; more is not our file
+MAX_BYTES = 1 << 20  # 1 MiB: ~1 KiB per identity at most
+
+
+def identity_file(state_dir: Optional[str], collector: str) -> Optional[str]:
+    """The collector's identity file under ``state_dir`` (None without a state dir)."""
+    return os.path.join(state_dir, f"identities-{collector}.json") if state_dir else None
+
 
 class IdentityMemory:
-    """Identities seen since start, by uuid, by index and by PCI address (thread-safe)."""
+    """Identities seen since start (or restored from ``path``), by uuid, by index and by PCI
+    address (thread-safe). ``boot_id`` is written into the file, to tell at load whether the
+    identities come from this boot."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Optional[str] = None, *, boot_id: Optional[str] = None) -> None:
         self._lock = threading.Lock()
         self._by_uuid: dict[str, DeviceIdentity] = {}
         self._by_index: dict[int, str] = {}
         self._by_pci: dict[str, str] = {}
+        self._restored: set[str] = set()  # uuids loaded from the file and not read since
+        self.path = path
+        self._boot_id = boot_id
+        self._save_failed = False
+        if path:
+            self._load(path)
 
     def remember(self, identity: DeviceIdentity) -> DeviceIdentity:
         """Pin ``identity`` (top-level devices are indexed; children only by uuid). A new uuid
         at a PCI address pinned to another one replaces it (a placeholder id that got its real
-        uuid, a swapped board): the old one is forgotten, so it is not reported lost."""
+        uuid, a swapped board): the old one is forgotten, so it is not reported lost. A new
+        or changed top-level identity is saved to the file."""
         with self._lock:
-            self._by_uuid[identity.uuid] = identity
-            if identity.parent is None:
-                key = pciaddr.normalize(identity.pci_address)
-                old = self._by_pci.get(key) if key else None
-                if old is None and not key:
-                    old = self._by_index.get(identity.index)
-                if old is not None and old != identity.uuid:
-                    self._forget(old)
-                self._by_index[identity.index] = identity.uuid
-                if key:
-                    self._by_pci[key] = identity.uuid
+            before = self._by_uuid.get(identity.uuid)
+            self._restored.discard(identity.uuid)
+            replaced = self._pin(identity)
+            if self.path and identity.parent is None and (replaced or before != identity):
+                self._save()
         return identity
+
+    def _pin(self, identity: DeviceIdentity) -> bool:
+        """Pin under the lock; True when another uuid was forgotten for it."""
+        self._by_uuid[identity.uuid] = identity
+        if identity.parent is not None:
+            return False
+        key = pciaddr.normalize(identity.pci_address)
+        old = self._by_pci.get(key) if key else None
+        if old is None and not key:
+            old = self._by_index.get(identity.index)
+        replaced = old is not None and old != identity.uuid
+        if replaced:
+            self._forget(old)
+        for k in [k for k, v in self._by_index.items() if v == identity.uuid and k != identity.index]:
+            del self._by_index[k]  # renumbered: its old index is no longer its own
+        self._by_index[identity.index] = identity.uuid
+        if key:
+            self._by_pci[key] = identity.uuid
+        return replaced
 
     def _forget(self, uuid: str) -> None:
         self._by_uuid.pop(uuid, None)
+        self._restored.discard(uuid)
         for table in (self._by_index, self._by_pci):
             for k in [k for k, v in table.items() if v == uuid]:
                 del table[k]
 
     def recall(self, *, index: Optional[int] = None, pci_address: Optional[str] = None,
-               uuid: Optional[str] = None) -> Optional[DeviceIdentity]:
+               uuid: Optional[str] = None, restored: bool = True) -> Optional[DeviceIdentity]:
         """The pinned identity for a uuid, else a PCI address, else an index (in that order:
-        indexes renumber after a device is lost, PCI addresses do not)."""
+        indexes renumber after a device is lost, PCI addresses do not). ``restored=False``:
+        only identities read by this process (not those loaded from the file)."""
         with self._lock:
-            if uuid and uuid in self._by_uuid:
-                return self._by_uuid[uuid]
+            found = None
             key = pciaddr.normalize(pci_address)
-            if key and key in self._by_pci:
-                return self._by_uuid[self._by_pci[key]]
-            if index is not None and index in self._by_index:
-                return self._by_uuid[self._by_index[index]]
-        return None
+            if uuid and uuid in self._by_uuid:
+                found = uuid
+            elif key and key in self._by_pci:
+                found = self._by_pci[key]
+            elif index is not None and index in self._by_index:
+                found = self._by_index[index]
+            if found is None or (not restored and found in self._restored):
+                return None
+            return self._by_uuid[found]
 
     def missing(self, present_uuids: Iterable[str]) -> list[DeviceIdentity]:
         """Pinned top-level devices whose uuid is not in ``present_uuids``, by index."""
@@ -73,3 +129,102 @@ class IdentityMemory:
     def known(self) -> list[DeviceIdentity]:
         with self._lock:
             return list(self._by_uuid.values())
+
+    # ------------------------------------------------------------------ the file
+    def _load(self, path: str) -> None:
+        try:
+            devices, boot_id = _read(path)
+        except (FileNotFoundError, NotADirectoryError):  # none yet (a bad state dir: the save says it)
+            return
+        except (OSError, ValueError, RecursionError) as e:
+            log.warning("identity file %s unusable (%s): starting empty; it is rewritten at the next save",
+                        path, e, extra={"path": path})
+            return
+        with self._lock:
+            for ident in devices:
+                self._pin(ident)
+            self._restored = set(self._by_uuid)
+        if boot_id and self._boot_id and boot_id != self._boot_id:
+            log.info("identities of %d devices kept from an earlier boot", len(devices), extra={"path": path})
+
+    def _save(self) -> None:
+        """Write every pinned top-level identity, atomically (under the lock; rare: on change)."""
+        assert self.path is not None
+        devices = sorted((d for d in self._by_uuid.values() if d.parent is None), key=lambda d: d.index)
+        doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "boot_id": self._boot_id,
+               "devices": [model.to_dict(d) for d in devices[:MAX_DEVICES]]}
+        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        try:
+            if len(data) > MAX_BYTES:
+                raise OSError(f"{len(data)} bytes is over the {MAX_BYTES} the loader reads")
+            _write_atomically(self.path, data)
+        except OSError as e:
+            if not self._save_failed:  # once: a read-only state dir stays read-only
+                log.warning("identity file %s not saved (%s): identities are kept in memory only",
+                            self.path, e, extra={"path": self.path})
+            self._save_failed = True
+            return
+        if self._save_failed:
+            log.info("identity file %s saved again", self.path, extra={"path": self.path})
+        self._save_failed = False
+
+
+def _read(path: str) -> tuple[list[DeviceIdentity], Optional[str]]:
+    """The identities and boot id of an identity file; ValueError/OSError naming what is wrong.
+    The file must be a regular file of this user, writable by no one else (the state dir is a
+    host path): whoever else wrote it could name any device."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_uid != os.geteuid():
+            raise ValueError(f"owned by uid {st.st_uid}, not by this agent's uid {os.geteuid()}")
+        if st.st_mode & 0o022:
+            raise ValueError(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+        chunks, size = [], 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > MAX_BYTES:
+        raise ValueError(f"over {MAX_BYTES} bytes")
+    doc = json.loads(b"".join(chunks))
+    if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
+        raise ValueError(f"format: not {FILE_FORMAT!r}")
+    if doc.get("version") != FILE_VERSION:
+        raise ValueError(f"version: {doc.get('version')!r:.20} is not {FILE_VERSION}")
+    rows = doc.get("devices")
+    if not isinstance(rows, list) or len(rows) > MAX_DEVICES:
+        raise ValueError(f"devices: not a list of at most {MAX_DEVICES}")
+    devices = []
+    for i, row in enumerate(rows):
+        ident = model.from_dict(DeviceIdentity, row, f"devices[{i}]")
+        if ident.parent is not None or not ident.uuid or isinstance(ident.index, bool) or ident.index < 0:
+            raise ValueError(f"devices[{i}]: not a top-level device with a uuid and an index >= 0")
+        devices.append(ident)
+    boot_id = doc.get("boot_id")
+    return devices, boot_id if isinstance(boot_id, str) else None
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """``data`` at ``path`` (mode 0600) through a temporary file and a rename."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".identities-", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

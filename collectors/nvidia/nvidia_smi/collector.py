@@ -92,6 +92,9 @@ def create(options: CollectorOptions) -> NvidiaSmiCollector:
         from hetero_exporter.collectors.nvidia.nvml.fake import FakeNvml, render_smi_xml
         fake = FakeNvml(options.scenario, options.clock)
         fake.nvmlInit()
-        return NvidiaSmiCollector(lambda _timeout: render_smi_xml(fake), **common)
-    exe = find_tool(options.settings, _TOOL.name, os.pathsep.join(_TOOL.dirs), _TOOL.why_missing)
-    return NvidiaSmiCollector(exe, **common)
+        collector = NvidiaSmiCollector(lambda _timeout: render_smi_xml(fake), **common)
+    else:
+        exe = find_tool(options.settings, _TOOL.name, os.pathsep.join(_TOOL.dirs), _TOOL.why_missing)
+        collector = NvidiaSmiCollector(exe, **common)
+    collector.persist_identities(options.state_dir)  # built without sdk build(): as it would
+    return collector
