@@ -204,6 +204,14 @@ def node_name(args: argparse.Namespace, cfg: config_mod.Config, scenario: Any = 
             or (scenario.node if scenario is not None else None) or socket.gethostname())
 
 
+def device_resource(device: Any) -> str:
+    """The extended resource a device is allocated as on its node (its vendor spec's
+    ``device_resource`` of its model: ``nvidia.com/gpu``, ``huawei.com/Ascend910``); '' when none."""
+    from hetero_exporter import vendors
+    spec = vendors.spec(device.identity.vendor)
+    return spec.device_resource(device.identity.model or "") if spec is not None else ""
+
+
 def _boot_id() -> Optional[str]:
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
@@ -301,6 +309,16 @@ class Wiring:
         out = {"host_root": self.host_root} if self.host_root and self.scenario is None else {}
         return {**out, **({"host_exec": self.cfg.host_exec} if self.cfg.host_exec else {})}
 
+    @property
+    def state_dir(self) -> str:
+        """Where state that survives a restart lives (the collectors' pinned identities):
+        ``kernel_log.state_dir``, the DaemonSets' hostPath by default; the work directory's
+        ``state`` folder when simulating without that setting."""
+        given = self.cfg.kernel_log.get("state_dir")
+        if given:
+            return str(given)
+        return os.path.join(self.workdir, "state") if self.scenario is not None else "/var/lib/hetero-exporter"
+
     def sampler(self) -> Sampler:
         specs = []
         for e in self.enabled_collectors():
@@ -309,7 +327,8 @@ class Wiring:
                 timeout_seconds=self.cfg.collector_timeout(e.name),
                 settings={"sysfs_root": self.cfg.sysfs_root, **self._host_settings(),
                           **self.cfg.collector_settings(e.name)},
-                scenario=self.scenario, clock=self.clock, workdir=self.workdir, wake=self.wake.set)
+                scenario=self.scenario, clock=self.clock, workdir=self.workdir, wake=self.wake.set,
+                state_dir=self.state_dir)
 
             def factory(e=e, opts=opts):
                 return registry.collector_factory(e)(opts)
@@ -414,7 +433,14 @@ class Wiring:
             cluster = k8s_client.connect(self.cfg.kubeconfig)
             if not cluster.enabled:
                 log.warning("health loop writes nothing", extra={"mode": rcfg.mode, "reason": cluster.reason})
-        remedy = Remedy(cluster, self.node, policy, rcfg, metrics, clock=self.clock)
+        slices = None
+        if cluster is not None and cluster.enabled and rcfg.device_taints:
+            # this node's ResourceSlices, watched (the remedy lists them itself until synced)
+            from hetero_exporter.k8s.slice_cache import SliceCache
+            slices = SliceCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds).start()
+            self._closers.append(slices.close)
+        remedy = Remedy(cluster, self.node, policy, rcfg, metrics, clock=self.clock, resource_of=device_resource,
+                        slices=slices)
         loop = HealthLoop(remedy, self.verdicts, boot_id=_boot_id())
         log.info("health loop", extra={"mode": rcfg.mode, "writes": remedy.writes, "domain": rcfg.domain})
         if self.scenario is None and self.cfg.health.get("udev", True):
@@ -571,7 +597,7 @@ def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
         cluster = k8s_client.connect(w.cfg.kubeconfig)
         node, source, remedy = empty_node(w.node), "", None
         if cluster.enabled:
-            remedy = Remedy(cluster, w.node, policy, rcfg)
+            remedy = Remedy(cluster, w.node, policy, rcfg, resource_of=device_resource)
             try:
                 node = remedy.read_node()
                 source = f"read from the API server ({cluster.source})"
@@ -596,8 +622,14 @@ def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
         elif remedy is None:
             budget = plan_mod.Budget.unchecked()
         import time
+        view = None
+        if remedy is not None:
+            try:
+                view = remedy.view(snap, ev)
+            except K8sError as e:
+                source += f"; cannot read the rest of the cluster ({e})"
         p = plan_mod.plan(node, snap, ev.verdicts, ev.node, policy, rcfg, time.time() if w.scenario is None else w.clock(),
-                          budget=budget, sticky=ev.sticky)
+                          budget=budget, sticky=ev.sticky, view=view)
     finally:
         sampler.close()
         w.close()

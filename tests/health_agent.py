@@ -5,8 +5,9 @@ with the verdict enricher -> health loop -> the loopback API server, on a manual
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import pytest
 
@@ -18,6 +19,7 @@ from hetero_exporter.health.plan import RemedyConfig
 from hetero_exporter.health.remedy import HealthLoop, Remedy
 from hetero_exporter.health.verdicts import HealthVerdicts
 from hetero_exporter.k8s.client import connect
+from hetero_exporter.model import Allocation, NodeSnapshot
 from hetero_exporter.sampling import CollectorSpec, Sampler
 from hetero_exporter.simulate import ManualClock, load
 
@@ -25,25 +27,47 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "fixtures" / "scenarios"
 
 
+def allocate(pods: Mapping[int, tuple[str, str]]) -> Callable[[NodeSnapshot], NodeSnapshot]:
+    """An enricher standing in for the kubelet's PodResources: device index -> (namespace, pod)."""
+    def enrich(snap: NodeSnapshot) -> NodeSnapshot:
+        devices = tuple(dataclasses.replace(d, allocations=(Allocation(*pods[d.identity.index], "main",
+                                                                       "nvidia.com/gpu", d.identity.uuid),))
+                        if d.identity.index in pods and d.identity.parent is None else d for d in snap.devices)
+        return dataclasses.replace(snap, devices=devices)
+    enrich.__name__ = "test-podresources"
+    return enrich
+
+
 class HealthAgent:
+    """``node``: another node name than the scenario's; ``pods``: device index -> (namespace,
+    pod) holding it (as PodResources reports); ``resource``: the extended resource of every device;
+    ``state_dir``: where the collector keeps its pinned identities (a restart keeps uuids)."""
+
     def __init__(self, scenario: str, kubeconfig: Optional[str], *, mode: str = "enforce",
                  clock: Optional[ManualClock] = None, boot_id: str = "boot-1",
-                 health: Optional[dict] = None, policy: Optional[dict] = None, timeout: float = 5.0):
+                 health: Optional[dict] = None, policy: Optional[dict] = None, timeout: float = 5.0,
+                 node: Optional[str] = None, pods: Optional[Mapping[int, tuple[str, str]]] = None,
+                 resource: str = "nvidia.com/gpu", environ: Optional[Mapping[str, str]] = None,
+                 state_dir: Optional[str] = None):
         self.scenario = load(str(SCENARIOS / scenario))
+        if node is not None:
+            self.scenario = dataclasses.replace(self.scenario, node=node)
         self.clock = clock or ManualClock()
         self.node = self.scenario.node
         self.boot_id = boot_id
         self.policy = policy_mod.load(policy)
         self.verdicts = HealthVerdicts(self.policy)
-        opts = CollectorOptions(node_name=self.node, scenario=self.scenario, clock=self.clock)
+        opts = CollectorOptions(node_name=self.node, scenario=self.scenario, clock=self.clock, state_dir=state_dir)
         entry = registry.collector_entries()["nvml"]
         spec = CollectorSpec("nvml", "nvidia", lambda: registry.collector_factory(entry)(opts), 5.0)
-        self.sampler = Sampler([spec], self.node, clock=self.clock, enrichers=[self.verdicts],
+        enrichers = ([allocate(pods)] if pods else []) + [self.verdicts]
+        self.sampler = Sampler([spec], self.node, clock=self.clock, enrichers=enrichers,
                                boot_id=boot_id, min_cycle_gap=0)
         self.metrics = HealthMetrics()
         self.cfg = RemedyConfig.from_mapping(health or {}, mode=mode)
         self.cluster = connect(kubeconfig, env={}, timeout_seconds=timeout) if kubeconfig else None
-        self.remedy = Remedy(self.cluster, self.node, self.policy, self.cfg, self.metrics, clock=self.clock)
+        self.remedy = Remedy(self.cluster, self.node, self.policy, self.cfg, self.metrics, clock=self.clock,
+                             resource_of=lambda d: resource, environ=environ or {})
         self.loop = HealthLoop(self.remedy, self.verdicts, boot_id=boot_id)
         self.last_snapshot: Any = None
 

@@ -115,8 +115,19 @@ def test_rbac_allows_what_the_health_loop_and_attribution_do(rendered):
     granted = {(g, r, v) for rule in one(objs, "ClusterRole")["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     needed = {("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes", "list"), ("", "nodes/status", "patch"),
-              ("", "events", "create"), ("", "pods", "list"), ("", "pods", "watch")}
-    assert granted == needed  # nothing more: no nodes watch (the extender's), no update, no delete
+              ("", "events", "create"), ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+              ("", "pods/status", "patch"), ("", "pods/eviction", "create"),
+              ("resource.k8s.io", "resourceslices", "list"), ("resource.k8s.io", "resourceslices", "watch"),
+              ("resource.k8s.io", "devicetaintrules", "list"), ("resource.k8s.io", "devicetaintrules", "create"),
+              ("resource.k8s.io", "devicetaintrules", "patch"), ("resource.k8s.io", "devicetaintrules", "delete")}
+    assert granted == needed  # nothing more: no nodes watch (the extender's), no node update or delete
+    # the budget's Lease slots: a Role, bound in the agent's own namespace (kustomize moves both)
+    role, binding = one(objs, "Role"), one(objs, "RoleBinding")
+    assert {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+            for v in rule["verbs"]} == {("coordination.k8s.io", "leases", v) for v in ("list", "create", "update", "delete")}
+    sa = one(objs, "ServiceAccount")["metadata"]
+    assert role["metadata"]["namespace"] == sa["namespace"] == binding["metadata"]["namespace"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
 def daemonsets(objs: list[dict]) -> list[dict]:
@@ -143,12 +154,17 @@ def test_node_restriction_policy_fails_closed_and_covers_every_write_rbac_grants
     assert binding["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
     spec = vap["spec"]
     assert spec["failurePolicy"] == "Fail"
-    matched = {(op, res) for rule in spec["matchConstraints"]["resourceRules"] if rule["apiGroups"] == [""]
+    matched = {(group, op, res) for rule in spec["matchConstraints"]["resourceRules"] for group in rule["apiGroups"]
                for op in rule["operations"] for res in rule["resources"]}
-    writes = {(WRITE_OPERATION[v], r) for rule in one(objs, "ClusterRole")["rules"] for r in rule["resources"]
-              for v in rule["verbs"] if v in WRITE_OPERATION}
-    assert writes == {("UPDATE", "nodes"), ("UPDATE", "nodes/status"), ("CREATE", "events")}
-    assert writes <= matched  # RBAC cannot name the node: every write it grants goes through the policy
+    writes = {(g, WRITE_OPERATION[v], r) for rule in one(objs, "ClusterRole")["rules"] for g in rule["apiGroups"]
+              for r in rule["resources"] for v in rule["verbs"] if v in WRITE_OPERATION}
+    node_scoped = {("", "UPDATE", "nodes"), ("", "UPDATE", "nodes/status"), ("", "CREATE", "events"),
+                   ("", "UPDATE", "pods/status"), ("resource.k8s.io", "CREATE", "devicetaintrules"),
+                   ("resource.k8s.io", "UPDATE", "devicetaintrules"), ("resource.k8s.io", "DELETE", "devicetaintrules")}
+    # the Eviction API (opt-in) names a pod the policy cannot see the node of: the one write left
+    # to RBAC alone (and to the pods' PodDisruptionBudgets)
+    assert writes == node_scoped | {("", "CREATE", "pods/eviction")}
+    assert node_scoped <= matched  # RBAC cannot name the node: every such write goes through the policy
     # structure, without a CEL library: the caller is the agent's ServiceAccount, the node comes
     # from its token, and the node written must be that one
     sa = one(objs, "ServiceAccount")["metadata"]["name"]
@@ -184,11 +200,13 @@ class AdmissionPolicy:
         return any(request["resource"]["group"] in r["apiGroups"] and request["operation"] in r["operations"]
                    and res in r["resources"] for r in self.rules)
 
-    def admits(self, request: dict, obj: dict) -> bool:
+    def admits(self, request: dict, obj: dict | None, old: dict | None = None) -> bool:
+        """``obj`` is null for a DELETE, ``old`` for a CREATE, as the API server passes them."""
         celpy = self._celpy
         if not self._matches(request):
             return True
-        act = {"request": celpy.json_to_cel(request), "object": celpy.json_to_cel(obj)}
+        act = {"request": celpy.json_to_cel(request), "object": celpy.json_to_cel(obj),
+               "oldObject": celpy.json_to_cel(old)}
         if not all(bool(c.evaluate(act)) for c in self.conditions):
             return True
         try:
@@ -199,9 +217,9 @@ class AdmissionPolicy:
 
 
 def _request(user: str, op: str, resource: str, namespace: str = "", sub: str = "",
-             node: str | None = None) -> dict:
+             node: str | None = None, group: str = "") -> dict:
     extra = {NODE_NAME_KEY: [node], "authentication.kubernetes.io/pod-name": ["hetero-exporter-x7k2q"]} if node else {}
-    return {"operation": op, "resource": {"group": "", "version": "v1", "resource": resource},
+    return {"operation": op, "resource": {"group": group, "version": "v1", "resource": resource},
             "subResource": sub, "namespace": namespace, "userInfo": {"username": user, "extra": extra,
                                                                       "groups": ["system:serviceaccounts"]}}
 
@@ -243,6 +261,51 @@ def test_node_restriction_lets_the_agent_write_only_its_own_node(rendered):
         assert node_write(user, "gpu-node-8", node=None) and event(user, _event("gpu-node-8"), node=None)
     # reads and other resources pass through untouched
     assert policy.admits(_request(agent, "CREATE", "pods", "ml", node="gpu-node-7"), {"metadata": {"name": "p"}})
+
+
+def _pod(name: str, node: str, namespace: str = "ml") -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"nodeName": node}, "status": {"conditions": []}}
+
+
+def _rule(node: str | None) -> dict:
+    meta: dict = {"name": "hetero-exporter-gpu-node-7-0123456789", "labels": {"app.kubernetes.io/managed-by": "hetero-exporter"}}
+    if node is not None:
+        meta["annotations"] = {"hetero-exporter.io/node": node}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": meta,
+            "spec": {"taint": {"key": OWN_TAINT, "value": "device-lost", "effect": "NoSchedule"}}}
+
+
+def test_node_restriction_confines_pod_signals_and_device_taints_to_its_own_node(rendered):
+    """Issue 15: pod conditions of its own node's pods only, pod events in the pod's namespace, and
+    DeviceTaintRules marked with its own node only (create, update and delete)."""
+    pytest.importorskip("celpy", reason="cel-python evaluates the policy's CEL (pip install cel-python)")
+    objs = _agent_objects(rendered)
+    policy = AdmissionPolicy(one(objs, "ValidatingAdmissionPolicy"))
+    sa = one(objs, "ServiceAccount")["metadata"]
+    agent = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
+
+    def pod_status(pod, node="gpu-node-7"):
+        return policy.admits(_request(agent, "UPDATE", "pods", "ml", sub="status", node=node), pod)
+
+    assert pod_status(_pod("train-0", "gpu-node-7"))
+    assert not pod_status(_pod("train-0", "gpu-node-8"))
+    assert not pod_status({**_pod("train-0", "gpu-node-7"), "spec": {}})  # not bound: not its node's
+    pod_event = {**_event("train-0", kind="Pod", namespace="ml")}
+    pod_event["involvedObject"] = {**pod_event["involvedObject"], "namespace": "ml"}
+    assert policy.admits(_request(agent, "CREATE", "events", "ml", node="gpu-node-7"), pod_event)
+    assert not policy.admits(_request(agent, "CREATE", "events", "kube-system", node="gpu-node-7"), pod_event)
+
+    def rule(op, new, old=None, node="gpu-node-7"):
+        return policy.admits(_request(agent, op, "devicetaintrules", node=node, group="resource.k8s.io"), new, old)
+
+    assert rule("CREATE", _rule("gpu-node-7"))
+    assert not rule("CREATE", _rule("gpu-node-8")) and not rule("CREATE", _rule(None))
+    assert rule("UPDATE", _rule("gpu-node-7"), old=_rule("gpu-node-7"))
+    assert not rule("UPDATE", _rule("gpu-node-7"), old=_rule("gpu-node-8"))  # taking over another node's rule
+    assert not rule("UPDATE", _rule("gpu-node-7"), old=_rule(None))  # a rule someone else made
+    assert rule("DELETE", None, old=_rule("gpu-node-7"))
+    assert not rule("DELETE", None, old=_rule("gpu-node-8"))
 
 
 def assert_ingress_only_from(netpol: dict, workload: dict, namespace: str, pod_labels: dict) -> None:
@@ -319,6 +382,8 @@ def assert_agent_daemonset(ds: dict, objs: list[dict], extra_taints: tuple[str, 
         assert c[probe]["httpGet"]["path"] == path and c[probe]["httpGet"]["port"] in ports, (name, probe)
     env = {e["name"]: e for e in c["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName", name
+    # the fleet-wide budget's Lease slots live in the agent's namespace (health.budget_namespace)
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", name
     res = c["resources"]
     assert res["requests"]["cpu"] and res["requests"]["memory"] and res["limits"]["memory"], name
     assert "cpu" not in res["limits"], f"{name}: a CPU limit throttles collection cycles past their deadline"
@@ -400,7 +465,7 @@ def test_the_base_holds_the_generic_agent_of_least_privilege():
     assert {"operator": "Exists"} in pod["tolerations"]
     assert not any(volume(ds, m["name"]).get("hostPath", {}).get("path") in ("/", "/dev") for m in c["volumeMounts"])
     assert host_root_arg(ds) is None and KERNEL_LOG_OFF in c["args"]
-    assert not {e["name"] for e in c["env"]} - {"NODE_NAME"}  # no vendor's variables
+    assert not {e["name"] for e in c["env"]} - {"NODE_NAME", "POD_NAMESPACE"}  # no vendor's variables
     assert {"/host/sys", "/var/lib/kubelet/pod-resources"} <= {m["mountPath"] for m in c["volumeMounts"]}
 
 

@@ -98,10 +98,10 @@ def test_a_fleet_wide_grant_decides_after_the_checks():
     assert not Budget(total=100, tainted=0, granted=False).allows(cfg)
     assert not Budget(total=100, tainted=0, error="timeout", granted=True).allows(cfg)  # error first
     assert Budget(0, 0, checked=False, granted=False).allows(cfg)  # unchecked: a report, nothing written
-    assert Budget(total=30, tainted=2, granted=True).describe(cfg) == \
-        "a fleet-wide budget slot was granted: 2 of 3 slots held"
-    assert Budget(total=30, tainted=3, granted=False).describe(cfg) == \
-        "no fleet-wide budget slot is free: 3 of 3 slots held"
+    assert Budget(total=30, tainted=2, granted=True).describe(cfg) == (
+        "2 of 30 accelerator nodes already carry the taint or hold a taint slot; the budget allows 3 "
+        "(10%, at least 1): a fleet-wide taint slot was granted")
+    assert Budget(total=30, tainted=3, granted=False).describe(cfg).endswith(": no fleet-wide taint slot is free")
     assert "already carry the taint" in Budget(total=30, tainted=3).describe(cfg)  # no grant: as before
     t = plan_taint("n1", [], None, False, None, _sick("GPU-0"), ENFORCE, 1.0, Budget(total=10, tainted=9, granted=True))
     assert not t.refused and t.taint["applied"]

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from hetero_exporter.health.device_taints import json_at
-from hetero_exporter.health.plan.text import rfc3339
+from hetero_exporter.health.texts import rfc3339
 from hetero_exporter.health.rules import Verdict
 
 MAX_PODS = 1024

@@ -31,7 +31,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from hetero_exporter.health.plan.text import device_name, fault_text, label_value
+from hetero_exporter.health.texts import device_name, fault_text, label_value
 from hetero_exporter.health.policy import Policy
 from hetero_exporter.health.rules import Verdict
 from hetero_exporter.model import DeviceSample
@@ -211,14 +211,15 @@ def _message(d: DeviceSample, v: Verdict, policy: Policy) -> str:
 
 def _wanted_rules(node: str, slices: Sequence[dict], verdicts: Mapping[str, Verdict],
                   devices: Mapping[str, DeviceSample], policy: Policy, cfg: DeviceTaintSettings,
-                  explain: list[str]) -> tuple[dict[str, _Wanted], set[str]]:
-    """The rules this node should carry (by name) and the uuids some slice lists."""
+                  explain: list[str]) -> tuple[dict[str, _Wanted], dict[str, tuple[str, str, str]]]:
+    """The rules this node should carry (by name), and the uuids some slice lists -> the DRA
+    device (driver, pool, name) that lists them."""
     keys = _identity_keys(devices)
     wanted: dict[str, _Wanted] = {}
-    listed: set[str] = set()
+    listed: dict[str, tuple[str, str, str]] = {}
     for driver, pool, name, values in _slice_devices(node, slices, explain):
         matches = {keys[k] for v in values for k in (v.lower(), pci_key(v)) if k in keys}
-        listed |= matches
+        listed.update((u, (driver, pool, name)) for u in matches)
         best = None
         for uuid in sorted(matches):
             effect = _want(verdicts.get(uuid), cfg)
@@ -274,13 +275,21 @@ def _meta(rule: Mapping, key: str) -> Optional[str]:
 
 
 def _retire(p: DeviceTaintPlan, rule: Mapping, name: str, verdicts: Mapping[str, Verdict],
-            devices: Mapping[str, DeviceSample], wanted_uuids: set[str], cfg: DeviceTaintSettings) -> None:
+            devices: Mapping[str, DeviceSample], wanted_uuids: set[str], listed: Mapping[str, tuple],
+            cfg: DeviceTaintSettings) -> None:
     """One of our rules that no wanted rule names: deleted, unless its device still wants a taint
     and no slice lists it now (the DRA driver restarting, say): a failed device stays tainted."""
     device = _str(json_at(rule, "metadata", "annotations", f"{cfg.domain}/device"))
     still = _want(verdicts.get(device), cfg) is not None and device in devices
     if still and device not in wanted_uuids:
         p.explain.append(f"DeviceTaintRule {name} kept: {device} is still unhealthy but no slice lists it now")
+        return
+    selector = json_at(rule, "spec", "deviceSelector")
+    selected = tuple(_str(json_at(selector, k)) for k in ("driver", "pool", "device"))
+    if device and device not in devices and selected not in listed.values():
+        # not seen this cycle (a lost GPU an agent restarted without knowing): unknown is not
+        # recovered. Deleted once the DRA device it selects lists a device that is seen.
+        p.explain.append(f"DeviceTaintRule {name} kept: {device} is not seen this cycle")
         return
     p.delete.append(RuleDelete(name, _meta(rule, "uid"), _meta(rule, "resourceVersion")))
     p.actions.append(("device-taint", f"delete {name}"))
@@ -334,7 +343,7 @@ def plan_device_taints(node: str, slices: Sequence[dict], rules: Sequence[dict],
             if name in wanted:
                 _refresh(p, rule, wanted[name], node, cfg)
             else:
-                _retire(p, rule, name, verdicts, devices, {w.uuid for w in wanted.values()}, cfg)
+                _retire(p, rule, name, verdicts, devices, {w.uuid for w in wanted.values()}, listed, cfg)
         elif name in wanted:
             existing.add(name)
             p.explain.append(f"DeviceTaintRule {name} exists but is {why_not}: leaving it, not creating ours")

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, Optional
 
-from hetero_exporter.health.plan.text import _event_id, device_name, fault_text
+from hetero_exporter.health.texts import _event_id, device_name, fault_text
 from hetero_exporter.health.policy import Policy
 from hetero_exporter.health.rules import Verdict
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
@@ -263,6 +263,11 @@ def plan_pod_signals(node: str, snapshot: NodeSnapshot, verdicts: Mapping[str, V
         elif bad:
             reason, message = _text(bad, by_uuid, failed, policy)
             book[key] = _failing(p, key, uid, rec, bad, reason, message, cfg, now)
+        elif rec is not None and rec["status"] == "False" and any(u not in by_uuid for u in rec["devices"]):
+            # a device it held is not seen this cycle: unknown is not recovered
+            p.explain.append(f"pod {key}: {', '.join(u for u in rec['devices'] if u not in by_uuid)} "
+                             "not seen this cycle: its condition stays")
+            book[key] = rec
         elif rec is not None and rec["status"] == "False":
             book[key] = _recovering(p, key, uid, rec, by_uuid, cfg, now)
         elif rec is not None and now - (rec["recovered_at"] or 0.0) < RECOVERED_KEEP_SECONDS:

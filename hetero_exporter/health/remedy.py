@@ -1,11 +1,15 @@
-"""The only code that writes to Kubernetes (through k8s/): applies health/plan.py to this node.
+"""The only code that writes to Kubernetes (through k8s/, with remedy_cluster.py for what lies
+beyond the Node): applies health/plan to this node.
 
 One ``reconcile`` = read the Node, plan against what is there, write the Node (strategic merge patch
 carrying the resourceVersion just read: a concurrent change is answered 409 and the cycle
 re-reads and re-plans, at most ``conflict_retries`` times), write the condition (strategic
-merge on ``status.conditions``), then send the outbox events (fixed names: a resend is answered
-AlreadyExists). A failed or timed-out write is not retried blindly: the next cycle reads the
-Node again, so a write that did land is seen and not repeated.
+merge on ``status.conditions``), then the writes beyond the Node (DRA DeviceTaintRules, pod
+conditions, opt-in evictions: remedy_cluster.py), then send the outbox events, the pods' included
+(fixed names: a resend is answered AlreadyExists). A failed or timed-out write is not retried
+blindly: the next cycle reads the Node again, so a write that did land is seen and not repeated.
+Before a taint is added, the blast-radius budget is asked: fleet-wide, a Lease slot
+(health/fleet_budget.py), renewed while the taint is on and given back on recovery.
 
 Modes: ``observe`` makes no call at all (metrics only); ``dry-run`` writes events that say what
 would be done, plus its bookkeeping and the inventory; ``enforce`` taints, conditions, labels.
@@ -17,20 +21,25 @@ sampler never waits on the API server.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from hetero_exporter.health import plan as plan_mod
+from hetero_exporter.health import pod_signals
+from hetero_exporter.health.fleet_budget import FleetBudget
 from hetero_exporter.health.metrics import HealthMetrics
-from hetero_exporter.health.plan import Book, Budget, Plan, RemedyConfig
+from hetero_exporter.health.plan import Book, Budget, ClusterView, Plan, RemedyConfig
 from hetero_exporter.health.policy import Policy
+from hetero_exporter.health.remedy_cluster import Applied, ClusterSide
 from hetero_exporter.health.verdicts import Evaluation, HealthVerdicts
 from hetero_exporter.k8s.client import Cluster, K8sError
-from hetero_exporter.k8s.events import Events, NodeEvent
+from hetero_exporter.k8s.events import Events, NodeEvent, ObjectRef
+from hetero_exporter.k8s.leases import Leases
 from hetero_exporter.k8s.nodes import Nodes
-from hetero_exporter.model import NodeSnapshot
+from hetero_exporter.model import DeviceSample, NodeSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +57,7 @@ class Outcome:
     conflicts: int = 0
     skipped: str = ""  # why nothing was attempted
     notes: list[str] = field(default_factory=list)
+    applied: Optional[Applied] = None  # the device taints and pod signals written
 
 
 def _result(what: str) -> str:
@@ -62,9 +72,23 @@ def empty_node(name: str) -> dict:
     return {"metadata": {"name": name, "labels": {}, "annotations": {}}, "spec": {}, "status": {}}
 
 
+# the cluster-side actions, counted when they are applied (remedy_cluster), not with the Node patch
+CLUSTER_ACTIONS = frozenset({"device-taint", "pod-condition", "evict"})
+
+
+def no_resource(device: DeviceSample) -> str:
+    return ""
+
+
 class Remedy:
+    """``resource_of``: the extended resource a device is allocated as (``nvidia.com/gpu``; ''
+    when none), from the vendor specs (cli wires it); ``slices``: a started SliceCache of this
+    node (else the ResourceSlices are listed when needed); ``environ``: for POD_NAMESPACE."""
+
     def __init__(self, cluster: Optional[Cluster], node_name: str, policy: Policy, cfg: RemedyConfig,
-                 metrics: Optional[HealthMetrics] = None, *, clock: Callable[[], float] = time.time):
+                 metrics: Optional[HealthMetrics] = None, *, clock: Callable[[], float] = time.time,
+                 resource_of: Callable[[DeviceSample], str] = no_resource, slices: Any = None,
+                 environ: Optional[Mapping[str, str]] = None):
         self.node = node_name
         self.policy = policy
         self.cfg = cfg
@@ -73,6 +97,14 @@ class Remedy:
         on = cluster is not None and cluster.enabled and cfg.mode != "observe"
         self._nodes = Nodes(cluster) if on else None
         self._events = Events(cluster) if on else None
+        self._cluster = ClusterSide(cluster, node_name, cfg, self.metrics, resource_of, slices,
+                                    clock) if on else None  # type: ignore[arg-type]
+        # the fleet-wide budget takes Lease slots in enforce mode only: a dry-run never taints
+        self._fleet = FleetBudget(Leases(cluster, cfg.lease_namespace(os.environ if environ is None else environ)),
+                                  node_name, domain=cfg.domain, lease_seconds=int(cfg.budget_lease_seconds),
+                                  clock=clock) if on and cfg.fleet_budget and cfg.mode == "enforce" else None
+        self._slot: Optional[bool] = None  # holds a budget slot; None: unknown (after a start)
+        self._pods_book: Optional[dict] = None  # pod records settled after the last writes
         if not on and cfg.mode != "observe":
             # dry-run/enforce with no cluster access: it writes nothing, which must show (and alert)
             # as an API it cannot reach; observe expects no access, so the gauge stays absent there
@@ -120,17 +152,24 @@ class Remedy:
         return self._nodes.get(self.node)  # type: ignore[union-attr]
 
     def budget(self) -> Budget:
-        """How many accelerator nodes carry the taint (a Budget with ``error`` when unknown)."""
-        return self._budget()
+        """How many accelerator nodes carry the taint (a Budget with ``error`` when unknown);
+        read-only: no fleet-wide slot is taken (``health --dry-run`` reports with it)."""
+        return self._budget(take_slot=False)
 
-    def _budget(self) -> Budget:
+    def view(self, snapshot: NodeSnapshot, ev: Evaluation) -> ClusterView:
+        """What the plan reads from the cluster besides the Node (read-only)."""
+        return self._view(snapshot, ev)
+
+    def _budget(self, take_slot: bool = True) -> Budget:
+        """Accelerator nodes and those carrying the taint; with the fleet-wide budget, the
+        decision is a Lease slot (nodes failing in the same minute cannot overshoot)."""
         selector = f"{self.cfg.present_label}=true" if self.cfg.inventory else None
         try:
             nodes = self._nodes.list(selector)  # type: ignore[union-attr]
         except K8sError as e:
             return Budget(0, 0, error=str(e))
         names = set()
-        tainted = 0
+        tainted: set[str] = set()
         for n in nodes:
             name = (n.get("metadata") or {}).get("name")
             annotations = (n.get("metadata") or {}).get("annotations") or {}
@@ -140,9 +179,30 @@ class Remedy:
                 continue  # without labels: accelerator nodes are those with our marks
             names.add(name)
             if ours and name != self.node:
-                tainted += 1
+                tainted.add(name)
         names.add(self.node)
-        return Budget(total=len(names), tainted=tainted)
+        if self._fleet is None or not take_slot:
+            return Budget(total=len(names), tainted=len(tainted))
+        budget, got = self._fleet.check(self.cfg, len(names), tainted)
+        self._slot = bool(got.granted) or self._slot
+        if not got.granted:
+            log.info("health: no fleet-wide taint slot", extra={"node": self.node, "why": got.why})
+        return budget
+
+    def _keep_slot(self, p: Plan) -> None:
+        """Renew the budget slot while the taint is on; give it back once it is off."""
+        if self._fleet is None:
+            return
+        if p.book.taint and p.book.taint.get("applied"):
+            note = self._fleet.renew()
+            self._slot = note is None
+        elif p.book.taint is None and self._slot is not False:
+            note = self._fleet.release()  # also after a start: a slot held before it is given back
+            self._slot = False if note is None else None
+        else:
+            return
+        if note:
+            log.warning("health: taint slot", extra={"node": self.node, "note": note})
 
     def _signature(self, snapshot: NodeSnapshot, ev: Evaluation) -> tuple:
         """What the plan depends on, apart from the Node itself and the clock."""
@@ -152,7 +212,11 @@ class Remedy:
         if self.cfg.inventory:
             inventory = (plan_mod.inventory(snapshot, self.cfg.inventory_max_bytes)[1],
                          tuple(sorted(plan_mod.selection_labels(snapshot, self.cfg.domain).items())))
-        return (ev.node.unhealthy, ev.node.taint_class, devices, sticky, inventory, snapshot.boot_id)
+        failing = {u for u, v in ev.verdicts.items() if v.state in ("failed", "degraded")}
+        holders = tuple(sorted((d.identity.uuid, tuple(sorted((a.namespace, a.pod) for a in d.allocations)),
+                                tuple(sorted((pr.namespace or "", pr.pod) for pr in d.processes if pr.pod)))
+                               for d in snapshot.devices if d.identity.uuid in failing))
+        return (ev.node.unhealthy, ev.node.taint_class, devices, sticky, inventory, snapshot.boot_id, holders)
 
     def reconcile(self, snapshot: NodeSnapshot, ev: Evaluation) -> Outcome:
         """Bring the Node in line with the verdicts. Never raises."""
@@ -164,6 +228,8 @@ class Remedy:
         now = self._clock()
         sig = self._signature(snapshot, ev)
         if sig == self._last_sig and now - self._last_full < self.cfg.resync_seconds:
+            if self._fleet is not None and self._slot:
+                self._fleet.renew()  # a held slot outlives quiet cycles (writes only when a third is gone)
             return Outcome(skipped="nothing changed since the last reconcile")
         out = self._reconcile(snapshot, ev, now)
         complete = out.error is None and out.plan is not None and not out.undelivered
@@ -186,9 +252,12 @@ class Remedy:
             self.metrics.kubernetes_up(True)
             book = Book.from_annotation(((node.get("metadata") or {}).get("annotations") or {}).get(
                 self.cfg.book_annotation))
-            budget = self._budget() if plan_mod.needs_budget(ev.node, book, self.cfg) else None
+            view = self._view(snapshot, ev)
+            nv = plan_mod.plan_node_faults(self.node, node, view, ev.verdicts, ev.node, book.black_hole,
+                                           self.cfg, now).verdict  # black-hole faults may ask for the taint
+            budget = self._budget() if plan_mod.needs_budget(nv, book, self.cfg) else None
             p = plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
-                              budget=budget, sticky=ev.sticky)
+                              budget=budget, sticky=ev.sticky, view=view)
             out.plan = p
             if budget is not None:
                 self.metrics.budget(p.budget_refused, budget.total if budget.error is None else None,
@@ -229,13 +298,34 @@ class Remedy:
             except K8sError as e:
                 self.metrics.action("condition", "error")
                 out.error = f"cannot write the condition: {e}"
+        self._keep_slot(p)
+        out.applied = self._cluster.apply(p)  # type: ignore[union-attr]
+        self._settle(p, out.applied)
+        if out.applied.errors and out.error is None:
+            out.error = "; ".join(out.applied.errors[:3])
         out.events_sent, out.undelivered = self._deliver(p, now)
         return out
 
+    def _view(self, snapshot: NodeSnapshot, ev: Evaluation) -> ClusterView:
+        failing = any(v.state in ("failed", "degraded") for v in ev.verdicts.values())
+        return self._cluster.view(snapshot, failing, self._pods_book)  # type: ignore[union-attr]
+
+    def _settle(self, p: Plan, applied: Applied) -> None:
+        """The pod records the next plan starts from: what the writes really did (a failed
+        condition is written again, a refused eviction retried, a gone pod forgotten)."""
+        if p.pod_signals is None:
+            self._pods_book = None
+            return
+        settled = pod_signals.settle(p.pod_signals, p.book.pods, applied.failed_conditions,
+                                     applied.refused_evictions)
+        for key in applied.gone:
+            settled.pop(key, None)
+        self._pods_book = settled if settled != p.book.pods else None
+
     def _count(self, p: Plan, forced: Optional[str]) -> None:
         for action, what in p.actions:
-            if action == "condition":
-                continue  # counted when the status patch lands
+            if action == "condition" or action in CLUSTER_ACTIONS:
+                continue  # counted when the status patch lands, or when applied (remedy_cluster)
             self.metrics.action(action, forced or _result(what))
 
     def _deliver(self, p: Plan, now: float) -> tuple[int, int]:
@@ -248,11 +338,18 @@ class Remedy:
             eid = entry.get("id")
             if not eid or eid in self._delivered:
                 continue
-            ev = NodeEvent(name=f"{self.node}.{eid}", type=entry.get("type", "Normal"),
+            pod = entry.get("pod") if isinstance(entry.get("pod"), dict) else None
+            ev = NodeEvent(name=f"{pod['name'] if pod else self.node}.{eid}"[:253], type=entry.get("type", "Normal"),
                            reason=entry.get("reason", "Accelerator"), message=entry.get("message", ""),
                            action=entry.get("action", ""), time=entry.get("time"))
             try:
-                created = self._events.create(self.node, ev, now)  # type: ignore[union-attr]
+                if pod:
+                    uid = self._cluster.uid(str(pod.get("namespace")), str(pod.get("name")),  # type: ignore[union-attr]
+                                            str(pod.get("uid") or ""))
+                    ref = ObjectRef("Pod", str(pod.get("name")), str(pod.get("namespace")), uid)
+                    created = self._events.create_for(ref, ev, now, host=self.node)  # type: ignore[union-attr]
+                else:
+                    created = self._events.create(self.node, ev, now)  # type: ignore[union-attr]
             except K8sError as e:
                 self.metrics.action("event", "error")
                 log.warning("health: event not sent; retried next cycle", extra={"node": self.node, "error": str(e)})

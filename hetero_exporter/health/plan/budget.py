@@ -45,11 +45,12 @@ class Budget:
         if self.error is not None:
             return f"the budget could not be checked ({self.error})"
         limit = self.limit(cfg)
+        allows = f"the budget allows {limit} ({cfg.budget_max_fraction:.0%}, at least {cfg.budget_min_nodes})"
         if self.granted is not None:
-            what = "a fleet-wide budget slot was granted" if self.granted else "no fleet-wide budget slot is free"
-            return f"{what}: {self.tainted} of {limit} slots held"
-        return (f"{self.tainted} of {self.total} accelerator nodes already carry the taint; "
-                f"the budget allows {limit} ({cfg.budget_max_fraction:.0%}, at least {cfg.budget_min_nodes})")
+            what = "a fleet-wide taint slot was granted" if self.granted else "no fleet-wide taint slot is free"
+            return (f"{self.tainted} of {self.total} accelerator nodes already carry the taint or hold a taint "
+                    f"slot; {allows}: {what}")
+        return f"{self.tainted} of {self.total} accelerator nodes already carry the taint; {allows}"
 
 
 def taint_would_be_added(nv: NodeVerdict, taint: Optional[dict], suppressed: bool, cfg: RemedyConfig) -> bool:

@@ -9,11 +9,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-# Modules, not names: they import health.plan.text, so importing one of them first runs this
-# package's __init__, which reaches here while that module is still half-initialized.
 from hetero_exporter.health import black_hole, device_taints, pod_signals, scheduler_annotations
 from hetero_exporter.health.plan.config import RemedyConfig
-from hetero_exporter.health.plan.text import event_id
+from hetero_exporter.health.texts import event_id
 from hetero_exporter.health.policy import Policy
 from hetero_exporter.health.rules import NodeVerdict, Verdict
 from hetero_exporter.model import DeviceSample, NodeSnapshot

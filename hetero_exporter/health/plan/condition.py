@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from hetero_exporter.health.plan.config import CONDITION_TYPE, RemedyConfig
-from hetero_exporter.health.plan.text import device_name, fault_text, parse_rfc3339, rfc3339
+from hetero_exporter.health.texts import device_name, fault_text, parse_rfc3339, rfc3339
 from hetero_exporter.health.policy import Policy
 from hetero_exporter.health.rules import NodeVerdict, Verdict
 from hetero_exporter.model import Fault, NodeSnapshot

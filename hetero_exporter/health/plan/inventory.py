@@ -12,7 +12,7 @@ from typing import Mapping, Optional, Sequence
 
 from hetero_exporter import model
 from hetero_exporter.health.plan.config import RemedyConfig
-from hetero_exporter.health.plan.text import label_value
+from hetero_exporter.health.texts import label_value
 from hetero_exporter.model import DeviceSample, NodeSnapshot
 
 _KEPT_READINGS = ("memory_free_bytes", "utilization_ratio")  # what the scorer reads when space is short

@@ -1,0 +1,194 @@
+"""The remedy's writes beyond the Node (issue 15), through k8s/: what it reads for the plan's
+``ClusterView`` (this node's ResourceSlices and its own DeviceTaintRules, this node's failed pods)
+and how it applies the per-device and per-pod outputs (DeviceTaintRules, pod conditions,
+evictions). health/remedy.py calls it after the Node patch; like the Node's, every write here is
+idempotent, so a lost answer or a restart repeats nothing that landed: rule names are fixed, rule
+updates carry the resourceVersion read, pod conditions merge by type, pod events have fixed names.
+
+A cluster without resource.k8s.io/v1 is said once; device taints stay off until a later probe
+(every ``DRA_PROBE_SECONDS``) finds it, and the rest works.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+from hetero_exporter.health.metrics import HealthMetrics
+from hetero_exporter.health.plan import ClusterView, RemedyConfig, label_value, rfc3339
+from hetero_exporter.k8s.client import Cluster, K8sError
+from hetero_exporter.k8s.dra import Dra
+from hetero_exporter.k8s.pod_writes import PodWrites
+from hetero_exporter.model import DeviceSample, NodeSnapshot
+
+log = logging.getLogger(__name__)
+
+DRA_PROBE_SECONDS = 3600.0  # a cluster without DRA is asked again this often (an upgrade may add it)
+MANAGED_BY = "app.kubernetes.io/managed-by=hetero-exporter"
+
+
+@dataclass
+class Applied:
+    """What applying the cluster-side outputs did, for the next plan (``settle``) and the outcome."""
+
+    failed_conditions: list[str] = field(default_factory=list)  # "ns/name" whose condition write failed
+    refused_evictions: list[str] = field(default_factory=list)  # blocked by a PodDisruptionBudget
+    gone: list[str] = field(default_factory=list)  # pods the API says no longer exist
+    errors: list[str] = field(default_factory=list)
+
+
+class ClusterSide:
+    """Reads and writes of one node's per-device and per-pod signals."""
+
+    def __init__(self, cluster: Cluster, node: str, cfg: RemedyConfig, metrics: HealthMetrics,
+                 resource_of: Callable[[DeviceSample], str], slices: Any = None,
+                 clock: Callable[[], float] = lambda: 0.0):
+        self.node, self.cfg, self.metrics = node, cfg, metrics
+        self._clock = clock
+        self._resource_of = resource_of
+        self._slice_cache = slices  # a started k8s.slice_cache.SliceCache, or None: list per reconcile
+        self._dra = Dra(cluster) if cfg.device_taints else None
+        self._pods = PodWrites(cluster)
+        self._dra_off: Optional[str] = None  # why DRA is off ("" served); None: not probed yet
+        self._dra_probed = float("-inf")
+        self._rules_known: Optional[bool] = None  # did the last listing find rules of ours
+        self._uids: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ reading the view
+    def view(self, snapshot: NodeSnapshot, failing: bool, pods_book: Optional[Mapping[str, Any]]) -> ClusterView:
+        """The ClusterView for this reconcile. ``failing``: some device is failed or degraded
+        (otherwise slices and rules are read only when rules of ours may still exist)."""
+        slices, rules = self._device_side(failing)
+        failed_pods = None
+        if self.cfg.black_hole:
+            try:
+                failed_pods = tuple(self._pods.failed_on_node(self.node))
+            except K8sError as e:
+                log.warning("health: cannot list this node's failed pods; black-hole check skipped",
+                            extra={"node": self.node, "error": str(e)})
+        resources = {}
+        for d in snapshot.devices:
+            if d.identity.parent is None:
+                r = self._resource_of(d)
+                if r:
+                    resources[d.identity.uuid] = r
+        return ClusterView(slices=slices, device_rules=rules, failed_pods=failed_pods, resources=resources,
+                           pods_book=pods_book)
+
+    def _dra_served(self) -> bool:
+        now = self._clock()
+        if self._dra_off is not None and (self._dra_off == "" or now - self._dra_probed < DRA_PROBE_SECONDS):
+            return self._dra_off == ""
+        try:
+            why = self._dra.served()  # type: ignore[union-attr]
+        except K8sError as e:
+            log.warning("health: cannot ask whether the cluster serves DRA", extra={"error": str(e)})
+            return False
+        self._dra_probed = now
+        if why and self._dra_off != why:
+            log.info("device taints off: the cluster does not serve DRA; the node taint, condition and "
+                     "pod signals work without it", extra={"node": self.node, "reason": why})
+        self._dra_off = why or ""
+        return not why
+
+    def _device_side(self, failing: bool) -> tuple[Optional[tuple], tuple]:
+        if self._dra is None or self.cfg.mode == "observe" or not (failing or self._rules_known is not False):
+            return None, ()
+        if not self._dra_served():
+            return None, ()
+        try:
+            rules = tuple(self._dra.rules(f"{MANAGED_BY},{self.cfg.domain}/node={label_value(self.node)}"))
+            if self._slice_cache is not None and self._slice_cache.served and self._slice_cache.synced:
+                slices = tuple(self._slice_cache.slices())
+            else:
+                slices = tuple(self._dra.slices(self.node))
+        except K8sError as e:
+            # without both lists the rules are not planned (never delete what could not be listed)
+            log.warning("health: cannot read ResourceSlices or DeviceTaintRules; device taints wait",
+                        extra={"node": self.node, "error": str(e)})
+            return None, ()
+        self._rules_known = bool(rules)
+        return slices, rules
+
+    # ------------------------------------------------------------------ applying the plan
+    def apply(self, p: Any) -> Applied:
+        """Write the plan's device taints, pod conditions and evictions (enforce mode only)."""
+        done = Applied()
+        if self.cfg.mode != "enforce":
+            return done
+        if p.device_taints is not None:
+            self._apply_rules(p.device_taints, done)
+        if p.pod_signals is not None:
+            self._apply_pods(p.pod_signals, done)
+        return done
+
+    def _apply_rules(self, dt: Any, done: Applied) -> None:
+        dra = self._dra
+        for body in dt.create:
+            self._rule_write("create", lambda: dra.create_rule(body), done)
+        for u in dt.update:
+            self._rule_write("update", lambda: dra.patch_rule(u.name, u.patch, u.resource_version), done)
+        for d in dt.delete:
+            self._rule_write("delete", lambda: dra.delete_rule(d.name, d.uid, d.resource_version), done)
+        if dt.create or dt.update:
+            self._rules_known = True
+
+    def _rule_write(self, what: str, call: Callable[[], Any], done: Applied) -> None:
+        try:
+            call()
+            self.metrics.action("device-taint", "ok")
+        except K8sError as e:
+            if e.already_exists:  # an earlier attempt got through: the next plan sees it
+                self.metrics.action("device-taint", "exists")
+                return
+            self.metrics.action("device-taint", "conflict" if e.conflict else "error")
+            done.errors.append(f"DeviceTaintRule {what}: {e}")
+            log.warning("health: DeviceTaintRule write failed; the next cycle lists and plans again",
+                        extra={"node": self.node, "what": what, "error": str(e)})
+
+    def uid(self, namespace: str, name: str, known: str = "") -> str:
+        """The pod's uid (asked once per pod; '' when it cannot be read)."""
+        key = f"{namespace}/{name}"
+        if known:
+            self._uids[key] = known
+            return known
+        if key not in self._uids:
+            try:
+                self._uids[key] = str(((self._pods.get(namespace, name).get("metadata") or {}).get("uid")) or "")
+            except K8sError:
+                return ""
+        return self._uids[key]
+
+    def _apply_pods(self, ps: Any, done: Applied) -> None:
+        now = self._clock()
+        for c in ps.conditions:
+            key = f"{c.namespace}/{c.name}"
+            cond = {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+                    "lastTransitionTime": rfc3339(now), "lastProbeTime": rfc3339(now)}
+            try:
+                self._pods.patch_status(c.namespace, c.name, {"status": {"conditions": [cond]}})
+                self.metrics.action("pod-condition", "ok")
+            except K8sError as e:
+                if e.not_found:
+                    done.gone.append(key)
+                    continue
+                self.metrics.action("pod-condition", "error")
+                done.failed_conditions.append(key)
+                done.errors.append(f"pod {key} condition: {e}")
+        for ref in ps.evictions:
+            key = f"{ref.namespace}/{ref.name}"
+            try:
+                outcome = self._pods.evict(ref.namespace, ref.name)
+            except K8sError as e:
+                done.refused_evictions.append(key)
+                done.errors.append(f"pod {key} eviction: {e}")
+                continue
+            if outcome == "blocked":
+                done.refused_evictions.append(key)
+                log.info("health: eviction refused by a PodDisruptionBudget; retried next cycle",
+                         extra={"pod": key, "why": getattr(outcome, "message", "")})
+            elif outcome == "gone":
+                done.gone.append(key)
+            else:
+                log.info("health: evicted a pod on a failed device", extra={"pod": key, "node": self.node})
