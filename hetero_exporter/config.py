@@ -18,7 +18,7 @@ Example (every key optional)::
     kernel_log:             # the kernel log as a health source (README: Kernel log)
       enabled: true         # false: not followed
       path: /dev/kmsg       # or a text log followed like tail -F (/var/log/kern.log)
-      state_dir: /var/lib/hetero-exporter   # cursor + boot id, so a restart neither replays nor misses
+      state_dir: /var/lib/hetero-exporter   # cursor + boot id (a restart neither replays nor misses), device identities
       max_records_per_second: 5000
       max_pending: 1024     # distinct (vendor, device, code) events held between cycles
       dedup_seconds: 60     # a fault the vendor API also reports within this counts once

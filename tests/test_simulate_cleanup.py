@@ -85,4 +85,5 @@ def test_sigterm_while_run_starts_removes_the_workdir(tmp_path):
     r = _signal_when_workdir_appears(tmp_path, "run", "--simulate", str(scenario), "--listen", "127.0.0.1:0")
     # before run installs its graceful stop: SystemExit (143); after: a clean stop (0)
     assert r.returncode in (0, 128 + signal.SIGTERM), r.stderr
-    assert not left(tmp_path) and "Traceback" not in r.stderr
+    assert not left(tmp_path)
+    assert "Traceback" not in r.stderr, r.stderr[-4000:]  # whole: a rare one is seen only under load

@@ -38,7 +38,6 @@ import resource
 import socket
 import threading
 import time
-import weakref
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar, Union
 
 import h11
@@ -151,7 +150,8 @@ class ServerFace:
 # Servers not stopped when the interpreter exits (a command left by an exception or a signal,
 # perhaps between construction and start): stopped at exit, so no event loop is left to a
 # __del__ during interpreter teardown (it prints "Exception ignored ... Traceback" to stderr).
-_running: "weakref.WeakSet[HttpServer]" = weakref.WeakSet()
+# Strong references: a server dropped by a frame a signal unwound must still be stopped here.
+_running: "set[HttpServer]" = set()
 
 
 @atexit.register
@@ -181,6 +181,15 @@ class HttpServer:
         self._address = self._sock.getsockname()[:2]
         self._loop = asyncio.new_event_loop()
         _running.add(self)  # from here on, a loop to close at exit even if start() never runs
+        try:
+            self._init_rest(limits, name)
+        except BaseException:  # a signal (SystemExit) or an error half-way: nothing left open
+            _running.discard(self)
+            self._sock.close()
+            self._loop.close()
+            raise
+
+    def _init_rest(self, limits: Limits, name: str) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, limits.workers), thread_name_prefix=name)
         self._bcrypt = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{name}-auth")
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -222,17 +231,24 @@ class HttpServer:
         return self
 
     def stop(self) -> None:
-        if self._stopped:
-            return
+        """Stop serving and wait for the loop thread. Called again (at exit, after a signal cut
+        the first call's wait short), it waits again: a loop still running at interpreter
+        teardown would be closed by its __del__, which fails and prints a traceback."""
+        first = not self._stopped
         self._stopped = True
         if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._shutdown)
+            if first:
+                self._loop.call_soon_threadsafe(self._shutdown)
             self._thread.join(10)
-        else:
+        elif first:
             self._sock.close()
-            self._loop.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._bcrypt.shutdown(wait=False, cancel_futures=True)
+            if not self._loop.is_running():
+                self._loop.close()
+        if first:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._bcrypt.shutdown(wait=False, cancel_futures=True)
+        if not self._thread.is_alive():
+            _running.discard(self)
 
     # ----------------------------------------------------------------- loop thread
 
