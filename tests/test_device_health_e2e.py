@@ -64,7 +64,12 @@ def test_one_gpu_of_four_off_the_bus_taints_that_device_and_signals_its_pod(kube
         uuids = _seed(kube_api, agent)
         agent.run(10, 50)
         assert _rules(kube_api) == [] and _pod_condition(kube_api) is None
-        agent.run(60, 90)
+        agent.run(60, 60)
+        first = _pod_condition(kube_api)
+        assert first["status"] == "False"
+        agent.run(70, 90)
+        # the reason moved (gpu-lost, then the Xid 79 event): no transition, the time stays
+        assert _pod_condition(kube_api)["lastTransitionTime"] == first["lastTransitionTime"]
         (rule,) = _rules(kube_api)
         assert rule["spec"]["deviceSelector"] == {"driver": "gpu.nvidia.com", "pool": agent.node, "device": "gpu-2"}
         assert rule["spec"]["taint"]["key"] == KEY and rule["spec"]["taint"]["effect"] == "NoSchedule"

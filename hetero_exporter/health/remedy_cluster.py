@@ -164,9 +164,15 @@ class ClusterSide:
         now = self._clock()
         for c in ps.conditions:
             key = f"{c.namespace}/{c.name}"
-            cond = {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-                    "lastTransitionTime": rfc3339(now), "lastProbeTime": rfc3339(now)}
             try:
+                pod = self._pods.get(c.namespace, c.name)
+                meta = pod.get("metadata") or {}
+                if c.uid and meta.get("uid") and meta["uid"] != c.uid:
+                    done.gone.append(key)  # another pod of that name now: not the one that held the device
+                    continue
+                self._uids[key] = str(meta.get("uid") or "")
+                cond = {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+                        "lastTransitionTime": _transition(pod, c, now), "lastProbeTime": rfc3339(now)}
                 self._pods.patch_status(c.namespace, c.name, {"status": {"conditions": [cond]}})
                 self.metrics.action("pod-condition", "ok")
             except K8sError as e:
@@ -192,3 +198,13 @@ class ClusterSide:
                 done.gone.append(key)
             else:
                 log.info("health: evicted a pod on a failed device", extra={"pod": key, "node": self.node})
+
+
+def _transition(pod: Mapping[str, Any], c: Any, now: float) -> str:
+    """The condition's lastTransitionTime: kept while its status stays (a new message is no
+    transition), now when the status changes or the condition is new."""
+    for cur in ((pod.get("status") or {}).get("conditions") or []):
+        if isinstance(cur, dict) and cur.get("type") == c.type and cur.get("status") == c.status \
+                and isinstance(cur.get("lastTransitionTime"), str):
+            return cur["lastTransitionTime"]
+    return rfc3339(now)
