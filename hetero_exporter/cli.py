@@ -255,6 +255,7 @@ class Wiring:
         self.wake = threading.Event()  # collectors set it to get a cycle at once
         self._closers: list[Any] = []  # background sources (pod cache, PodResources) to stop
         self.kernel_log: Any = None  # the kernel-log Follower, once health_enrichers() built it
+        self.pod_cache: Any = None  # the watch-backed pod cache, once attribution() built it
 
     def close(self) -> None:
         """Remove what simulation wrote (fake executables, fake /proc) at exit."""
@@ -439,8 +440,9 @@ class Wiring:
             from hetero_exporter.k8s.slice_cache import SliceCache
             slices = SliceCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds).start()
             self._closers.append(slices.close)
+        pods = self.pod_cache  # attribution's watch of this node's pods, when it runs
         remedy = Remedy(cluster, self.node, policy, rcfg, metrics, clock=self.clock, resource_of=device_resource,
-                        slices=slices)
+                        slices=slices, failed_pods=pods.failed_pods if pods is not None else None)
         loop = HealthLoop(remedy, self.verdicts, boot_id=_boot_id())
         log.info("health loop", extra={"mode": rcfg.mode, "writes": remedy.writes, "domain": rcfg.domain})
         if self.scenario is None and self.cfg.health.get("udev", True):
@@ -509,6 +511,7 @@ class Wiring:
         cache = PodCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds)
         self._closers.append(cache.close)
         log.info("pod cache on", extra={"source": cluster.source, "node": self.node})
+        self.pod_cache = cache  # the health loop reads its failed pods (black-hole check)
         return cache.start(wait_first=float(self.cfg.attribution.get("pod_cache_wait", 5.0)))
 
 

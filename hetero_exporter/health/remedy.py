@@ -83,11 +83,13 @@ def no_resource(device: DeviceSample) -> str:
 class Remedy:
     """``resource_of``: the extended resource a device is allocated as (``nvidia.com/gpu``; ''
     when none), from the vendor specs (cli wires it); ``slices``: a started SliceCache of this
-    node (else the ResourceSlices are listed when needed); ``environ``: for POD_NAMESPACE."""
+    node (else the ResourceSlices are listed when needed); ``failed_pods``: the pod cache's
+    watched failed pods (else listed per reconcile); ``environ``: for POD_NAMESPACE."""
 
     def __init__(self, cluster: Optional[Cluster], node_name: str, policy: Policy, cfg: RemedyConfig,
                  metrics: Optional[HealthMetrics] = None, *, clock: Callable[[], float] = time.time,
                  resource_of: Callable[[DeviceSample], str] = no_resource, slices: Any = None,
+                 failed_pods: Optional[Callable[[], Optional[list]]] = None,
                  environ: Optional[Mapping[str, str]] = None):
         self.node = node_name
         self.policy = policy
@@ -98,7 +100,7 @@ class Remedy:
         self._nodes = Nodes(cluster) if on else None
         self._events = Events(cluster) if on else None
         self._cluster = ClusterSide(cluster, node_name, cfg, self.metrics, resource_of, slices,
-                                    clock) if on else None  # type: ignore[arg-type]
+                                    clock, failed_pods) if on else None  # type: ignore[arg-type]
         # the fleet-wide budget takes Lease slots in enforce mode only: a dry-run never taints
         self._fleet = FleetBudget(Leases(cluster, cfg.lease_namespace(os.environ if environ is None else environ)),
                                   node_name, domain=cfg.domain, lease_seconds=int(cfg.budget_lease_seconds),

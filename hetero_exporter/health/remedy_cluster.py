@@ -43,11 +43,14 @@ class ClusterSide:
 
     def __init__(self, cluster: Cluster, node: str, cfg: RemedyConfig, metrics: HealthMetrics,
                  resource_of: Callable[[DeviceSample], str], slices: Any = None,
-                 clock: Callable[[], float] = lambda: 0.0):
+                 clock: Callable[[], float] = lambda: 0.0,
+                 failed_pods: Optional[Callable[[], Optional[list]]] = None):
         self.node, self.cfg, self.metrics = node, cfg, metrics
         self._clock = clock
         self._resource_of = resource_of
         self._slice_cache = slices  # a started k8s.slice_cache.SliceCache, or None: list per reconcile
+        # the pod cache's failed pods (watched); None, or it answering None: list them per reconcile
+        self._failed_pods = failed_pods
         self._dra = Dra(cluster) if cfg.device_taints else None
         self._pods = PodWrites(cluster)
         self._dra_off: Optional[str] = None  # why DRA is off ("" served); None: not probed yet
@@ -62,8 +65,9 @@ class ClusterSide:
         slices, rules = self._device_side(failing)
         failed_pods = None
         if self.cfg.black_hole:
+            watched = self._failed_pods() if self._failed_pods is not None else None
             try:
-                failed_pods = tuple(self._pods.failed_on_node(self.node))
+                failed_pods = tuple(watched if watched is not None else self._pods.failed_on_node(self.node))
             except K8sError as e:
                 log.warning("health: cannot list this node's failed pods; black-hole check skipped",
                             extra={"node": self.node, "error": str(e)})

@@ -55,6 +55,28 @@ def pod_info(obj: Mapping[str, Any]) -> Optional[PodInfo]:
                    containers=containers, qos_class=str(qos).lower() if qos else None)
 
 
+MAX_FAILED = 512  # failed pods kept for the black-hole check (newest kept)
+
+
+def failed_pod(obj: Any) -> Optional[tuple[str, dict]]:
+    """(uid, the fields the black-hole check reads) of a pod in phase Failed; None otherwise.
+    Trimmed: the names, the creation time, the containers' resources, the status reason,
+    message and start time (a few hundred bytes, whatever the pod object's size)."""
+    if not isinstance(obj, dict):
+        return None
+    meta, spec, status = (obj.get(k) if isinstance(obj.get(k), dict) else {} for k in ("metadata", "spec", "status"))
+    uid = meta.get("uid")
+    if status.get("phase") != "Failed" or not isinstance(uid, str) or not uid:
+        return None
+    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
+    return uid, {
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "creationTimestamp")},
+        "spec": {"nodeName": spec.get("nodeName"),
+                 "containers": [{"resources": c.get("resources")} for c in containers[:16] if isinstance(c, dict)]},
+        "status": {"phase": "Failed", "reason": status.get("reason"),
+                   "message": str(status.get("message") or "")[:1024], "startTime": status.get("startTime")}}
+
+
 def _resource_version(obj: Any) -> Optional[str]:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
@@ -77,6 +99,7 @@ class PodCache:
         self._pods: dict[str, PodInfo] = {}
         self._deleted: dict[str, tuple[PodInfo, float]] = {}
         self._by_container: dict[str, str] = {}
+        self._failed: dict[str, dict] = {}  # uid -> trimmed pod in phase Failed (black-hole check)
         self._rv: Optional[str] = None
         self._synced = False
         self._error: Optional[str] = "not synced yet"
@@ -110,6 +133,25 @@ class PodCache:
                                 stale=self._error is not None, last_success=self._last_success,
                                 error=self._error, items=len(self._pods))
 
+    def failed_pods(self) -> Optional[list[dict]]:
+        """This node's pods in phase Failed (trimmed, at most MAX_FAILED, newest kept), as the
+        watch last saw them; None while not in sync (the caller then lists them itself)."""
+        with self._lock:
+            if not self._synced or self._error is not None:
+                return None
+            return list(self._failed.values())
+
+    def _keep_failed(self, obj: Any, etype: str) -> None:
+        got = failed_pod(obj)
+        uid = ((obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None)
+        if got is None or etype == "DELETED":
+            self._failed.pop(uid, None)
+            return
+        self._failed.pop(got[0], None)
+        self._failed[got[0]] = got[1]
+        while len(self._failed) > MAX_FAILED:
+            del self._failed[next(iter(self._failed))]
+
     @property
     def synced(self) -> bool:
         with self._lock:
@@ -135,6 +177,9 @@ class PodCache:
             if p is not None:
                 fresh[p.uid] = p
         with self._lock:
+            self._failed = {}
+            for obj in items:
+                self._keep_failed(obj, "ADDED")
             for uid, p in self._pods.items():
                 if uid not in fresh:
                     self._deleted[uid] = (p, now)
@@ -154,6 +199,7 @@ class PodCache:
         p = pod_info(obj)
         now = self._clock()
         with self._lock:
+            self._keep_failed(obj, etype)
             if p is not None:
                 if etype == "DELETED":
                     old = self._pods.pop(p.uid, None)
