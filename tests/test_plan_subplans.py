@@ -238,11 +238,9 @@ def test_bookkeeping_outbox_and_patch():
 
 
 def test_book_round_trip_with_the_new_records():
-    book = Book(device_taints={"hetero-exporter-n1-0123456789": {"uuid": "GPU-0", "driver": "gpu.nvidia.com",
-                                                                 "pool": "n1", "device": "gpu-0"}},
-                pods={"ml/train-0": {"uid": "u1", "devices": ["GPU-0"], "status": "False"}},
-                scheduler={"volcano.sh/gpu-unhealthy-ids": ["0"]}, black_hole={"allocatable": {"r": 5.0}},
-                budget_slot="hetero-exporter-taint-slot-0")
+    # (DeviceTaintRules and budget slots are found by label in the cluster: not in the book)
+    book = Book(pods={"ml/train-0": {"uid": "u1", "devices": ["GPU-0"], "status": "False"}},
+                scheduler={"volcano.sh/gpu-unhealthy-ids": ["0"]}, black_hole={"allocatable": {"r": 5.0}})
     back = Book.from_annotation(book.to_json())
     assert not back.broken and back == book
 
@@ -252,12 +250,11 @@ def test_an_older_book_loads_and_reads_back_byte_identical():
                         "labels": ["a"], "devices": {}, "sticky": {}, "boot_id": "b", "outbox": [],
                         "inventory_hash": "", "inventory_time": 0.0, "v": 1}, sort_keys=True, separators=(",", ":"))
     book = Book.from_annotation(older)
-    assert not book.broken and book.pods == {} and book.budget_slot is None and book.device_taints == {}
+    assert not book.broken and book.pods == {} and book.scheduler == {} and book.black_hole == {}
     assert book.to_json() == older  # empty new records are not written: no upgrade write
 
 
-@pytest.mark.parametrize("field, value", [("pods", []), ("device_taints", "x"), ("scheduler", 3),
-                                          ("black_hole", None), ("budget_slot", 7)])
+@pytest.mark.parametrize("field, value", [("pods", []), ("scheduler", 3), ("black_hole", None)])
 def test_a_book_with_a_malformed_new_record_is_not_trusted(field, value):
     doc = json.loads(Book().to_json())
     doc[field] = value

@@ -22,7 +22,7 @@ from hetero_exporter.model import Fault
 
 BOOK_VERSION = 1
 # fields left out of the JSON while empty (added after version 1 was written)
-_OPTIONAL = ("device_taints", "pods", "scheduler", "black_hole", "budget_slot")
+_OPTIONAL = ("pods", "scheduler", "black_hole")
 
 
 @dataclass
@@ -40,11 +40,9 @@ class Book:
     outbox: list[dict] = field(default_factory=list)  # {id, type, reason, message, action, time}
     inventory_hash: str = ""
     inventory_time: float = 0.0
-    device_taints: dict[str, dict] = field(default_factory=dict)  # rule name -> {uuid, driver, pool, device}
     pods: dict[str, dict] = field(default_factory=dict)  # "ns/name" -> pod signal record
     scheduler: dict[str, list] = field(default_factory=dict)  # annotation key -> ids this agent marked
     black_hole: dict[str, Any] = field(default_factory=dict)  # state of the black-hole detector
-    budget_slot: Optional[str] = None  # the budget Lease this node holds
     broken: str = ""  # why the annotation could not be read (then nothing is assumed ours)
 
     def to_json(self) -> str:
@@ -73,11 +71,9 @@ def _check_shapes(book: Book) -> None:
     """ValueError when a record is not of its type (a hand-edited or foreign annotation)."""
     if book.taint is not None and not isinstance(book.taint, dict):
         raise ValueError("taint is not an object")
-    for name in ("device_taints", "pods", "scheduler", "black_hole"):
+    for name in ("pods", "scheduler", "black_hole"):
         if not isinstance(getattr(book, name), dict):
             raise ValueError(f"{name} is not an object")
-    if book.budget_slot is not None and not isinstance(book.budget_slot, str):
-        raise ValueError("budget_slot is not a string")
 
 
 def sticky_to_json(items: Mapping[str, list[StickyFault]]) -> dict[str, list[dict]]:
