@@ -293,3 +293,27 @@ def test_the_readme_job_example_restarts_on_the_pod_condition(tmp_path):
     _validate(job)
     (rule,) = [r for r in job["spec"]["podFailurePolicy"]["rules"] if r["action"] == "Ignore"]
     assert rule["onPodConditions"] == [{"type": COND, "status": "False"}]
+
+
+def test_hami_health_is_put_back_soon_after_hamis_device_plugin_rewrites_it(kube_api, tmp_path):
+    """HAMi's device plugin rewrites hami.io/node-nvidia-register from its own view every ~30 s;
+    with the hami integration on and a device failed, the agent re-reads the Node every 10 s."""
+    agent = _agent(kube_api, tmp_path, health={"scheduler_annotations": ["hami"]})
+    try:
+        kube_api.seed_node(agent.node)
+        agent.cycle(0)
+        uuids = [d.identity.uuid for d in agent.last_snapshot.devices]
+        register = ":".join(f"{u},10,81559,100,NVIDIA-H100,0,true" for u in uuids) + ":"
+        key = "hami.io/node-nvidia-register"
+        kube_api.mutate_node(agent.node, lambda n: n["metadata"]["annotations"].update({key: register}))
+        agent.run(10, 70)
+        marked = kube_api.node(agent.node)["metadata"]["annotations"][key]
+        assert f"{uuids[2]},10,81559,100,NVIDIA-H100,0,false" in marked
+        assert f"{uuids[1]},10,81559,100,NVIDIA-H100,0,true" in marked
+        kube_api.mutate_node(agent.node, lambda n: n["metadata"]["annotations"].update({key: register}))  # HAMi
+        agent.run(80, 80)
+        assert f"{uuids[2]},10,81559,100,NVIDIA-H100,0,false" in kube_api.node(agent.node)["metadata"]["annotations"][key]
+        agent.run(180, 220)  # recovered: set back to true, only what the agent set
+        assert kube_api.node(agent.node)["metadata"]["annotations"][key] == register
+    finally:
+        agent.close()

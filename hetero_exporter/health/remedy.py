@@ -72,6 +72,7 @@ def empty_node(name: str) -> dict:
     return {"metadata": {"name": name, "labels": {}, "annotations": {}}, "spec": {}, "status": {}}
 
 
+HAMI_RESYNC_SECONDS = 10.0
 # the cluster-side actions, counted when they are applied (remedy_cluster), not with the Node patch
 CLUSTER_ACTIONS = frozenset({"device-taint", "pod-condition", "evict"})
 
@@ -229,7 +230,12 @@ class Remedy:
             return Outcome(plan=p, skipped="observe mode" if self.cfg.mode == "observe" else "no cluster access")
         now = self._clock()
         sig = self._signature(snapshot, ev)
-        if sig == self._last_sig and now - self._last_full < self.cfg.resync_seconds:
+        resync = self.cfg.resync_seconds
+        if "hami" in self.cfg.scheduler_annotations and ev.node.failed:
+            # HAMi's device plugin rewrites its register annotation from its own view every ~30 s:
+            # put the failed devices' health back sooner than the plain resync would
+            resync = min(resync, HAMI_RESYNC_SECONDS)
+        if sig == self._last_sig and now - self._last_full < resync:
             if self._fleet is not None and self._slot:
                 self._fleet.renew()  # a held slot outlives quiet cycles (writes only when a third is gone)
             return Outcome(skipped="nothing changed since the last reconcile")
