@@ -8,7 +8,7 @@ Cases (the client keeps one HTTP/1.1 connection, as kube-scheduler does; a call 
 sending the request to having read the whole answer):
 
 - nodeCacheCapable, 5,000 NodeNames, the warm node cache:
-  - a pod shape seen before (a batch of alike pods: decisions memoized per node);
+  - a pod shape seen before (a batch of alike pods: verdicts kept per shape, scoring.columns);
   - a new pod shape (per-device memory that changes each call, 1-8 GPUs, both policies, the three
     topology policies), as kube-scheduler sends it: /filter, then /prioritize of the same pod;
   - a new pod shape sent to /prioritize directly (the per-node work on the precomputed state);

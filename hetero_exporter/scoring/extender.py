@@ -20,25 +20,24 @@ import collections
 import dataclasses
 import json
 import logging
-import operator
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from hetero_exporter.scoring import explain, jsonsafe
-from hetero_exporter.scoring.metrics import ExtenderMetrics, reason_counts
+from hetero_exporter.scoring.metrics import ExtenderMetrics
 from hetero_exporter.scoring.nodes import NodeState
 from hetero_exporter.scoring.nodetable import NodeTable
 from hetero_exporter.scoring.request import (DEFAULT_DOMAIN, NAME_CHARS, Request, RequestError, clip_name, pod_name,
                                              request_from_pod)
-from hetero_exporter.scoring.scorer import NO_ACCELERATOR, Decision, Scorer, extender_score
+from hetero_exporter.scoring.scorer import NO_ACCELERATOR, Decision, Scorer
 from hetero_exporter.scoring.trace import PodTraces, replica_name, replica_of
+from hetero_exporter.scoring.verdicts import DecisionVerdicts, Verdicts
 
 log = logging.getLogger(__name__)
 
 _POINTS = [f"{p}}}" for p in range(11)]
-_points_of = operator.attrgetter("points")
 REASON_LIMIT = 600  # characters of a FailedNodes reason (the full one is in /explain)
 LOG_TEXT_LIMIT = 600  # characters of a request description or error in a log line
 RING_BYTES = 8 * 2**20  # the /explain ring's estimated size; the oldest calls go first
@@ -61,9 +60,14 @@ class Evaluation:
     request_error: Optional[str]
     names: list[str]
     states: list[Optional[NodeState]]
-    decisions: list[Decision]
+    verdicts: Verdicts
     now: float
     policy: str
+
+    @property
+    def decisions(self) -> list[Decision]:
+        """Every node's Decision (made now where the answer did not need it)."""
+        return self.verdicts.decisions()
 
 
 def _field(doc: dict, name: str) -> Any:
@@ -210,73 +214,71 @@ class Extender:
             mode, source = "names", self.table
             node_names = list(names or [])
             assert source is not None  # _args refused NodeNames without a table
-        opt_states, decisions = self._decisions(req, error, source, node_names, given)
-        ev = Evaluation(trace, verb, mode, pod_name(pod.get("metadata")), req, error, node_names, opt_states,
-                        decisions, self.clock(), (req.policy if req and req.policy else self.scorer.policy))
+        verdicts = self._verdicts(req, error, source, node_names, given)
+        ev = Evaluation(trace, verb, mode, pod_name(pod.get("metadata")), req, error, node_names, verdicts.states,
+                        verdicts, self.clock(), (req.policy if req and req.policy else self.scorer.policy))
         self._remember(ev)
-        self.metrics.count_decisions(verb, reason_counts(decisions, opt_states, req is not None))
+        self.metrics.count_decisions(verb, verdicts.counts())
         return ev, nodes
 
-    def _decisions(self, req: Optional[Request], error: Optional[str], table: NodeTable, names: list[str],
-                   given: Optional[list[NodeState]]) -> tuple[list[Optional[NodeState]], list[Decision]]:
-        """The state and decision of each node: all at once by request shape from ``table``
+    def _verdicts(self, req: Optional[Request], error: Optional[str], table: NodeTable, names: list[str],
+                  given: Optional[list[NodeState]]) -> Verdicts:
+        """The state and verdict of each node: all at once by request shape from ``table``
         (scoring.columns), else node by node. ``given``: the states of nodes in the request
         (one the table does not hold, like a misnamed node or a name listed twice, is decided
         on its own)."""
-        fast = table.decide(self.scorer, req, names) if req is not None else None
+        if req is None:
+            states = list(given) if given is not None else list(map(table.lookup(), names))
+            return DecisionVerdicts([Decision(False, reason=error or "")] * len(names), states, request_ok=False)
+        missing = (lambda name: NO_ACCELERATOR) if req.count == 0 else _missing
+        fast = table.verdicts(self.scorer, req, names, missing)
         if fast is not None:
-            states, found = fast
             if given is not None:
-                for i, st in enumerate(given):
-                    if states[i] is not st:
-                        states[i], found[i] = st, self.scorer.decide(req, st)
-            if None in found:
-                found = [d if d is not None else (NO_ACCELERATOR if req.count == 0 else _missing(n))
-                         for n, d in zip(names, found)]
-            return states, found  # type: ignore[return-value]
+                for i, (st, held) in enumerate(zip(given, fast.states)):
+                    if held is not st:
+                        fast.put(i, st, self.scorer.decide(req, st))
+            return fast
         opt_states: list[Optional[NodeState]] = list(given) if given is not None else \
             list(map(table.lookup(), names))
-        if req is None:
-            return opt_states, [Decision(False, reason=error or "")] * len(names)
         key = self.scorer.memo_key(req)
         decide = self.scorer.decide
         # the memo lookup inlined: /prioritize over thousands of nodes is mostly this loop
-        return opt_states, [(st.memo.get(key) or decide(req, st, key)) if st is not None else
-                            (NO_ACCELERATOR if req.count == 0 else _missing(n))
-                            for n, st in zip(names, opt_states)]
+        return DecisionVerdicts([(st.memo.get(key) or decide(req, st, key)) if st is not None else missing(n)
+                                 for n, st in zip(names, opt_states)], opt_states)
 
     @staticmethod
     def _log(verb: str, ev: Evaluation, **extra: Any) -> None:
+        if not log.isEnabledFor(logging.INFO):  # the words cost more than the call at warning level
+            return
         what = ev.request.describe() if ev.request else (ev.request_error or "")
         log.info(verb, extra={"trace": ev.trace, "pod": ev.pod, "mode": ev.mode, "nodes": len(ev.names),
                               **extra, "request": _clip(what)})
 
     def filter(self, body: bytes, trace: Optional[str] = None) -> tuple[dict, Evaluation]:
         ev, nodes = self.evaluate("filter", body, trace)
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
-        passing = []
         tag = f" (trace {ev.trace})"  # in the pod's FailedScheduling event: /explain?trace= says more
         limit = REASON_LIMIT - len(tag)
-        worded: dict[str, str] = {}  # reason -> its FailedNodes text: nodes share few reasons
-        for i, (name, d) in enumerate(zip(ev.names, ev.decisions)):
-            if d.feasible:
-                passing.append(i)
-            else:
-                why = d.reason
-                reason = worded.get(why)
-                if reason is None:
-                    reason = worded[why] = (why if len(why) <= limit else why[:limit - 3] + "...") + tag
-                failed[name] = reason
-                if not d.resolvable:
-                    unresolvable[name] = reason
+        at, made = ev.verdicts.failing()
+        text_of: dict[Decision, str] = {}  # nodes share few decisions: each worded once
+        resolvable = set()
+        for d in set(made):
+            why = d.reason
+            text_of[d] = (why if len(why) <= limit else why[:limit - 3] + "...") + tag
+            if d.resolvable:
+                resolvable.add(d)
+        failed_names = list(map(ev.names.__getitem__, at))
+        reasons = list(map(text_of.__getitem__, made))
+        failed = dict(zip(failed_names, reasons))
+        unresolvable = ({n: r for n, r, d in zip(failed_names, reasons, made) if d not in resolvable}
+                        if resolvable else dict(failed))
+        passing = ev.verdicts.passing()
         result: dict[str, Any] = {"Nodes": None, "NodeNames": None, "FailedNodes": failed,
                                   "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
         if nodes is not None:
             items = nodes.get("items") or []
             result["Nodes"] = {**nodes, "items": [items[i] for i in passing]}
         else:
-            result["NodeNames"] = [ev.names[i] for i in passing]
+            result["NodeNames"] = list(map(ev.names.__getitem__, passing))
         self._log("filter", ev, passed=len(passing))
         return result, ev
 
@@ -284,16 +286,11 @@ class Extender:
         """The HostPriorityList as JSON bytes (built as text: over thousands of nodes this is
         several times faster than json.dumps of as many dicts)."""
         ev, _ = self.evaluate("prioritize", body, trace)
-        conf_of, now = self.scorer.staleness.confidence, ev.now
-        fresh_after = now - self.scorer.staleness.fresh_seconds  # annotations newer than this: confidence 1
         hosts = self._host_json
         if len(hosts) > 200_000:
             hosts.clear()
-        # the loops run in C (map) but over the few stale annotations and names not seen yet
-        points = list(map(_points_of, ev.decisions))  # a fresh annotation's points (0: infeasible)
-        for i, st in enumerate(ev.states):
-            if st is not None and st.time < fresh_after and points[i]:
-                points[i] = extender_score(ev.decisions[i].score * conf_of(now - st.time))
+        # the loops run in C (map, arrays) but over names not seen yet
+        points = ev.verdicts.points_at(ev.now, self.scorer.staleness)
         heads = list(map(hosts.get, ev.names))
         if None in heads:
             for i, name in enumerate(ev.names):

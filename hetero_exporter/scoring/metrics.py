@@ -7,7 +7,7 @@ Families (README: Scheduler extender):
 - ``accelerator_extender_request_duration_seconds{verb}``: histogram of the time from a complete
   request to its answer, seconds.
 - ``accelerator_extender_decisions_total{verb,result,reason}``: per-node verdicts; ``result`` is
-  ``feasible`` or ``infeasible``, ``reason`` one of ``REASONS`` (never the reason text).
+  ``feasible`` or ``infeasible``, ``reason`` one of ``verdicts.REASONS`` (never the reason text).
 - ``accelerator_extender_nodes_cached{cache}``: node states held; ``cache`` is ``watch`` (the
   watch-backed cache of nodeCacheCapable mode) or ``request`` (decoded Nodes of request bodies).
 - ``accelerator_extender_cache_age_seconds{cache}``: median age of the cached annotations (now
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -29,7 +29,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from hetero_exporter.scoring.nodes import NodeState
 from hetero_exporter.scoring.nodetable import NodeTable
-from hetero_exporter.scoring.scorer import NO_ACCELERATOR, Decision
+from hetero_exporter.scoring.verdicts import FIT, NO_REQUEST, REASONS
 
 PREFIX = "accelerator_extender_"
 REQUESTS = PREFIX + "requests_total"
@@ -40,39 +40,13 @@ CACHE_AGE = PREFIX + "cache_age_seconds"
 ANNOTATION_ERRORS = PREFIX + "annotation_errors_total"
 
 VERBS = ("filter", "prioritize", "explain")
-# decisions_total's reason label: a bounded enum (the text is in /explain)
-FIT = "fit"                                  # feasible: devices chosen
-NO_REQUEST = "no-accelerator-requested"      # feasible: the pod asks for none
-REQUEST_UNREADABLE = "request-unreadable"    # the pod's accelerator request cannot be read
-NOT_CACHED = "not-cached"                    # no annotation of that node seen yet (node-cache mode)
-ANNOTATION = "annotation-error"              # no annotation on the node, or one that cannot be read
-BUSY = "busy"                                # devices taken: preemption could make it fit
-UNFIT = "unfit"                              # the node's devices do not meet the request
-REASONS = (FIT, NO_REQUEST, REQUEST_UNREADABLE, NOT_CACHED, ANNOTATION, BUSY, UNFIT)
+# decisions_total's reason label, a bounded enum (the text is in /explain): see scoring.verdicts
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 def _name(family: str) -> str:
     """prometheus_client appends ``_total`` to a counter's name itself."""
     return family[:-len("_total")] if family.endswith("_total") else family
-
-
-def reason_counts(decisions: Sequence[Decision], states: Sequence[Optional[NodeState]],
-                  request_ok: bool) -> dict[str, int]:
-    """Per-node verdicts of one call by ``REASONS`` value (one pass, no text looked at)."""
-    if not request_ok:
-        return {REQUEST_UNREADABLE: len(decisions)} if decisions else {}
-    counts = dict.fromkeys(REASONS, 0)
-    for d, st in zip(decisions, states):
-        if d.feasible:
-            counts[NO_REQUEST if d is NO_ACCELERATOR else FIT] += 1
-        elif st is None:
-            counts[NOT_CACHED] += 1
-        elif st.error:
-            counts[ANNOTATION] += 1
-        else:
-            counts[BUSY if d.resolvable else UNFIT] += 1
-    return {k: v for k, v in counts.items() if v}
 
 
 class CountedNodeTable(NodeTable):

@@ -131,7 +131,10 @@ class NodeState:
             self.vendors[g.vendor] = self.vendors.get(g.vendor, ()) + (g,)
 
     def inventory(self) -> str:
-        return "; ".join(g.describe() for g in self.groups.values()) or "no accelerators"
+        got = self.memo.get(("inventory",))  # worded into the node's refusals: once
+        if got is None:
+            got = self.memo[("inventory",)] = "; ".join(g.describe() for g in self.groups.values()) or "no accelerators"
+        return got
 
 
 def _text(value: Optional[str], what: str, where: str) -> Optional[str]:

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 from hetero_exporter.scoring.nodes import NodeState, from_annotation
 from hetero_exporter.scoring.request import Request
 from hetero_exporter.scoring.scorer import Decision, Scorer
+from hetero_exporter.scoring.verdicts import Verdicts
 
 try:  # numpy (the extender extra): decisions for all nodes at once, by request shape
     from hetero_exporter.scoring import columns
@@ -80,20 +81,42 @@ class NodeTable:
             self._states[name] = state
             self._texts[name] = mark
             if self._rows is not None:
-                self._rows.put(name, state)
+                self._rows.put(name, state, searched=self.precompute)
         return state
 
     def decide(self, scorer: Scorer, req: Request, names: Sequence[str]
                ) -> Optional[tuple[list[Optional[NodeState]], list[Optional[Decision]]]]:
         """(state, decision) of each of ``names`` for ``req``, all at once (scoring.columns);
         None for a name not in the table. None without numpy: decide node by node."""
-        if self._rows is None or self.shapes is None:
+        got = self._gather(names)
+        if got is None or self.shapes is None:
+            return None
+        return got.states, self.shapes.decide(scorer, req, got)
+
+    def verdicts(self, scorer: Scorer, req: Request, names: Sequence[str],
+                 missing: Callable[[str], Optional[Decision]] = lambda name: None) -> Optional[Verdicts]:
+        """The verdict on each of ``names`` for ``req``, all at once (scoring.columns); the
+        states are its ``states``. ``missing(name)``: the decision for a name not in the table.
+        None without numpy: decide node by node."""
+        got = self._gather(names)
+        if got is None or self.shapes is None:
+            return None
+        return self.shapes.verdicts(scorer, req, got, missing)
+
+    def _gather(self, names: Sequence[str]) -> "Optional[columns.Gathered]":
+        rows_ = self._rows
+        if rows_ is None:
             return None
         with self._lock:
-            rows, states, versions, classes = self._rows.gather(names)
-            size = len(self._rows.version)
-        groups = self._rows.class_groups  # append-only: read outside the lock
-        return states, self.shapes.decide(scorer, req, rows, states, versions, classes, size, groups.__getitem__)
+            rows, states, versions, classes, times, refusals, devsigs = rows_.gather(names)
+            size = len(rows_.version)
+
+        def fetch(at, at_versions):  # under the lock: a row replaced meanwhile reads as changed
+            with self._lock:
+                return rows_.fetch(at, at_versions)
+        # class_groups and group_keys are append-only: read outside the lock
+        return columns.Gathered(names, rows, states, versions, classes, times, refusals, devsigs, size,
+                                rows_.class_groups.__getitem__, fetch, rows_.group_keys)
 
     def _decode(self, name: str, text: Optional[str]) -> NodeState:
         """The node's state, precomputed; never raises: one node's annotation, whatever it

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from hetero_exporter.scoring.nodes import SWITCH_SCORE, Dev, Group, NodeState, is_fabric
 from hetero_exporter.scoring.request import POLICIES, TOPOLOGIES, TOPOLOGY_ALIASES, Request, canonical_topology
@@ -195,7 +195,7 @@ _SIG_NEXT = itertools.count(1)  # ids are never reused, so an id kept in a group
 SIG_LIMIT = 100_000
 
 
-def _device_sig(g: Group, shared: bool) -> int:
+def device_sig(g: Group, shared: bool) -> int:
     """The id of what a per-device check and its refusal read of ``g`` (kept in its memo):
     groups alike (one model, driver, failed devices) share it, so a request checks them once."""
     key = ("device-sig", shared)
@@ -203,11 +203,11 @@ def _device_sig(g: Group, shared: bool) -> int:
     if got is None:
         devs = tuple((d.index, d.compute_units, d.memory_total, d.features, d.driver, d.driver_key, d.runtime,
                       d.runtime_key) + ((d.load, d.memory_free) if shared else ()) for d in g.devices)
-        got = g.choices[key] = _intern((g.resource, g.vendor, devs, tuple((d.index, why) for d, why in g.excluded)))
+        got = g.choices[key] = intern_sig((g.resource, g.vendor, devs, tuple((d.index, why) for d, why in g.excluded)))
     return got
 
 
-def _intern(sig: tuple) -> int:
+def intern_sig(sig: tuple) -> int:
     """A never reused id for ``sig`` (equal signatures, equal ids while the table holds them)."""
     got = _SIG_IDS.get(sig)
     if got is None:
@@ -217,7 +217,7 @@ def _intern(sig: tuple) -> int:
     return got
 
 
-def _problems_seen(req: Request) -> dict:
+def problems_seen(req: Request) -> dict:
     """Per-request memo: group signature id -> (usable devices, refusal or None)."""
     seen = req.scratch.get("problems")
     if seen is None or len(seen) > SIG_LIMIT:
@@ -300,6 +300,7 @@ class Scorer:
         policy = req.policy or self.policy
         notes: list[str] = []
         resolvable = False
+        lacking = 0  # tiers of which the node has no devices
         for rank, vendor in enumerate(tiers):
             if req.group is not None:
                 g0 = state.groups.get(req.group)
@@ -308,6 +309,7 @@ class Scorer:
                 groups = state.group_list if vendor is None else state.vendors.get(vendor, ())
             if not groups:
                 notes.append(f"no {req.group or vendor or 'accelerator'} devices here")
+                lacking += 1
                 continue
             best: Optional[tuple[Group, Choice]] = None
             for g in groups:
@@ -320,17 +322,18 @@ class Scorer:
                     resolvable = resolvable or got[1]
             if best is not None:
                 return self._feasible(best[0], best[1], len(tiers) - 1 - rank, len(tiers), notes)
-        if all(n.startswith("no ") for n in notes):  # the node lacks the hardware: same for any such request
-            key = ("absent", tiers, req.group)
+        if all(n.startswith("no ") for n in notes):  # no such devices, or no set of them: say what it has
+            if lacking < len(tiers):  # "no 3 usable ... under one PCIe switch": this request's own words
+                return Decision(False, reason="; ".join([*notes, _inventory(state)]))
+            key = ("absent", tiers, req.group)  # the node lacks the hardware: same for any such request
             absent = state.memo.get(key)
             if absent is None:
                 if len(state.memo) >= MEMO_LIMIT:
                     state.memo.clear()
-                notes.append(f"node has {state.inventory()}" if state.groups else "node reports no accelerators")
-                absent = state.memo[key] = Decision(False, reason="; ".join(notes))
+                absent = state.memo[key] = Decision(False, reason="; ".join([*notes, _inventory(state)]))
             return absent
         # alike nodes refuse alike (refusals are kept per group signature): one Decision for them
-        seen = _problems_seen(req)
+        seen = problems_seen(req)
         key = ("refused", tuple(notes), resolvable)
         d = seen.get(key)
         if d is None:
@@ -369,8 +372,8 @@ class Scorer:
         elig = g.every
         if req.per_device and not _floor_fits(g, req):
             # the weakest device does not fit: look at each one, once per request for alike groups
-            seen = _problems_seen(req)
-            sig = _device_sig(g, req.shared)
+            seen = problems_seen(req)
+            sig = device_sig(g, req.shared)
             got = seen.get(sig)
             if got is None:
                 got = seen[sig] = self._eligible(g, req)
@@ -428,9 +431,24 @@ class Scorer:
         """Per-device additive part of the score (idle, health, cost, affinity), weighted."""
         key = ("values", policy, shared)
         if key not in g.choices:
-            g.choices[key] = [sum(self.weights[k] * v for k, v in _device_parts(g, i, policy, shared).items())
-                              for i in range(len(g.devices))]
+            values = []
+            for i in range(len(g.devices)):
+                # added in order, not by sum() (which compensates from Python 3.12): scoring.batch adds alike
+                total = 0.0
+                for k, v in _device_parts(g, i, policy, shared).items():
+                    total += self.weights[k] * v
+                values.append(total)
+            g.choices[key] = values
         return g.choices[key]
+
+    @staticmethod
+    def remember(g: Group, key: tuple, found: Any) -> Any:
+        """Keep a search's (score, set) or None under ``key`` = (eligible devices, size, policy,
+        canonical topology policy, shared) in the group's memo, as ``best_choice`` does (what is
+        kept already stays); returns what the memo holds."""
+        if key not in g.choices and len(g.choices) >= MEMO_LIMIT:
+            g.choices.clear()
+        return g.choices.setdefault(key, found)
 
     def _exhaustive(self, g: Group, elig: tuple[int, ...], shared: bool) -> dict[tuple[str, str], dict]:
         """Best (score, set) by (policy, topology policy) and set size, over every subset of
@@ -550,6 +568,10 @@ class Scorer:
                     best[k] = (s, combo)
         return best
 
+def _inventory(state: NodeState) -> str:
+    return f"node has {state.inventory()}" if state.groups else "node reports no accelerators"
+
+
 def _relevant(req: Request, state: NodeState) -> tuple[Group, ...]:
     if req.group is not None:
         g = state.groups.get(req.group)
@@ -635,7 +657,7 @@ def _largest_kept(g: Group, elig: tuple[int, ...], topology: str) -> int:
     """``_largest``, once for groups of one link layout (one server model: one matrix)."""
     sig = g.choices.get(("pair-sig",))
     if sig is None:
-        sig = g.choices[("pair-sig",)] = _intern((tuple(map(tuple, g.pair)), g.domain))
+        sig = g.choices[("pair-sig",)] = intern_sig((tuple(map(tuple, g.pair)), g.domain))
     key = (sig, elig, canonical_topology(topology))
     got = _LARGEST.get(key)
     if got is None:
