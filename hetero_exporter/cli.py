@@ -822,6 +822,18 @@ def _exit_on_sigterm() -> Any:
         return None
 
 
+def _signal_exit(e: BaseException) -> Optional[SystemExit]:
+    """The SystemExit our SIGTERM handler raised, when CPython wrapped it in another exception on
+    the way up (3.11 turns an exception in a class body's ``__set_name__``, as during an import,
+    into a RuntimeError whose cause it is); None for any other error."""
+    seen = 0
+    while e is not None and seen < 16:
+        if isinstance(e, SystemExit):
+            return e
+        e, seen = e.__cause__ or e.__context__, seen + 1  # type: ignore[assignment]
+    return None
+
+
 def _remove_simulation_workdirs() -> None:
     """No simulation work directory outlives the command, however it ended."""
     workdir = sys.modules.get("hetero_exporter.simulate.workdir")  # loaded only when simulating
@@ -863,6 +875,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # a bad input given by the user, not a crash
         print(f"hetero-exporter: error: {e}", file=sys.stderr)
         return EXIT_USAGE if isinstance(e, ValueError) else EXIT_FAIL
+    except Exception as e:
+        stop = _signal_exit(e)  # a SIGTERM that arrived during an import: exit as the signal asked
+        if stop is None:
+            raise
+        raise SystemExit(stop.code) from None
     finally:
         if restore_sigterm is not None:
             signal.signal(signal.SIGTERM, restore_sigterm)

@@ -110,7 +110,15 @@ def _run_device_signals(kube_api, make_agent) -> None:
     kube_api.seed_resource_slice("gpu-dra-1-gpu.nvidia.com", agent.node, [
         {"name": f"gpu-{d.identity.index}", "attributes": {"uuid": {"string": d.identity.uuid}}}
         for d in agent.last_snapshot.devices], driver="gpu.nvidia.com")
-    agent.run(10, 240)  # failure (rule, condition, event, eviction, slot), recovery (rule deleted, slot freed)
+    agent.run(10, 90)  # failure: rule, condition, event, eviction, slot
+    # someone edits the rule's message: the agent patches its own rule back (whether the fault's
+    # reason also moved within the episode depends on when the Xid event was read)
+    import kubeapi
+    (rule,) = kube_api.list(kubeapi.DEVICE_TAINT_RULES)
+    kube_api.mutate(kubeapi.DEVICE_TAINT_RULES, None, rule["metadata"]["name"],
+                    lambda r: r["metadata"]["annotations"].update({"hetero-exporter.io/message": "edited"}))
+    agent.remedy._last_sig = None  # re-read at the next cycle, as the resync would
+    agent.run(100, 240)  # the rule patched back; recovery: rule deleted, slot freed
 
 
 def test_device_signal_requests_are_granted(kube_api, make_agent):

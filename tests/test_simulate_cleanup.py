@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from hetero_exporter import cli
 from hetero_exporter.simulate import workdir
 
@@ -87,3 +89,23 @@ def test_sigterm_while_run_starts_removes_the_workdir(tmp_path):
     assert r.returncode in (0, 128 + signal.SIGTERM), r.stderr
     assert not left(tmp_path)
     assert "Traceback" not in r.stderr, r.stderr[-4000:]  # whole: a rare one is seen only under load
+
+
+def test_a_sigterm_wrapped_by_python_on_its_way_up_still_exits_as_the_signal(monkeypatch):
+    """CPython 3.11 wraps an exception raised in a class body's __set_name__ (a SIGTERM landing
+    during an import) in RuntimeError: the command still exits 143, without a traceback."""
+    from hetero_exporter import cli
+
+    def interrupted(args, extra):
+        try:
+            raise SystemExit(128 + signal.SIGTERM)
+        except SystemExit as e:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance 'containers'") from e
+
+    monkeypatch.setattr(cli, "cmd_inspect", interrupted)
+    with pytest.raises(SystemExit) as got:
+        cli.main(["inspect", "--log-level", "error"])
+    assert got.value.code == 128 + signal.SIGTERM
+    monkeypatch.setattr(cli, "cmd_inspect", lambda args, extra: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError):  # any other error is not hidden
+        cli.main(["inspect", "--log-level", "error"])
