@@ -107,8 +107,61 @@ def list_pages(list_fn: Callable[..., dict], *, page_size: int, timeout: float,
     raise K8sError(f"node list did not end after {MAX_PAGES} pages")
 
 
-class NodeCache:
+class ListWatchThread:
+    """The thread of a list+watch cache (NodeCache, k8s.pods.PodCache, k8s.slice_cache.SliceCache):
+    ``start`` runs ``_run`` (``list_then_watch`` over the subclass's list and watch), ``close``
+    ends the open watch stream at once and joins. Subclasses set ``_stop``, ``_thread``,
+    ``_stream``, ``request_timeout`` and ``thread_name``, and say when the first list has
+    answered (``_answered``: listed or failed) for ``start(wait_first)``."""
+
+    thread_name = "list-watch"
+    _stop: threading.Event
+    _thread: Optional[threading.Thread]
+    _stream: Optional[WatchStream]
+    request_timeout: float
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _answered(self) -> bool:
+        return True
+
+    def _follow(self, stream: WatchStream, on_event: Callable[[str, dict], None]) -> None:
+        """Hand the stream's events to ``on_event`` until it ends or ``close`` is called."""
+        self._stream = stream
+        try:
+            if self._stop.is_set():
+                return
+            for etype, obj in stream:
+                if self._stop.is_set():
+                    return
+                on_event(etype, obj)
+        finally:
+            self._stream = None
+
+    def start(self, wait_first: float = 0.0) -> Any:
+        """Start the thread; wait up to ``wait_first`` s for the first list to answer."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+            self._thread.start()
+        deadline = time.monotonic() + wait_first
+        while time.monotonic() < deadline and not self._stop.is_set() and not self._answered():
+            self._stop.wait(0.01)
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.close()  # ends a blocking read at once instead of waiting for the stream's timeout
+        if self._thread is not None:
+            self._thread.join(timeout=self.request_timeout + 1.0)
+
+
+class NodeCache(ListWatchThread):
     """``start()`` it; ``synced`` tells when the first list has reached the sink."""
+
+    thread_name = "node-cache"
 
     def __init__(self, api_client: Any, sink: Sink, *, annotation: str = ANNOTATION,
                  label_selector: Optional[str] = None, watch_seconds: int = 300,
@@ -154,25 +207,19 @@ class NodeCache:
         """One watch stream from the last resourceVersion; WatchExpired on 410 Gone."""
         stream = self._api.watch(NODES, query={"labelSelector": self.label_selector}, resource_version=self._rv,
                                  timeout_seconds=self.watch_seconds, request_timeout=self.request_timeout)
-        self._stream = stream
-        try:
-            if self._stop.is_set():
+        self._follow(stream, self._event)
+
+    def _event(self, etype: str, obj: dict) -> None:
+        meta = obj.get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if rv and isinstance(rv, (str, int)):
+            self._rv = str(rv)
+        if etype != "BOOKMARK":
+            name, text = annotation_of(obj, self.annotation)
+            if name is None:
                 return
-            for etype, obj in stream:
-                if self._stop.is_set():
-                    break
-                meta = obj.get("metadata")
-                rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
-                if rv and isinstance(rv, (str, int)):
-                    self._rv = str(rv)
-                if etype != "BOOKMARK":
-                    name, text = annotation_of(obj, self.annotation)
-                    if name is None:
-                        continue
-                    self._apply(etype, name, text)
-                self.error = None
-        finally:
-            self._stream = None
+            self._apply(etype, name, text)
+        self.error = None
 
     def _apply(self, etype: str, name: str, text: Optional[str]) -> None:
         """One node's event into the sink; a sink failing on it costs that node only."""
@@ -195,19 +242,6 @@ class NodeCache:
                         extra={"error": why, "retry_seconds": delay})
         self.error = why
 
-    def start(self) -> "NodeCache":
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="node-cache", daemon=True)
-            self._thread.start()
-        return self
-
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
 
-    def close(self) -> None:
-        self._stop.set()
-        stream = self._stream
-        if stream is not None:
-            stream.close()  # ends a blocking read at once instead of waiting for the stream's timeout
-        if self._thread is not None:
-            self._thread.join(timeout=self.request_timeout + 1.0)

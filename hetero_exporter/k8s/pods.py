@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Optional
 from hetero_exporter.attribution import PodInfo
 from hetero_exporter.k8s.api import Api, WatchStream
 from hetero_exporter.k8s.client import K8sError
-from hetero_exporter.k8s.node_cache import list_then_watch
+from hetero_exporter.k8s.node_cache import ListWatchThread, list_then_watch
 from hetero_exporter.model import SourceStatus
 
 log = logging.getLogger(__name__)
@@ -83,8 +83,11 @@ def _resource_version(obj: Any) -> Optional[str]:
     return str(rv) if rv else None
 
 
-class PodCache:
-    """The pods of ``node_name``; ``start()`` it, then ``by_uid`` / ``by_container`` / ``status``."""
+class PodCache(ListWatchThread):
+    """The pods of ``node_name``; ``start()`` it, then ``by_uid`` / ``by_container`` / ``status``
+    (``start(wait_first)`` waits for the first list: a one-shot ``inspect`` then has names)."""
+
+    thread_name = "pod-cache"
 
     def __init__(self, api_client: Any, node_name: str, *, watch_seconds: int = 300,
                  request_timeout: float = 10.0, backoff: tuple[float, float] = (1.0, 30.0),
@@ -234,52 +237,26 @@ class PodCache:
         """One watch stream from the current resourceVersion until it ends or fails."""
         stream = self._api.watch(PODS, query={"fieldSelector": self._selector}, resource_version=self._rv,
                                  timeout_seconds=self.watch_seconds, request_timeout=self.request_timeout)
-        self._stream = stream
-        try:
-            if self._stop.is_set():
-                return
+        with self._lock:
+            self._error = None  # the stream is open: the cache is current again
+            self._last_success = self._clock()
+        self._follow(stream, self._event)
+
+    def _event(self, etype: str, obj: dict) -> None:
+        if etype == "BOOKMARK":
+            rv = _resource_version(obj)
             with self._lock:
-                self._error = None  # the stream is open: the cache is current again
+                if rv:
+                    self._rv = str(rv)
                 self._last_success = self._clock()
-            for etype, obj in stream:
-                if self._stop.is_set():
-                    return
-                if etype == "BOOKMARK":
-                    rv = _resource_version(obj)
-                    with self._lock:
-                        if rv:
-                            self._rv = str(rv)
-                        self._last_success = self._clock()
-                else:
-                    self._apply(etype, obj)
-        finally:
-            self._stream = None
+        else:
+            self._apply(etype, obj)
 
     def _run(self) -> None:
         list_then_watch(self._stop, self.list_once, self._watch_once,
                         lambda e, _delay: self._fail(str(e) if isinstance(e, K8sError) else f"{type(e).__name__}: {e}"),
                         self._backoff)
 
-    def start(self, wait_first: float = 0.0) -> "PodCache":
-        """Start the list+watch thread; wait up to ``wait_first`` s for the first list (before any
-        collection cycle: a one-shot ``inspect`` then has names)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="pod-cache", daemon=True)
-            self._thread.start()
-        deadline = time.monotonic() + wait_first
-        while time.monotonic() < deadline and not self._stop.is_set():
-            with self._lock:
-                done = self._synced or (self._error not in (None, "not synced yet"))
-            if done:
-                break
-            self._stop.wait(0.01)
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        stream = self._stream
-        if stream is not None:
-            stream.close()  # ends a blocking read at once instead of waiting for the stream's timeout
-        t = self._thread
-        if t is not None:
-            t.join(timeout=self.request_timeout + 1.0)
+    def _answered(self) -> bool:
+        with self._lock:
+            return self._synced or (self._error not in (None, "not synced yet"))

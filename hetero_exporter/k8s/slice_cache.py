@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 from hetero_exporter.k8s.api import Api, WatchStream
 from hetero_exporter.k8s.client import K8sError
 from hetero_exporter.k8s.dra import GROUP_VERSION, MAX_SLICES, SLICES, list_slices, node_selector
-from hetero_exporter.k8s.node_cache import list_then_watch
+from hetero_exporter.k8s.node_cache import ListWatchThread, list_then_watch
 from hetero_exporter.model import SourceStatus
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,10 @@ def _resource_version(obj: Any) -> Optional[str]:
     return str(rv) if isinstance(rv, (str, int)) and rv else None
 
 
-class SliceCache:
+class SliceCache(ListWatchThread):
     """The ResourceSlices of ``node_name``; ``start()`` it, then ``slices()`` / ``status()``."""
+
+    thread_name = "slice-cache"
 
     def __init__(self, api_client: Any, node_name: str, *, request_timeout: float, watch_seconds: int = 300,
                  max_slices: int = MAX_SLICES, backoff: tuple[float, float] = (1.0, 30.0),
@@ -151,37 +153,11 @@ class SliceCache:
         stream = self._api.watch(SLICES, query={"fieldSelector": node_selector(self.node_name)},
                                  resource_version=self._rv, timeout_seconds=self.watch_seconds,
                                  request_timeout=self.request_timeout)
-        self._stream = stream
-        try:
-            if self._stop.is_set():
-                return
-            for etype, obj in stream:
-                if self._stop.is_set():
-                    return
-                self._apply(etype, obj)
-        finally:
-            self._stream = None
+        self._follow(stream, self._apply)
 
     def _run(self) -> None:
         list_then_watch(self._stop, self.list_once, self._watch_once, self._failed, self._backoff)
 
-    def start(self, wait_first: float = 0.0) -> "SliceCache":
-        """Start the list+watch thread; wait up to ``wait_first`` s for the first list."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="slice-cache", daemon=True)
-            self._thread.start()
-        deadline = time.monotonic() + wait_first
-        while time.monotonic() < deadline and not self._stop.is_set():
-            with self._lock:
-                if self._synced or self._error != NOT_SYNCED:
-                    break
-            self._stop.wait(0.01)
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        stream = self._stream
-        if stream is not None:
-            stream.close()  # ends a blocking read at once instead of waiting for the stream's timeout
-        if self._thread is not None:
-            self._thread.join(timeout=self.request_timeout + 1.0)
+    def _answered(self) -> bool:
+        with self._lock:
+            return self._synced or self._error != NOT_SYNCED
