@@ -205,11 +205,10 @@ def node_name(args: argparse.Namespace, cfg: config_mod.Config, scenario: Any = 
 
 
 def device_resource(device: Any) -> str:
-    """The extended resource a device is allocated as on its node (its vendor spec's
-    ``device_resource`` of its model: ``nvidia.com/gpu``, ``huawei.com/Ascend910``); '' when none."""
+    """The extended resource a device is allocated as on its node ('' when none): the health
+    remedy's view of ``vendors.device_resource``, over a DeviceSample."""
     from hetero_exporter import vendors
-    spec = vendors.spec(device.identity.vendor)
-    return spec.device_resource(device.identity.model or "") if spec is not None else ""
+    return vendors.device_resource(device.identity.vendor, device.identity.model)
 
 
 def _boot_id() -> Optional[str]:

@@ -81,6 +81,13 @@ def spec(vendor: str) -> Optional[VendorSpec]:
     return specs().get(vendor)
 
 
+def device_resource(vendor: str, model: str) -> str:
+    """The extended resource a whole device of ``model`` is allocated as on its node (the spec's
+    ``device_resource``: ``nvidia.com/gpu``, ``huawei.com/Ascend910``); '' for an unknown vendor."""
+    s = spec(vendor)
+    return s.device_resource(model or "") if s is not None else ""
+
+
 _generation = [0]  # bumped when the set of specs changes: readers that cache spec data compare it
 
 

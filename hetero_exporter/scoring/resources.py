@@ -23,9 +23,7 @@ from hetero_exporter import vendors
 
 def device_resource(vendor: str, model: str) -> str:
     """The extended resource a device is allocated as (its group on a node)."""
-    spec = vendors.spec(vendor)
-    name = spec.device_resource(model or "") if spec is not None else ""
-    return name or f"{vendor}/accelerator"
+    return vendors.device_resource(vendor, model) or f"{vendor}/accelerator"
 
 
 @dataclass(frozen=True)
