@@ -617,12 +617,7 @@ def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
             w.wake.clear()
             snap = sampler.collect()
         ev = w.verdicts.evaluation(snap)
-        budget = None
-        if remedy is not None and plan_mod.needs_budget(ev.node, plan_mod.Book.from_annotation(
-                ((node.get("metadata") or {}).get("annotations") or {}).get(rcfg.book_annotation)), rcfg):
-            budget = remedy.budget()
-        elif remedy is None:
-            budget = plan_mod.Budget.unchecked()
+        budget = remedy.budget if remedy is not None else plan_mod.Budget.unchecked()
         import time
         view = None
         if remedy is not None:

@@ -14,7 +14,7 @@ from hetero_exporter.health import plan as plan_pkg
 from hetero_exporter.health import policy as policy_mod
 from hetero_exporter.health.plan import (Book, Budget, ClusterView, Plan, RemedyConfig, announce, bookkeeping,
                                          plan, plan_condition, plan_cordon, plan_inventory, plan_taint,
-                                         with_node_actions)
+                                         rfc3339, with_node_actions)
 from hetero_exporter.health.rules import NodeVerdict, Verdict
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot
 
@@ -349,3 +349,28 @@ def test_every_public_name_is_still_exported():
     assert plan_pkg._event_id("a", 1) == plan_pkg.event_id("a", 1) and len(plan_pkg.event_id("a")) == 20
     assert {f.name for f in dataclasses.fields(Plan)} >= {
         "node_patch", "status_patch", "condition", "events", "actions", "explain", "budget_refused", "book"}
+
+
+def test_the_budget_is_asked_only_when_the_taint_would_be_added_black_hole_faults_included():
+    asked: list[int] = []
+
+    def budget() -> Budget:
+        asked.append(1)
+        return Budget(total=10, tainted=0)
+
+    snap = _snap()
+    ok = {"GPU-0": Verdict("GPU-0", "ok"), "GPU-1": Verdict("GPU-1", "ok")}
+    healthy = NodeVerdict(False, None, (), (), 2, "2 of 2 devices serving")
+    node = {"metadata": {"name": "n1"}, "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}
+    p = plan(node, snap, ok, healthy, POLICY, ENFORCE, 1000.0, budget=budget)
+    assert asked == [] and p.budget is None  # healthy: not asked
+    failed = tuple({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"j{i}", "namespace": "ml"},
+                    "spec": {"nodeName": "n1"},
+                    "status": {"phase": "Failed", "reason": "UnexpectedAdmissionError", "startTime": rfc3339(990.0),
+                               "message": "Allocate failed due to ..., which is unexpected: nvidia.com/gpu"}}
+                   for i in range(3))
+    view = ClusterView(failed_pods=failed, resources={"GPU-0": "nvidia.com/gpu", "GPU-1": "nvidia.com/gpu"})
+    p = plan(node, snap, ok, healthy, POLICY, ENFORCE, 1000.0, budget=budget, view=view)
+    assert asked == [1] and p.budget == Budget(total=10, tainted=0)  # the black-hole fault asks for the taint
+    assert p.node_faults and p.node_faults[0].code == "admission-failures"
+    assert any(a == "taint" for a, _ in p.actions)

@@ -260,17 +260,15 @@ class Remedy:
             self.metrics.kubernetes_up(True)
             book = Book.from_annotation(((node.get("metadata") or {}).get("annotations") or {}).get(
                 self.cfg.book_annotation))
-            view = self._view(snapshot, ev)
-            nv = plan_mod.plan_node_faults(self.node, node, view, ev.verdicts, ev.node, book.black_hole,
-                                           self.cfg, now).verdict  # black-hole faults may ask for the taint
-            budget = self._budget() if plan_mod.needs_budget(nv, book, self.cfg) else None
+            # the budget is asked only when the taint would be added (black-hole faults included)
             p = plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
-                              budget=budget, sticky=ev.sticky, view=view)
+                              budget=self._budget, sticky=ev.sticky, view=self._view(snapshot, ev))
             out.plan = p
+            budget = p.budget
             if budget is not None:
                 self.metrics.budget(p.budget_refused, budget.total if budget.error is None else None,
                                     budget.tainted if budget.error is None else None)
-            elif not ev.node.unhealthy or (book.taint or {}).get("applied"):
+            elif not (ev.node.unhealthy or p.node_faults) or (book.taint or {}).get("applied"):
                 self.metrics.budget(False)
             if p.node_patch is None:
                 break

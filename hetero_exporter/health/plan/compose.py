@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from hetero_exporter.health.plan.announce import Announcements, announce, with_node_actions
 from hetero_exporter.health.plan.book import Book
 from hetero_exporter.health.plan.bookkeeping import bookkeeping
-from hetero_exporter.health.plan.budget import Budget
+from hetero_exporter.health.plan.budget import Budget, needs_budget
 from hetero_exporter.health.plan.cluster import (ClusterView, plan_annotations, plan_device_rules, plan_node_faults,
                                                  plan_pods)
 from hetero_exporter.health.plan.condition import plan_condition
@@ -36,6 +36,7 @@ class Plan:
     actions: list[tuple[str, str]] = field(default_factory=list)  # (action, what) for the metrics
     explain: list[str] = field(default_factory=list)
     budget_refused: bool = False
+    budget: Optional[Budget] = None  # the budget asked (None: the taint did not need it)
     book: Book = field(default_factory=Book)
     # The per-device outputs of issue 15: compose fills them from health/device_taints.py,
     # health/pod_signals.py, health/scheduler_annotations.py and health/black_hole.py.
@@ -50,11 +51,13 @@ class Plan:
 
 
 def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], nv: NodeVerdict,
-         policy: Policy, cfg: RemedyConfig, now: float, *, budget: Optional[Budget] = None,
+         policy: Policy, cfg: RemedyConfig, now: float, *,
+         budget: Union[Budget, Callable[[], Budget], None] = None,
          sticky: Optional[Mapping[str, list[StickyFault]]] = None, view: Optional[ClusterView] = None) -> Plan:
-    """The plan against ``node`` as read (a dict as the API server sends it). ``budget``: asked
-    for when ``needs_budget``; ``view``: the rest of the cluster the remedy read (ResourceSlices,
-    its DeviceTaintRules, failed pods); without it the plan is the Node's alone."""
+    """The plan against ``node`` as read (a dict as the API server sends it). ``budget``: the
+    budget, or a function asked for it only when the taint would be added (``needs_budget``, on
+    the node verdict with the black-hole faults); ``view``: the rest of the cluster the remedy
+    read (ResourceSlices, its DeviceTaintRules, failed pods); without it the plan is the Node's alone."""
     meta = node.get("metadata") or {}
     name = meta.get("name") or snapshot.node
     annotations = dict(meta.get("annotations") or {})
@@ -78,6 +81,9 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
     p.scheduler_annotations = plan_annotations(annotations, verdicts, by_uuid, book.scheduler, cfg)
     news = announce(name, snapshot, verdicts, book.devices, policy, now, sticky)
     taints = [dict(t) for t in spec.get("taints") or [] if isinstance(t, dict)]
+    if callable(budget):
+        budget = budget() if needs_budget(nv, book, cfg) else None
+    p.budget = budget
     taint = plan_taint(name, taints, book.taint, book.suppressed, book.refused_since, nv, cfg, now, budget)
     cordon = plan_cordon(name, bool(spec.get("unschedulable")), nv, book.cordoned, taint.suppressed,
                          taint.refused, cfg)
