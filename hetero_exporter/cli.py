@@ -219,6 +219,17 @@ def _boot_id() -> Optional[str]:
         return None
 
 
+def _machine_id(host_root: Optional[str]) -> Optional[str]:
+    """The host's /etc/machine-id (below ``host_root``; a container's own is the image's)."""
+    path = os.path.join(host_root or "/", "etc/machine-id")
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            text = f.read(64).strip()
+    except OSError:
+        return None
+    return text if len(text) == 32 and all(c in "0123456789abcdef" for c in text) else None
+
+
 class Wiring:
     """Everything one agent process needs, built from config + arguments."""
 
@@ -311,16 +322,44 @@ class Wiring:
 
     @property
     def state_dir(self) -> str:
-        """Where state that survives a restart lives (the collectors' pinned identities):
-        ``kernel_log.state_dir``, the DaemonSets' hostPath by default; the work directory's
-        ``state`` folder when simulating without that setting."""
-        given = self.cfg.kernel_log.get("state_dir")
-        if given:
-            return str(given)
-        return os.path.join(self.workdir, "state") if self.scenario is not None else "/var/lib/hetero-exporter"
+        """Where state that survives a restart lives (pinned identities, the kernel-log cursor):
+        ``kernel_log.state_dir``, the DaemonSets' hostPath by default. A simulation never
+        touches the real node's state: it keeps its own in the work directory's ``state``
+        folder, whatever the config names."""
+        if self.scenario is not None:
+            return os.path.join(self.workdir, "state")
+        return str(self.cfg.kernel_log.get("state_dir") or "/var/lib/hetero-exporter")
+
+    @property
+    def state_writable(self) -> bool:
+        """Only the agent (``run``) on the real node writes its state; ``inspect``, ``health
+        --dry-run`` and the rest read at most, so a diagnostic run leaves nothing for the next
+        run to report. A simulation writes only in its own work directory."""
+        return self.scenario is not None or getattr(self.args, "command", None) == "run"
+
+    def identity_store(self) -> Any:
+        """How collectors keep identities: writable or not, this boot and machine, and the
+        accelerators on the bus now (to tell a removed device from a lost one)."""
+        from hetero_exporter.health.pci_presence import simulated_scan
+        from hetero_exporter.sdk.identity import IdentityStore, RemovalLog
+        from hetero_exporter.sdk import pciaddr
+        if self.scenario is not None:
+            scanned: Optional[list[Any]] = simulated_scan(self.scenario, self.clock, registry.pci_vendors())()
+            boot, machine = f"sim-{self.scenario.name}", None
+        else:
+            scanned = self.pci_devices if os.path.isdir(os.path.join(self.cfg.sysfs_root, "bus", "pci")) else None
+            boot, machine = _boot_id(), _machine_id(self.host_root)
+        bus = None
+        if scanned is not None:
+            hosts = pci.host_devices(scanned, registry.pci_vendors())
+            bus = frozenset(filter(None, (pciaddr.normalize(d.address) for devs in hosts.values() for d in devs)))
+        self.removals = RemovalLog()
+        return IdentityStore(writable=self.state_writable, boot_id=boot, machine_id=machine, bus=bus,
+                             removals=self.removals)
 
     def sampler(self) -> Sampler:
         specs = []
+        identities = self.identity_store()
         for e in self.enabled_collectors():
             opts = CollectorOptions(
                 node_name=self.node, interval_seconds=self.cfg.interval,
@@ -328,7 +367,7 @@ class Wiring:
                 settings={"sysfs_root": self.cfg.sysfs_root, **self._host_settings(),
                           **self.cfg.collector_settings(e.name)},
                 scenario=self.scenario, clock=self.clock, workdir=self.workdir, wake=self.wake.set,
-                state_dir=self.state_dir)
+                state_dir=self.state_dir, identity=identities)
 
             def factory(e=e, opts=opts):
                 return registry.collector_factory(e)(opts)
@@ -337,7 +376,7 @@ class Wiring:
         # With PCI presence on, that enricher scans the bus and sets the expected counts; the
         # sampler scanning it too would read sysfs twice per cycle for the same answer.
         return Sampler(specs, self.node, clock=self.clock, expected=dict if self.pci_presence else self.expected,
-                       boot_id=_boot_id(), wake=self.wake,
+                       boot_id=_boot_id(), wake=self.wake, removals=self.removals,
                        enrichers=[self.attribution(), *self.health_enrichers()])
 
     # ---- device health (README: Health and Kubernetes)
@@ -394,11 +433,8 @@ class Wiring:
             log.info("kernel log off", extra={"reason": "disabled"})
             return None
         path = settings.get("path")
-        state_dir = settings.get("state_dir", "/var/lib/hetero-exporter")
-        boot_id = _boot_id()
-        if self.scenario is not None:
-            state_dir = os.path.join(self.workdir, "state") if "state_dir" not in self.cfg.kernel_log else state_dir
-            boot_id = f"sim-{self.scenario.name}"
+        state_dir = self.state_dir
+        boot_id = _boot_id() if self.scenario is None else f"sim-{self.scenario.name}"
         if path and path != kl.KMSG:
             source: Any = kl.FileSource(str(path), initial_bytes=int(settings.get("initial_bytes", 8 << 20)))
         elif self.scenario is not None:
@@ -411,7 +447,7 @@ class Wiring:
             source, state_dir=state_dir, boot_id=boot_id, clock=self.clock, wake=self.wake.set,
             max_records_per_second=float(settings.get("max_records_per_second", 5000)),
             max_pending=int(settings.get("max_pending", 1024)),
-            retry_seconds=float(settings.get("retry_seconds", 60)))
+            retry_seconds=float(settings.get("retry_seconds", 60)), writable=self.state_writable)
         follower.start(wait_first=2.0)
         self._closers.append(follower.close)
         self.kernel_log = follower

@@ -289,9 +289,10 @@ class Follower:
                  matcher: Any = None, split: Optional[Callable[[str, int], Any]] = None,
                  clock: Callable[[], float] = time.time, max_records_per_second: float = 5000.0,
                  max_pending: int = 1024, wake: Optional[Callable[[], None]] = None,
-                 retry_seconds: float = 60.0, poll_seconds: float = 0.25):
+                 retry_seconds: float = 60.0, poll_seconds: float = 0.25, writable: bool = True):
         self.source = source
         self.state_dir = state_dir
+        self.writable = writable  # False: the cursor is read, never saved (inspect, health --dry-run)
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
         if matcher is None or split is None:
             Matcher, split_record = _kmsg_api()
@@ -363,7 +364,7 @@ class Follower:
         path = self.state_path
         with self._lock:
             cursor = dict(self._committed)
-        if not path or not cursor or cursor == self._saved:
+        if not path or not self.writable or not cursor or cursor == self._saved:
             return
         doc = {"schema": 1, "source": self.source.name, "boot_id": self.boot_id, **cursor}
         try:

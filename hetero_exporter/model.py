@@ -258,6 +258,11 @@ class NodeSnapshot:
     expected: Mapping[str, int] = field(default_factory=dict)  # vendor -> devices on PCI
     boot_id: Optional[str] = None
     attribution_sources: tuple[SourceStatus, ...] = ()
+    # devices remembered from an earlier boot that neither the PCI bus nor their tool shows:
+    # removed, not lost (sdk/identity.py); ``removed`` those forgotten this cycle (a Node
+    # event), ``removed_total`` per vendor since the agent started (a counter)
+    removed: tuple[DeviceIdentity, ...] = ()
+    removed_total: Mapping[str, int] = field(default_factory=dict)
 
     def present(self) -> dict[str, int]:
         """Devices the vendor tools really see, per vendor (top-level devices only).

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import Collector, ParseError, Unavailable
+from hetero_exporter.sdk.identity import RemovalLog
 from hetero_exporter.fields import MEMORY_TOTAL
 from hetero_exporter.model import (CollectorStatus, DeviceSample, Fault, Health, NodeSnapshot,
                                    Profile, Reading)
@@ -250,8 +251,10 @@ class Sampler:
                  expected: Callable[[], Mapping[str, int]] = dict,
                  boot_id: Optional[str] = None,
                  wake: Optional[threading.Event] = None,
-                 min_cycle_gap: float = 1.0):
+                 min_cycle_gap: float = 1.0,
+                 removals: Optional[RemovalLog] = None):
         self.node_name = node_name
+        self._removals = removals  # devices the collectors' identity memories forgot as removed
         self._clock = clock
         self._specs = list(specs)
         self._workers = {s.name: _Worker(s, clock) for s in self._specs}
@@ -342,6 +345,8 @@ class Sampler:
             expected = {}
         snap = NodeSnapshot(node=self.node_name, time=now, devices=tuple(devices),
                             collectors=tuple(statuses), expected=expected, boot_id=self._boot_id)
+        if self._removals is not None:
+            snap = dataclasses.replace(snap, removed=self._removals.drain(), removed_total=self._removals.totals())
         for enrich in self._enrichers:
             try:
                 snap = enrich(snap)

@@ -142,6 +142,9 @@ def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = Non
         if vendor in snap.expected:
             expected({"vendor": vendor}, snap.expected[vendor])
         present({"vendor": vendor}, seen.get(vendor, 0))
+    removed = fam.sink(N.DEVICES_REMOVED)
+    for vendor in sorted(set(snap.expected) | set(seen) | set(snap.removed_total)):
+        removed({"vendor": vendor}, snap.removed_total.get(vendor, 0))
     success, duration = fam.sink(N.COLLECTOR_SUCCESS), fam.sink(N.COLLECTOR_DURATION)
     last_success, errors = fam.sink(N.COLLECTOR_LAST_SUCCESS), fam.sink(N.COLLECTOR_ERRORS)
     error_info = fam.sink(N.COLLECTOR_ERROR_INFO)

@@ -105,6 +105,9 @@ DEVICES_EXPECTED = Metric("accelerator_devices_expected", "gauge",
                           "Accelerators of a vendor on the PCI bus.", ("vendor",))
 DEVICES_PRESENT = Metric("accelerator_devices_present", "gauge",
                          "Accelerators of a vendor that its tool reports.", ("vendor",))
+DEVICES_REMOVED = Metric("accelerator_devices_removed_total", "counter",
+                         "Remembered accelerators forgotten as removed: from an earlier boot, on neither "
+                         "the PCI bus nor their tool.", ("vendor",))
 COLLECTOR_SUCCESS = Metric("accelerator_collector_success", "gauge",
                            "1 when the collector's last cycle succeeded.", ("collector",))
 COLLECTOR_DURATION = Metric("accelerator_collector_duration_seconds", "gauge",

@@ -20,12 +20,13 @@ sampler never waits on the API server.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter.health import plan as plan_mod
 from hetero_exporter.health import pod_signals
@@ -39,7 +40,7 @@ from hetero_exporter.k8s.client import Cluster, K8sError
 from hetero_exporter.k8s.events import Events, NodeEvent, ObjectRef
 from hetero_exporter.k8s.leases import Leases
 from hetero_exporter.k8s.nodes import Nodes
-from hetero_exporter.model import DeviceSample, NodeSnapshot
+from hetero_exporter.model import DeviceIdentity, DeviceSample, NodeSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     applied: Optional[Applied] = None  # the device taints and pod signals written
 
+
+MAX_REMOVED = 256  # removal events waiting for the API: a node has a few dozen devices at most
 
 def _result(what: str) -> str:
     if what == "refused":
@@ -334,6 +337,29 @@ class Remedy:
                 continue  # counted when the status patch lands, or when applied (remedy_cluster)
             self.metrics.action(action, forced or _result(what))
 
+    def announce_removed(self, removed: Sequence[DeviceIdentity]) -> list[DeviceIdentity]:
+        """A Normal ``AcceleratorRemoved`` event per device forgotten as removed (sdk/identity.py);
+        the ones not sent (API down) are returned, to be offered again. The event name is the
+        device's, so a resend after a restart is AlreadyExists, not a second event."""
+        if self._events is None:
+            return []
+        now = self._clock()
+        for i, ident in enumerate(removed):
+            digest = hashlib.sha1(f"{ident.vendor}/{ident.uuid}".encode()).hexdigest()[:10]
+            ev = NodeEvent(name=f"{self.node}.removed-{digest}"[:253], type="Normal", reason="AcceleratorRemoved",
+                           message=(f"{ident.vendor} {ident.kind} {ident.index} ({ident.uuid}, PCI "
+                                    f"{ident.pci_address or 'unknown'}) remembered from an earlier boot is on neither "
+                                    f"the PCI bus nor its tool: removed, forgotten"), action="forget", time=now)
+            try:
+                created = self._events.create(self.node, ev, now)
+            except K8sError as e:
+                self.metrics.action("event", "error")
+                log.warning("health: removal event not sent; retried next cycle",
+                            extra={"node": self.node, "error": str(e)})
+                return list(removed[i:])
+            self.metrics.action("event", "ok" if created else "exists")
+        return []
+
     def _deliver(self, p: Plan, now: float) -> tuple[int, int]:
         """Send the outbox entries not known to be delivered (a resend is AlreadyExists);
         (sent now, still undelivered)."""
@@ -378,6 +404,7 @@ class HealthLoop:
         self._idle = idle_seconds
         self._lock = threading.Lock()
         self._latest: Optional[NodeSnapshot] = None
+        self._removed: list[DeviceIdentity] = []  # forgotten devices not yet announced (a snapshot may be skipped)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -388,11 +415,17 @@ class HealthLoop:
         """SnapshotStore subscriber: keep the newest, wake the loop (called on the sampler thread)."""
         with self._lock:
             self._latest = snapshot
+            self._removed = (self._removed + list(snapshot.removed))[-MAX_REMOVED:]
         self._wake.set()
 
     def run_once(self) -> Optional[Outcome]:
         with self._lock:
             snap, self._latest = self._latest, None
+            removed, self._removed = self._removed, []
+        if removed:
+            unsent = self.remedy.announce_removed(removed)
+            with self._lock:
+                self._removed = (unsent + self._removed)[-MAX_REMOVED:]
         if snap is None:
             return None
         if not self.remedy.restored:

@@ -308,7 +308,7 @@ def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: 
     else:
         collector = factory(find_tool(settings, name, dirs, why, vendor=vendor, spec=spec), **common)
     if isinstance(collector, CliCollector):
-        collector.persist_identities(options.state_dir)
+        collector.persist_identities(options)
     return collector
 
 
@@ -362,12 +362,12 @@ class CliCollector:
         self.identities = IdentityMemory()
         self.numa = NumaNodes(str(self.settings.get("sysfs_root", "/sys")))
 
-    def persist_identities(self, state_dir: Optional[str]) -> None:
-        """Keep the pinned identities in ``state_dir`` (loaded now, saved on change), so a
-        device lost across an agent restart keeps its uuid; call before the first cycle
-        (``build()`` does, with the options' state dir)."""
-        if state_dir:
-            self.identities = IdentityMemory(identity_file(state_dir, self.name))
+    def persist_identities(self, options: CollectorOptions) -> None:
+        """Keep the pinned identities in the options' state dir (loaded now, saved on change
+        where the options allow writing), so a device lost across an agent restart keeps its
+        uuid; call before the first cycle (``build()`` does)."""
+        if options.state_dir:
+            self.identities = options.identity_memory(self.name)
 
     @property
     def calls(self) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from hetero_exporter.model import DeviceSample
+from hetero_exporter.sdk.identity import IdentityMemory, IdentityStore, identity_file
 
 
 class Unavailable(RuntimeError):
@@ -58,6 +59,12 @@ class CollectorOptions:
     # Where state that must survive an agent restart is kept (pinned identities: sdk/identity.py);
     # None keeps it in memory only
     state_dir: Optional[str] = None
+    # Whether that state may be written, and what tells a lost device from a removed one
+    identity: IdentityStore = field(default_factory=IdentityStore)
+
+    def identity_memory(self, collector: str) -> IdentityMemory:
+        """The collector's pinned identities, over its file in ``state_dir``."""
+        return self.identity.memory(identity_file(self.state_dir, collector))
 
 
 @runtime_checkable

@@ -9,12 +9,19 @@ not under a placeholder name; ``missing`` lists the pinned devices absent from t
 With a file (``identity_file(state_dir, collector)``, on the DaemonSet's hostPath) the pinned
 top-level identities are saved whenever one is new or replaced, and loaded at start: an agent
 restarted while a GPU is off the bus still knows that GPU's uuid, so the sticky faults, taint
-rules and pod conditions keyed by it go on matching. The file is kept across reboots: uuids
-are hardware identities. A board swapped at a PCI address replaces the old identity when it is
-read (``remember``), so a stale entry is never reported for a working board; a board taken out
-for good stays reported missing until the file is deleted (the agent cannot tell "removed" from
-"fell off the bus"). Restored identities answer ``recall`` and ``missing``, but a collector
-that caches identities through ``recall(restored=False)`` reads every answering device again
+rules and pod conditions keyed by it go on matching. Only the agent on the real node writes the
+file (``IdentityStore.writable``); ``inspect``, ``parse``, ``health --dry-run`` and simulations
+read at most, so a diagnostic run never leaves devices for the next run to report.
+
+Memory alone never makes a device failed. The file records the boot and machine it was written
+on. A device remembered from another boot (or another machine) that the PCI bus no longer shows
+was removed, not lost: it is forgotten at load, said once in the log and handed to
+``IdentityStore.removals`` (a counter and a Node event). Lost means the bus still shows it, or
+it vanished during this boot. When the bus cannot be read, a device from another boot is kept
+but not reported missing: unknown is neither failed nor ok. A board swapped at a PCI address
+replaces the old identity when it is read (``remember``), so a stale entry is never reported for
+a working board. Restored identities answer ``recall`` and ``missing``, but a collector that
+caches identities through ``recall(restored=False)`` reads every answering device again
 (indexes may have renumbered, the driver may have changed).
 """
 
@@ -26,6 +33,8 @@ import os
 import stat
 import tempfile
 import threading
+from collections import Counter
+from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from hetero_exporter import model
@@ -45,22 +54,73 @@ def identity_file(state_dir: Optional[str], collector: str) -> Optional[str]:
     return os.path.join(state_dir, f"identities-{collector}.json") if state_dir else None
 
 
+class RemovalLog:
+    """Devices forgotten as removed (thread-safe): ``drain()`` the new ones for an event,
+    ``totals()`` per vendor for a counter."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._new: list[DeviceIdentity] = []
+        self._totals: Counter[str] = Counter()
+
+    def record(self, identity: DeviceIdentity) -> None:
+        with self._lock:
+            if len(self._new) < MAX_DEVICES:  # nobody draining: bounded all the same
+                self._new.append(identity)
+            self._totals[identity.vendor] += 1
+
+    def drain(self) -> tuple[DeviceIdentity, ...]:
+        with self._lock:
+            out, self._new = tuple(self._new), []
+        return out
+
+    def totals(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._totals)
+
+
+@dataclass(frozen=True)
+class IdentityStore:
+    """Where collectors keep their pinned identities and what tells a lost device from a
+    removed one. ``writable``: only the agent (``run``) on the real node saves; everything else
+    reads at most. ``bus``: normalized PCI addresses of the accelerators on the bus at start
+    (None when the bus cannot be read). ``boot_id`` / ``machine_id``: this boot and machine, to
+    tell whether remembered identities are from them."""
+
+    writable: bool = True
+    boot_id: Optional[str] = None
+    machine_id: Optional[str] = None
+    bus: Optional[frozenset[str]] = None
+    removals: Optional[RemovalLog] = None
+
+    def memory(self, path: Optional[str]) -> "IdentityMemory":
+        """An IdentityMemory over the file at ``path`` (memory only without one)."""
+        return IdentityMemory(path, boot_id=self.boot_id,
+                              machine_id=self.machine_id, writable=self.writable, bus=self.bus,
+                              removals=self.removals)
+
+
 class IdentityMemory:
     """Identities seen since start (or restored from ``path``), by uuid, by index and by PCI
     address (thread-safe). ``boot_id`` is written into the file, to tell at load whether the
     identities come from this boot."""
 
-    def __init__(self, path: Optional[str] = None, *, boot_id: Optional[str] = None) -> None:
+    def __init__(self, path: Optional[str] = None, *, boot_id: Optional[str] = None,
+                 machine_id: Optional[str] = None, writable: bool = True,
+                 bus: Optional[frozenset[str]] = None, removals: Optional[RemovalLog] = None) -> None:
         self._lock = threading.Lock()
         self._by_uuid: dict[str, DeviceIdentity] = {}
         self._by_index: dict[int, str] = {}
         self._by_pci: dict[str, str] = {}
         self._restored: set[str] = set()  # uuids loaded from the file and not read since
+        self._unverified: set[str] = set()  # from another boot, the bus unreadable: never reported missing
         self.path = path
+        self._writable = writable
         self._boot_id = boot_id
+        self._machine_id = machine_id
         self._save_failed = False
         if path:
-            self._load(path)
+            self._load(path, bus, removals)
 
     def remember(self, identity: DeviceIdentity) -> DeviceIdentity:
         """Pin ``identity`` (top-level devices are indexed; children only by uuid). A new uuid
@@ -70,8 +130,9 @@ class IdentityMemory:
         with self._lock:
             before = self._by_uuid.get(identity.uuid)
             self._restored.discard(identity.uuid)
+            self._unverified.discard(identity.uuid)
             replaced = self._pin(identity)
-            if self.path and identity.parent is None and (replaced or before != identity):
+            if identity.parent is None and (replaced or before != identity):
                 self._save()
         return identity
 
@@ -97,6 +158,7 @@ class IdentityMemory:
     def _forget(self, uuid: str) -> None:
         self._by_uuid.pop(uuid, None)
         self._restored.discard(uuid)
+        self._unverified.discard(uuid)
         for table in (self._by_index, self._by_pci):
             for k in [k for k, v in table.items() if v == uuid]:
                 del table[k]
@@ -123,7 +185,8 @@ class IdentityMemory:
         """Pinned top-level devices whose uuid is not in ``present_uuids``, by index."""
         present = set(present_uuids)
         with self._lock:
-            return sorted((d for d in self._by_uuid.values() if d.parent is None and d.uuid not in present),
+            return sorted((d for d in self._by_uuid.values()
+                           if d.parent is None and d.uuid not in present and d.uuid not in self._unverified),
                           key=lambda d: d.index)
 
     def known(self) -> list[DeviceIdentity]:
@@ -131,28 +194,55 @@ class IdentityMemory:
             return list(self._by_uuid.values())
 
     # ------------------------------------------------------------------ the file
-    def _load(self, path: str) -> None:
+    def _load(self, path: str, bus: Optional[frozenset[str]], removals: Optional[RemovalLog]) -> None:
         try:
-            devices, boot_id = _read(path)
+            devices, boot_id, machine_id = _read(path)
         except (FileNotFoundError, NotADirectoryError):  # none yet (a bad state dir: the save says it)
             return
         except (OSError, ValueError, RecursionError) as e:
             log.warning("identity file %s unusable (%s): starting empty; it is rewritten at the next save",
                         path, e, extra={"path": path})
             return
+        earlier = _differs(boot_id, self._boot_id) or _differs(machine_id, self._machine_id)
+        removed: list[DeviceIdentity] = []
         with self._lock:
             for ident in devices:
                 self._pin(ident)
             self._restored = set(self._by_uuid)
-        if boot_id and self._boot_id and boot_id != self._boot_id:
-            log.info("identities of %d devices kept from an earlier boot", len(devices), extra={"path": path})
+            if earlier:
+                removed = self._sort_earlier(devices, bus)
+            if removed:
+                self._save()
+        if earlier:
+            log.info("identities of %d devices kept from an earlier boot", len(devices) - len(removed),
+                     extra={"path": path})
+        for ident in removed:
+            log.warning("%s %s %d (%s, PCI %s) remembered from an earlier boot is on neither the PCI bus nor "
+                        "its tool: removed, forgotten", ident.vendor, ident.kind, ident.index, ident.uuid,
+                        ident.pci_address, extra={"path": path, "uuid": ident.uuid})
+            if removals is not None:
+                removals.record(ident)
+
+    def _sort_earlier(self, devices: list[DeviceIdentity], bus: Optional[frozenset[str]]) -> list[DeviceIdentity]:
+        """Identities from another boot: those the bus no longer shows are forgotten (returned:
+        removed); without a readable bus, or a PCI address to look for, they are kept unverified."""
+        removed = []
+        for ident in devices:
+            key = pciaddr.normalize(ident.pci_address)
+            if bus is None or not key:
+                self._unverified.add(ident.uuid)
+            elif key not in bus:
+                self._forget(ident.uuid)
+                removed.append(ident)
+        return removed
 
     def _save(self) -> None:
         """Write every pinned top-level identity, atomically (under the lock; rare: on change)."""
-        assert self.path is not None
+        if not self.path or not self._writable:
+            return
         devices = sorted((d for d in self._by_uuid.values() if d.parent is None), key=lambda d: d.index)
         doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "boot_id": self._boot_id,
-               "devices": [model.to_dict(d) for d in devices[:MAX_DEVICES]]}
+               "machine_id": self._machine_id, "devices": [model.to_dict(d) for d in devices[:MAX_DEVICES]]}
         data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         try:
             if len(data) > MAX_BYTES:
@@ -169,8 +259,13 @@ class IdentityMemory:
         self._save_failed = False
 
 
-def _read(path: str) -> tuple[list[DeviceIdentity], Optional[str]]:
-    """The identities and boot id of an identity file; ValueError/OSError naming what is wrong.
+def _differs(recorded: Optional[str], current: Optional[str]) -> bool:
+    """Whether the file's boot (machine) is not this one; unknown on either side is not a change."""
+    return bool(recorded and current and recorded != current)
+
+
+def _read(path: str) -> tuple[list[DeviceIdentity], Optional[str], Optional[str]]:
+    """The identities, boot id and machine id of an identity file; ValueError/OSError naming what is wrong.
     The file must be a regular file of this user, writable by no one else (the state dir is a
     host path): whoever else wrote it could name any device."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
@@ -207,8 +302,9 @@ def _read(path: str) -> tuple[list[DeviceIdentity], Optional[str]]:
         if ident.parent is not None or not ident.uuid or isinstance(ident.index, bool) or ident.index < 0:
             raise ValueError(f"devices[{i}]: not a top-level device with a uuid and an index >= 0")
         devices.append(ident)
-    boot_id = doc.get("boot_id")
-    return devices, boot_id if isinstance(boot_id, str) else None
+    boot_id, machine_id = doc.get("boot_id"), doc.get("machine_id")
+    return (devices, boot_id if isinstance(boot_id, str) else None,
+            machine_id if isinstance(machine_id, str) else None)
 
 
 def _write_atomically(path: str, data: bytes) -> None:

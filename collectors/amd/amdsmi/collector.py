@@ -48,7 +48,7 @@ from hetero_exporter.sdk import pciaddr, values
 from hetero_exporter.sdk import versions as sdk_versions
 from hetero_exporter.sdk.cli_collector import fall_back
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
-from hetero_exporter.sdk.identity import IdentityMemory, identity_file
+from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, ProcessSample,
@@ -189,7 +189,7 @@ class AmdSmiCollector:
     vendor = "amd"
 
     def __init__(self, amd: Any, clock: Callable[[], float], settings: Optional[Mapping[str, Any]] = None,
-                 sysfs_root: str = "/sys", *, identities_path: Optional[str] = None):
+                 sysfs_root: str = "/sys", *, identities: Optional[IdentityMemory] = None):
         self._amd = amd
         self._clock = clock
         settings = settings or {}
@@ -207,8 +207,8 @@ class AmdSmiCollector:
                          if hasattr(codes, f"AMDSMI_STATUS_{n}")}
         self._host_root = str(settings.get("host_root", "/"))
         self._runtime = self._rocm_version()
-        # physical GPUs seen since start (or restored from identities_path), by uuid, index and bdf
-        self._memory = IdentityMemory(identities_path)
+        # physical GPUs seen since start (or restored from the state dir), by uuid, index and bdf
+        self._memory = identities if identities is not None else IdentityMemory()
         self._lost: set[str] = set()  # uuids reported missing in the previous cycle
         self._identities: dict[str, tuple] = {}  # bdf -> cached static identity parts
         self._bdf_by_index: dict[int, str] = {}
@@ -732,17 +732,17 @@ def create(options: CollectorOptions) -> Any:
     --json`` collector stands in (its readings say so in their quality source), as nvml falls
     back to nvidia-smi; ``fallback: false`` in the collector's settings turns that off."""
     sysfs = options.settings.get("sysfs_root", "/sys")
-    kept = identity_file(options.state_dir, AmdSmiCollector.name)
+    kept = options.identity_memory(AmdSmiCollector.name)
     if options.scenario is not None:
         from hetero_exporter.collectors.amd.amdsmi.fake import FakeAmdSmi
         return AmdSmiCollector(FakeAmdSmi(options.scenario, options.clock), options.clock, options.settings, sysfs,
-                               identities_path=kept)
+                               identities=kept)
     try:
         binding = import_binding()
     except Unavailable as e:
         return _fallback(options, Unavailable(f"{e}{host_library_hint(options.settings)}"))
     try:
-        return AmdSmiCollector(binding, options.clock, options.settings, sysfs, identities_path=kept)
+        return AmdSmiCollector(binding, options.clock, options.settings, sysfs, identities=kept)
     except Unavailable as e:
         return _fallback(options, e)
 

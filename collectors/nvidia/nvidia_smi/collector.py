@@ -96,5 +96,5 @@ def create(options: CollectorOptions) -> NvidiaSmiCollector:
     else:
         exe = find_tool(options.settings, _TOOL.name, os.pathsep.join(_TOOL.dirs), _TOOL.why_missing)
         collector = NvidiaSmiCollector(exe, **common)
-    collector.persist_identities(options.state_dir)  # built without sdk build(): as it would
+    collector.persist_identities(options)  # built without sdk build(): as it would
     return collector

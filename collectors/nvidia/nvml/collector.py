@@ -49,7 +49,7 @@ from hetero_exporter.collectors.nvidia.nvml.funnel import (UNSUPPORTED, Failed, 
 from hetero_exporter.collectors.nvidia.nvml.mig import MigReader
 from hetero_exporter.collectors.nvidia.nvml.processes import ProcessReader, samples as process_samples
 from hetero_exporter.collectors.nvidia.nvml.topology import Topology, normalize_bus_id
-from hetero_exporter.sdk.identity import IdentityMemory, identity_file
+from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Quality,
                                    Reading)
@@ -147,7 +147,7 @@ class NvmlCollector:
     def __init__(self, nvml: Any, clock: Callable[[], float], sysfs_root: str = "/sys", *,
                  wake: Callable[[], None] = lambda: None, events: bool = True,
                  event_wait_ms: int = 1000, event_hold_seconds: float = 10.0,
-                 identities_path: Optional[str] = None):
+                 identities: Optional[IdentityMemory] = None):
         self._nv = nvml
         self._f = Funnel(nvml)
         self._clock = clock
@@ -158,7 +158,7 @@ class NvmlCollector:
         self._driver = self._optional_text("nvmlSystemGetDriverVersion")
         self._runtime = cuda_driver_version(self._f)
         # identities pinned at first read, kept while lost (and across a restart with a path)
-        self._ids = IdentityMemory(identities_path)
+        self._ids = identities if identities is not None else IdentityMemory()
         self._unsupported: dict[str, set[str]] = {}  # uuid -> fields NVML does not support
         self._ledger = FaultLedger()
         self._conditions = C.ConditionTracker(self._ledger, "nvml")
@@ -653,7 +653,7 @@ def _settings(options: CollectorOptions) -> dict:
     return {"sysfs_root": s.get("sysfs_root", "/sys"), "wake": options.wake,
             "events": bool(s.get("events", True)),
             "event_wait_ms": int(s.get("event_wait_ms", 1000)),
-            "identities_path": identity_file(options.state_dir, NvmlCollector.name),
+            "identities": options.identity_memory(NvmlCollector.name),
             # an event stays a health reason for one interval: the window a poll would cover
             "event_hold_seconds": float(s.get("event_hold_seconds", options.interval_seconds))}
 
