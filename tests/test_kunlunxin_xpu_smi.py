@@ -267,9 +267,10 @@ def test_contract_spec(kunlunxin):
 
 
 def test_contract_captures(kunlunxin):
-    if not contract.captures(kunlunxin):
-        pytest.skip("no xpu-smi captures in ../shared/fixtures")
-    assert contract.check_captures(kunlunxin) >= 1
+    found = shared_fixtures("xpu-smi")
+    if not found:
+        pytest.skip("no xpu-smi captures (../shared/fixtures/xpu-smi absent)")
+    assert contract.check_captures(kunlunxin) == len(found)
 
 
 def test_contract_parser_fuzz(kunlunxin):

@@ -48,4 +48,5 @@ SPEC = VendorSpec(
     collectors=(CollectorEntry("xpu_smi", "kunlunxin", "hetero_exporter.collectors.kunlunxin.xpu_smi.collector",
                                description="Kunlunxin XPUs through `xpu_smi` (one call per cycle)"),),
     parsers={"xpu-smi": "hetero_exporter.collectors.kunlunxin.xpu_smi.collector:parse_any"},
+    versions="hetero_exporter.collectors.kunlunxin.versions:discover",
 )

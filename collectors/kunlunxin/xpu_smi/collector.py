@@ -1,7 +1,8 @@
 """Kunlunxin XPUs through ``xpu_smi``: the quality table, the model of a parsed output,
 ``parse xpu-smi FILE``, and a collector on the SDK's CliCollector.
 
-Invocations: ``xpu_smi`` (no arguments) once per cycle. Its default output already holds
+Invocations: ``xpu_smi`` (no arguments) once per cycle (XRE 4.x sections or the xpu-smi 5.x
+box, parse.detect tells which). Its default output already holds
 every device's utilization, memory, L3, state, power, temperature, clock and firmware (in the
 versions that print those columns), the video engines and the processes, so there are no
 detail calls. The base class runs it under the cycle's deadline (process-group kill, output
@@ -24,6 +25,7 @@ from hetero_exporter import profiles
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample, Quality, Reading
 from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault, worst_state
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.collectors.kunlunxin import versions
 
 from .parse import MIB, TOOL, XpuDevice, XpuSmi, detect, parse  # noqa: F401 - part of this API
 
@@ -37,13 +39,20 @@ UTIL_WINDOW = 1.0
 
 QUALITY: dict[str, Quality] = {
     F.UTILIZATION: Quality("xpu_smi: UseRate", "sampled", UTIL_WINDOW, 0.01),
-    F.MEMORY_USED: Quality("xpu_smi: Memory used (MB)", "measured", None, MIB),
-    F.MEMORY_TOTAL: Quality("xpu_smi: Memory total (MB)", "measured", None, MIB),
-    "l3_used_bytes": Quality("xpu_smi: L3 used (MB; on-chip L3 SRAM)", "measured", None, MIB),
-    "l3_total_bytes": Quality("xpu_smi: L3 total (MB; on-chip L3 SRAM)", "measured", None, MIB),
+    F.MEMORY_USED: Quality("xpu_smi: Memory used (MB); xpu-smi 5.x: Memory-Usage (MiB)", "measured", None, MIB),
+    F.MEMORY_TOTAL: Quality("xpu_smi: Memory total (MB); xpu-smi 5.x: Memory-Usage (MiB)", "measured", None, MIB),
+    # a vendor-local reading: no core field holds the on-chip L3 SRAM
+    "l3_used_bytes": Quality("xpu_smi: L3 used (MB); xpu-smi 5.x: L3-Usage (MiB); on-chip L3 SRAM",
+                             "measured", None, MIB),
+    "l3_total_bytes": Quality("xpu_smi: L3 total (MB); xpu-smi 5.x: L3-Usage (MiB); on-chip L3 SRAM",
+                              "measured", None, MIB),
     F.POWER: Quality("xpu_smi: Power(W)", "measured", None, 1.0),
     F.TEMP_CORE: Quality("xpu_smi: Temp (C)", "measured", None, 1.0),
-    F.CLOCK_COMPUTE: Quality("xpu_smi: Freq(MHz)", "measured", None, 1e6),
+    F.CLOCK_COMPUTE: Quality("xpu_smi: Freq(MHz); xpu-smi -q: Clocks Cluster", "measured", None, 1e6),
+    # xpu-smi 5.x: the box's Pwr:Usage/Cap cap (-q Enforced Power Limit, printed to 0.01 W) and
+    # Volatile Uncorr. ECC (-q ECC Errors / Volatile / DRAM Uncorrectable; since driver load)
+    F.POWER_LIMIT: Quality("xpu-smi: Pwr:Usage/Cap cap (W)", "measured", None, 1.0),
+    F.ECC_UNCORRECTED: Quality("xpu-smi: Volatile Uncorr. ECC", "measured", None, 1.0),
     "decoder_utilization_ratio": Quality("xpu_smi: VIDEO DEC %", "sampled", UTIL_WINDOW, 0.01),
     "encoder_utilization_ratio": Quality("xpu_smi: VIDEO ENC %", "sampled", UTIL_WINDOW, 0.01),
     "image_processor_utilization_ratio": Quality("xpu_smi: VIDEO IMGPROC %", "sampled", UTIL_WINDOW, 0.01),
@@ -73,6 +82,10 @@ def readings_of(d: XpuDevice, t: XpuSmi) -> dict[str, Reading]:
     r.put(F.POWER, d.power_watts)
     r.put(F.TEMP_CORE, d.temperature_celsius)
     r.put(F.CLOCK_COMPUTE, d.clock_hertz)
+    if d.power_limit_watts is not None:  # printed by xpu-smi 5.x only: absent in 4.x outputs
+        r.put(F.POWER_LIMIT, d.power_limit_watts)
+    if d.ecc_uncorrected is not None:
+        r.put(F.ECC_UNCORRECTED, d.ecc_uncorrected)
     for engine, v in (t.video.get(d.index) or {}).items():
         name = _VIDEO_FIELDS.get(engine)
         if name is not None:
@@ -120,11 +133,14 @@ def parents(devices: Sequence[XpuDevice], uuids: dict[int, str]) -> dict[int, st
 
 
 def identity_of(d: XpuDevice, t: XpuSmi, uuid: str, parent: Optional[str] = None,
-                numa: Optional[int] = None) -> DeviceIdentity:
+                numa: Optional[int] = None, runtime: Optional[str] = None) -> DeviceIdentity:
+    """``runtime_version``: the XRE version the tool prints (``Runtime Version`` / ``XPU-RT
+    Version``), else ``runtime`` (the XRE install's version file, collectors/kunlunxin/versions.py),
+    else None; never the driver version."""
     return DeviceIdentity(vendor=VENDOR, kind=KIND, index=d.index, uuid=uuid,
                           model=profiles.normalize_model(VENDOR, d.model) if d.model else "unknown",
                           pci_address=d.bus_id, numa_node=numa, driver_version=t.driver_version,
-                          runtime_version=t.runtime_version, firmware_version=d.firmware,
+                          runtime_version=t.runtime_version or runtime or None, firmware_version=d.firmware,
                           parent=parent, name=d.model or None, serial=d.serial)
 
 
@@ -169,6 +185,11 @@ class XpuSmiCollector(CliCollector):
     tool = BINARY
     summary_args = ()
 
+    def __init__(self, exe: str, **kw: Any):
+        super().__init__(exe, **kw)
+        # XRE below settings.host_root, for outputs whose title says N/A (in containers)
+        self._runtime = versions.discover(str(self.settings.get("host_root", "/"))).runtime_version
+
     def parse_summary(self, text: str) -> XpuSmi:
         return parse(text)
 
@@ -178,7 +199,7 @@ class XpuSmiCollector(CliCollector):
         out = []
         for d in parsed.devices:
             ident = self.identities.recall(uuid=uuids[d.index]) or identity_of(
-                d, parsed, uuids[d.index], up.get(d.index), self.numa(d.bus_id))
+                d, parsed, uuids[d.index], up.get(d.index), self.numa(d.bus_id), self._runtime)
             out.append(self.sample(ident, now, readings_of(d, parsed), conditions(d),
                                    processes=processes_of(parsed, d, ident.uuid), processes_reported=parsed.process_section))
         return out

@@ -65,6 +65,10 @@ class XpuDevice:
     firmware: Optional[str] = None
     cpld: Optional[str] = None
     line: int = 0
+    # the xpu-smi 5.x box (box.py) and ``-q`` (query.py) outputs also print these
+    power_limit_watts: Optional[float] = None  # Pwr:Usage/Cap cap, -q Enforced Power Limit (W)
+    ecc_uncorrected: Optional[float] = None  # Volatile Uncorr. ECC, -q Volatile DRAM Uncorrectable
+    uuid: Optional[str] = None  # -q XPU UUID (printed with a GPU- prefix)
 
     @property
     def state_ok(self) -> Optional[bool]:
@@ -325,16 +329,41 @@ def _process(cells: tuple[str, ...], cols: Mapping[str, int], line: int) -> XpuP
                       command=_text(cell("command")) or "")
 
 
+# blanks as [ \t]: a \s run could span lines and be retried from each of them
+_BOX_TITLE = re.compile(r"^[ \t]*\|[ \t]*XPU-SMI\b", re.M)
+_QUERY = re.compile(r"XPUSMI LOG|^XPU[ \t]+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:", re.M)
+
+
 def detect(text: str) -> str:
-    """The output kind: ``xpu-smi`` (the default sectioned output) or ParseError."""
-    if re.search(r"\|\s*DevID\s*\|", text or ""):
+    """The output kind: ``xpu-smi`` (the XRE 4.x sectioned default output with its DevID
+    column), ``xpu-smi box`` (the 5.x nvidia-smi-style default box whose title row is
+    ``XPU-SMI  Driver Version ...``, box.py), ``xpu-smi -q`` (``==XPUSMI LOG==`` and ``XPU
+    <bus id>`` blocks, query.py), or ParseError."""
+    t = text or ""
+    if re.search(r"\|\s*DevID\s*\|", t):
         return "xpu-smi"
-    raise ParseError(TOOL, "not xpu-smi output (no table with a DevID column)")
+    if _BOX_TITLE.search(t):
+        return "xpu-smi box"
+    if _QUERY.search(t):
+        return "xpu-smi -q"
+    raise ParseError(TOOL, "not xpu-smi output (no table with a DevID column, no XPU-SMI box, no XPUSMI LOG)")
 
 
 def parse(text: str) -> XpuSmi:
-    """The devices, video engines and processes of one default ``xpu_smi`` output."""
-    detect(text)
+    """The devices (and video engines and processes where printed) of one ``xpu_smi`` /
+    ``xpu-smi`` output of any of the kinds ``detect`` names."""
+    kind = detect(text)
+    if kind == "xpu-smi box":
+        from .box import parse_box  # the modules build on this one's structures
+        return parse_box(text)
+    if kind == "xpu-smi -q":
+        from .query import parse_query
+        return parse_query(text)
+    return parse_sections(text)
+
+
+def parse_sections(text: str) -> XpuSmi:
+    """The devices, video engines and processes of one XRE 4.x default ``xpu_smi`` output."""
     head, found = _tables(text)
     dev_tables = [t for t in found if t.header is not None and _device_table(t)]
     if not dev_tables:
