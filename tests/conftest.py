@@ -9,15 +9,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
+# The one way a test reaches ../shared: shared_fixture, shared_fixtures, shared_root and the
+# fixtures_dir fixture below (tests/test_shared_access.py keeps it so). Each skips, or gives
+# nothing to parametrize, with a reason when the folder is absent: a fresh clone passes alone.
+_SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
+SHARED_ABSENT = f"real vendor captures not found at {_SHARED_FIXTURES} (../shared absent)"
 REQUIRE_TOOLS = os.environ.get("HETERO_REQUIRE_TOOLS") == "1"
 
 
 def shared_fixture(*parts: str) -> Path:
     """Path of a real capture in ../shared/fixtures; skips the test when it is absent."""
-    if not SHARED_FIXTURES.is_dir():
-        pytest.skip(f"real vendor captures not found at {SHARED_FIXTURES} (../shared absent)")
-    p = SHARED_FIXTURES.joinpath(*parts)
+    if not _SHARED_FIXTURES.is_dir():
+        pytest.skip(SHARED_ABSENT)
+    p = _SHARED_FIXTURES.joinpath(*parts)
     if not p.exists():
         pytest.skip(f"capture {p} is absent")
     return p
@@ -25,8 +29,13 @@ def shared_fixture(*parts: str) -> Path:
 
 def shared_fixtures(tool: str, pattern: str = "*") -> list[Path]:
     """All captures of one tool folder (for parametrize); [] when ../shared is absent."""
-    d = SHARED_FIXTURES / tool
+    d = _SHARED_FIXTURES / tool
     return sorted(p for p in d.glob(pattern) if p.is_file()) if d.is_dir() else []
+
+
+def shared_root() -> Path:
+    """The captures folder, for code that walks it (it may be absent: check ``is_dir()``)."""
+    return _SHARED_FIXTURES
 
 
 def require_tool(name: str) -> str:
@@ -42,9 +51,9 @@ def require_tool(name: str) -> str:
 
 @pytest.fixture
 def fixtures_dir() -> Path:
-    if not SHARED_FIXTURES.is_dir():
-        pytest.skip(f"real vendor captures not found at {SHARED_FIXTURES}")
-    return SHARED_FIXTURES
+    if not _SHARED_FIXTURES.is_dir():
+        pytest.skip(SHARED_ABSENT)
+    return _SHARED_FIXTURES
 
 
 def pytest_collection_modifyitems(config, items):

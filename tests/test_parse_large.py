@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED_FIXTURES, shared_fixtures
+from conftest import SHARED_ABSENT, shared_fixtures
 from hetero_exporter import registry
 from hetero_exporter.collectors.amd.amd_smi import parse as amd
 from hetero_exporter.collectors.amd.rocm_smi import parse as rocm
@@ -134,7 +134,7 @@ def _times(doc, n: int):
     return doc
 
 
-@pytest.mark.skipif(not CAPTURES, reason=f"real vendor captures not found at {SHARED_FIXTURES}")
+@pytest.mark.skipif(not CAPTURES, reason=SHARED_ABSENT)
 @pytest.mark.parametrize("tool,path", CAPTURES, ids=[f"{t}/{p.name}" for t, p in CAPTURES])
 def test_a_capture_saved_many_times_over(tool, path):
     text = path.read_text(encoding="utf-8", errors="replace")

@@ -29,7 +29,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED_FIXTURES
+from conftest import SHARED_ABSENT, shared_root
 from hetero_exporter import registry, vendors
 from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import KINDS, METHODS, NodeSnapshot, snapshot_to_json
@@ -85,9 +85,10 @@ def check_spec(spec: VendorSpec) -> None:
 # --------------------------------------------------------------------------- captures
 
 
-def captures(spec: VendorSpec, root: Path = SHARED_FIXTURES) -> list[tuple[str, Path]]:
+def captures(spec: VendorSpec, root: Optional[Path] = None) -> list[tuple[str, Path]]:
     """(tool, file) for every capture of the vendor's parse tools under ``root``/<tool>/."""
     out = []
+    root = shared_root() if root is None else root
     for tool in sorted(spec.parsers):
         folder = root / tool
         if folder.is_dir():
@@ -125,7 +126,7 @@ def check_capture(spec: VendorSpec, tool: str, path: Path) -> Any:
     return result
 
 
-def check_captures(spec: VendorSpec, root: Path = SHARED_FIXTURES) -> int:
+def check_captures(spec: VendorSpec, root: Optional[Path] = None) -> int:
     """Every capture (check_capture); each tool with captures gives devices at least once."""
     found = captures(spec, root)
     for tool in {t for t, _ in found}:
@@ -360,7 +361,7 @@ def test_spec_is_complete(name):
     check_spec(vendors.spec(name))
 
 
-@pytest.mark.skipif(not CAPTURES, reason="../shared/fixtures absent")
+@pytest.mark.skipif(not CAPTURES, reason=SHARED_ABSENT)
 @pytest.mark.parametrize("name,tool,path", CAPTURES, ids=lambda v: getattr(v, "name", v))
 def test_every_capture_parses(name, tool, path):
     check_capture(vendors.spec(name), tool, path)
@@ -369,7 +370,7 @@ def test_every_capture_parses(name, tool, path):
 @pytest.mark.parametrize("name", BUILTIN)
 def test_each_tool_with_captures_gives_devices(name):
     if not captures(vendors.spec(name)):
-        pytest.skip(f"no captures of {name}'s tools in {SHARED_FIXTURES}")
+        pytest.skip(f"no captures of {name}'s tools ({SHARED_ABSENT})")
     check_captures(vendors.spec(name))
 
 
