@@ -17,10 +17,12 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 from hetero_exporter.collectors.nvidia import SPEC
 from hetero_exporter.collectors.nvidia import common as C
-from hetero_exporter.collectors.nvidia.nvidia_smi.parse import (ARGV, FIELD_MAP, TOOL, parse,  # noqa: F401
+from hetero_exporter.collectors.nvidia.nvidia_smi import dmon, listing, pmon, table, topo
+from hetero_exporter.collectors.nvidia.nvidia_smi import parse as reports
+from hetero_exporter.collectors.nvidia.nvidia_smi.parse import (ARGV, FIELD_MAP, TOOL,  # noqa: F401
                                                                 parse_devices, readings_of, value_of,
                                                                 with_health)
-from hetero_exporter.model import DeviceSample
+from hetero_exporter.model import DeviceSample, NodeSnapshot
 from hetero_exporter.sdk.cli_collector import CliCollector, find_tool
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
 from hetero_exporter.sdk.runner import CliResult
@@ -80,6 +82,34 @@ class NvidiaSmiCollector(CliCollector):
                 d = with_health(d, [], (), parent.health if parent is not None else None, timestamp=now)
             out.append(d)
         return out
+
+
+# nvidia-smi's human layouts, each told by its structure (the module's looks_like), in an order
+# where none can be mistaken for a later one; anything else goes to the report readers.
+LAYOUTS = (("table", table), ("topo", topo), ("list", listing), ("pmon", pmon), ("dmon", dmon))
+
+
+def layout(text: str) -> str:
+    """Which nvidia-smi output ``text`` is: ``table`` (the default, boxed), ``topo`` (``topo
+    -m``), ``list`` (``-L``), ``pmon``, ``dmon``, else ``report`` (``-q -x`` XML, ``-q`` text,
+    ``--query-*`` CSV: parse.py tells those apart)."""
+    if text.lstrip("\ufeff \t\r\n").startswith("<"):
+        return "report"
+    body = text.lstrip("\ufeff")  # leading blanks kept: topo -m indents its header
+    return next((name for name, mod in LAYOUTS if mod.looks_like(body)), "report")
+
+
+def parse(text: str) -> NodeSnapshot:
+    """``hetero-exporter parse nvidia-smi FILE``: any of nvidia-smi's outputs as a snapshot,
+    the reader picked by structure (``layout``): the default table, ``topo -m``, ``-L``,
+    ``dmon``, ``pmon``, or the reports parse.py reads (``-q -x``, ``-q``, ``--query-gpu`` /
+    ``--query-compute-apps`` CSV)."""
+    if not isinstance(text, str):
+        return reports.parse(text)  # its ParseError says what it expected
+    kind = layout(text)
+    if kind == "report":
+        return reports.parse(text)
+    return dict(LAYOUTS)[kind].parse(text.lstrip("\ufeff"))
 
 
 def create(options: CollectorOptions) -> NvidiaSmiCollector:
