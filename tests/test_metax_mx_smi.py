@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 import test_vendor_contract as contract
-from conftest import shared_fixture
+from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import registry, vendors
 from hetero_exporter.model import NodeSnapshot
 from hetero_exporter.sdk.contract import ParseError
@@ -239,8 +239,9 @@ def test_render_parse_round_trip(metax, layout):
 
 
 def test_collector_over_its_fake(metax, tmp_path):
-    """The summary every cycle; topo -m at start and then every topo_interval seconds; a GPU
-    that stops being listed is failed under its uuid; the fake's N/A and state faults."""
+    """The summary every cycle; mx-smi -L once at first sight (the uuids); topo -m at start and
+    then every topo_interval seconds; a GPU that stops being listed is failed under its uuid;
+    the fake's N/A and state faults."""
     doc = contract.scenario_doc(metax)
     doc["faults"] = [*(doc.get("faults") or []),
                      {"at": 100, "vendor": "metax", "index": 2, "kind": "missing"},
@@ -252,9 +253,11 @@ def test_collector_over_its_fake(metax, tmp_path):
     c = registry.collector_factory(registry.collector_entries()["mx_smi"])(opts)
     assert c.calls == 1  # topo -m at start
     first = [d for d in c.collect() if d.identity.vendor == "metax"]
-    assert c.calls == 2 and len(first) == 8
+    assert c.calls == 3 and len(first) == 8  # the table + mx-smi -L at first sight
     d0 = first[0]
-    assert d0.identity.uuid == "metax-pci-0000:0e:00.0" and d0.identity.model == "MXC500"
+    want = {d.index: d.uuid for d in sc.devices_of("metax")}
+    assert {d.identity.index: d.identity.uuid for d in first} == want  # the round trip through -L
+    assert d0.identity.uuid.startswith("GPU-") and d0.identity.model == "MXC500"
     assert d0.identity.runtime_version == "2.32.0.6" and d0.identity.numa_node == 0
     assert first[5].identity.numa_node == 1  # topo's Node Affinity (no sysfs here)
     mx = [lk for lk in d0.links if lk.type == "metaxlink"]
@@ -262,13 +265,13 @@ def test_collector_over_its_fake(metax, tmp_path):
     assert {p.pid for p in d0.processes} == {6100, 6101} and d0.processes[0].memory_bytes == 30 * (1 << 30)
     clock.set_t(150)
     later = {d.identity.index: d for d in c.collect()}
-    assert c.calls == 3  # topo not due yet
+    assert c.calls == 4  # topo not due yet, -L not asked again
     assert later[2].health.state == "failed" and later[2].faults[0].code == "missing"
     assert later[2].identity.uuid == first[2].identity.uuid
     assert later[3].health.state == "failed" and later[3].faults[0].code == "gpu-state"
     clock.set_t(320)
     c.collect()
-    assert c.calls == 5  # summary + the topo refresh
+    assert c.calls == 6  # summary + the topo refresh
 
 
 def test_hung_fake_times_out_cleanly(metax, tmp_path):
@@ -321,7 +324,7 @@ def test_contract_spec(metax):
 def test_contract_captures(metax):
     if not contract.captures(metax):
         pytest.skip("../shared/fixtures/mx-smi absent")
-    assert contract.check_captures(metax) == 4
+    assert contract.check_captures(metax) == len(shared_fixtures("mx-smi"))
 
 
 def test_contract_parser_fuzz(metax):

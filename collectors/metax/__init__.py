@@ -18,8 +18,9 @@ _DP = "MetaX GPU Operator device plugin: metax-tech.com/gpu (HAMi's metax-gpu mo
 def _plugin_device_id(d) -> str:
     """The MetaX device plugin's device id is not publicly documented (its source ships only
     in the MetaX GPU Operator); HAMi's sGPU annotation names devices by uuid and ``bdf``.
-    mx-smi prints no uuid, so our uuid is PCI based; the PCI address is what both can agree
-    on (podresources/mapping.py also matches PCI addresses and a trailing index)."""
+    Our uuid is the ``GPU-...`` UUID of ``mx-smi -L`` (the PCI address where -L gives none),
+    so a plugin naming devices by either matches; the simulated plugin serves the PCI address
+    (podresources/mapping.py also matches PCI addresses and a trailing index)."""
     return d.pci_address or str(d.index)
 
 
@@ -34,9 +35,14 @@ SPEC = VendorSpec(
     ),
     resource_domains=("metax-tech.com",),
     device_resource=lambda model: "metax-tech.com/gpu",
-    id_prefixes=("metax-pci-",),
+    # identity.uuid: the UUID of `mx-smi -L` as printed ("GPU-e702f06b-..."), else
+    # "metax-pci-<PCI address>" where -L prints none (mx_smi/collector.py)
+    id_prefixes=("GPU-", "metax-pci-"),
     plugin_device_id=_plugin_device_id,
-    uuid_prefix="metax-",
+    uuid_prefix="GPU-",
+    # MACA's Version.txt below the host root (versions.py): the runtime version where mx-smi's
+    # title prints none
+    versions="hetero_exporter.collectors.metax.versions:discover",
     fabric_links=("metaxlink",),
     # The driver package installs mx-smi in /opt/mxdriver/bin (libraries in /opt/mxdriver/lib),
     # the MACA SDK another copy in /opt/maca/bin (MACA_PATH, default /opt/maca): MetaX's

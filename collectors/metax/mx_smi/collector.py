@@ -9,11 +9,26 @@ Invocations (stated; benchmarks count them through ``calls``):
   ``topo_interval`` seconds (default 600; 0 disables) through sdk.schedule.DetailSchedule,
   in a cycle with time to spare.
 
-mx-smi prints no serial or UUID in its default table, so a GPU's uuid is its PCI address
-(``metax-pci-0000:0e:00.0``), stable across reboots and shared by every reader of the
-bus; identities are pinned by the base class, and a GPU the table no longer lists is failed
-under its pinned uuid (fault ``missing``). driver_version is the Kernel Mode Driver Version,
-runtime_version the MACA Version of the table's title, firmware_version the BIOS Version.
+- ``mx-smi -L``: the GPU list with each GPU's UUID (``GPU#0  MXC500  0000:08:00.0  Available
+  (UUID: GPU-e702f06b-...)``), asked once when a GPU is first seen (its identity is then
+  pinned by the base class), never per cycle.
+
+Identity: ``identity.uuid`` is the UUID of ``mx-smi -L`` as printed (``GPU-<uuid>``; ``GPU-`` put
+in front where a version prints it bare), the one device id mx-smi prints (no serial in any
+output at hand). Where -L fails or prints no UUID (a GPU that is not Available), the id is the
+PCI address (``metax-pci-0000:0e:00.0``), else the index; a GPU first pinned under its PCI
+address that later gets its UUID (an agent restart with -L working) replaces it
+(sdk.identity). Identities are pinned by the base class, and a GPU the table no longer lists
+is failed under its pinned uuid (fault ``missing``).
+
+Versions: driver_version is the Kernel Mode Driver Version, firmware_version the BIOS Version
+of the table's title; runtime_version the title's MACA Version where it prints a number, else
+the MACA install's Version.txt below ``settings.host_root`` (collectors/metax/versions.py),
+else None (never the driver version).
+
+``parse mx-smi FILE`` also reads ``mx-smi -L`` and the ``--show-temperature --show-usage
+--show-memory`` report (listing.py; the report gives devices with memory, utilization and the
+hotspot temperature, QUALITY_REPORT).
 """
 
 from __future__ import annotations
@@ -28,9 +43,11 @@ from hetero_exporter import profiles
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot, ProcessSample,
                                    Quality, Reading)
 from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault, worst_state
-from hetero_exporter.sdk.contract import CollectorOptions
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.sdk.schedule import DetailSchedule
 
+from hetero_exporter.collectors.metax import versions
+from hetero_exporter.collectors.metax.mx_smi import listing
 from hetero_exporter.collectors.metax.mx_smi.parse import (  # noqa: F401 - part of this module's API
     MIB, TOOL, TOPO_LINKS, MxGpu, MxTable, MxTopo, detect, parse_processes, parse_table, parse_topo)
 
@@ -50,9 +67,21 @@ QUALITY: dict[str, Quality] = {
     F.POWER_LIMIT: Quality("mx-smi: Pwr:Cap (W)", "measured", None, 1.0),
 }
 
+# the --show-temperature --show-usage --show-memory report (listing.py; parse only)
+QUALITY_REPORT: dict[str, Quality] = {
+    F.UTILIZATION: Quality("mx-smi --show-usage: Utilization GPU", "sampled", UTIL_WINDOW, 0.01),
+    F.MEMORY_USED: Quality("mx-smi --show-memory: vram used (KB)", "measured", None, 1024.0),
+    F.MEMORY_TOTAL: Quality("mx-smi --show-memory: vram total (KB)", "measured", None, 1024.0),
+    # hotspot is printed with two decimals in steps of 1/4 C (44.00, 45.75, 37.50)
+    F.TEMP_CORE: Quality("mx-smi --show-temperature: Chip Temperature hotspot (C)", "measured", None, 0.25),
+}
 
-def gpu_uuid(g: MxGpu) -> str:
-    """The PCI address (mx-smi prints no serial or UUID), else the index."""
+
+def gpu_uuid(g: Any, listed: Optional[str] = None) -> str:
+    """The UUID ``mx-smi -L`` printed (``GPU-...``), else the PCI address, else the index."""
+    if listed and listed.strip():
+        u = listed.strip()
+        return u if u.upper().startswith("GPU-") else f"GPU-{u}"
     return f"metax-pci-{g.bus_id}" if g.bus_id else f"metax-gpu{g.index}"
 
 
@@ -86,10 +115,13 @@ def conditions(g: MxGpu) -> list[Fault]:
     return out
 
 
-def identity_of(g: MxGpu, t: MxTable, numa: Optional[int] = None) -> DeviceIdentity:
-    return DeviceIdentity(vendor=VENDOR, kind=KIND, index=g.index, uuid=gpu_uuid(g),
+def identity_of(g: MxGpu, t: MxTable, numa: Optional[int] = None, uuid: Optional[str] = None,
+                runtime: Optional[str] = None) -> DeviceIdentity:
+    """``uuid``: the pinned or listed id (default: gpu_uuid without -L); ``runtime``: the MACA
+    version of the install's file, used where the title prints none."""
+    return DeviceIdentity(vendor=VENDOR, kind=KIND, index=g.index, uuid=uuid or gpu_uuid(g),
                           model=profiles.normalize_model(VENDOR, g.name), pci_address=g.bus_id, numa_node=numa,
-                          driver_version=t.driver_version, runtime_version=t.runtime_version,
+                          driver_version=t.driver_version, runtime_version=t.runtime_version or runtime or None,
                           firmware_version=t.bios_version, name=g.name or None)
 
 
@@ -122,10 +154,35 @@ def table_snapshot(t: MxTable, node: str = "", now: float = 0.0) -> NodeSnapshot
     return NodeSnapshot(node=node, time=now, devices=tuple(out))
 
 
+def report_snapshot(r: listing.MxReport, node: str = "", now: float = 0.0) -> NodeSnapshot:
+    """The model of a ``--show-temperature --show-usage --show-memory`` report: identity by PCI
+    address (the report prints no UUID), readings, health ok (it shows no state), no processes."""
+    out = []
+    for g in r.gpus:
+        rd = Readings(QUALITY_REPORT)
+        rd.put(F.UTILIZATION, g.utilization_ratio)
+        rd.put(F.MEMORY_TOTAL, g.memory_total_bytes)
+        rd.put(F.MEMORY_USED, g.memory_used_bytes)
+        rd.put(F.TEMP_CORE, g.temperature_celsius)
+        ident = DeviceIdentity(vendor=VENDOR, kind=KIND, index=g.index, uuid=gpu_uuid(g),
+                               model=profiles.normalize_model(VENDOR, g.name), pci_address=g.bus_id,
+                               name=g.name or None)
+        out.append(DeviceSample(identity=ident, timestamp=now, readings=rd, health=Health("ok", ())))
+    return NodeSnapshot(node=node, time=now, devices=tuple(out))
+
+
 def parse_any(text: str) -> Any:
-    """``hetero-exporter parse mx-smi FILE``: the default table gives a NodeSnapshot; ``topo -m``
-    / ``topo -n`` their matrix, ``--show-process`` its processes (ParsedOutput)."""
-    kind = detect(text)
+    """``hetero-exporter parse mx-smi FILE``: the default table or the ``--show-*`` report give a
+    NodeSnapshot; ``topo -m`` / ``topo -n`` their matrix, ``--show-process`` its processes,
+    ``-L`` its GPU list (ParsedOutput)."""
+    try:
+        kind = detect(text)
+    except ParseError:
+        if listing.is_list(text):
+            return ParsedOutput(f"{TOOL} -L", [dataclasses.asdict(g) for g in listing.parse_list(text)])
+        if listing.is_report(text):
+            return report_snapshot(listing.parse_report(text))
+        raise
     if kind == TOOL:
         return table_snapshot(parse_table(text))
     if kind.startswith(f"{TOOL} topo"):
@@ -136,6 +193,7 @@ def parse_any(text: str) -> Any:
 # --------------------------------------------------------------------------- collector
 
 DEFAULT_TOPO_INTERVAL = 600.0
+LIST_ARGS = ("-L",)
 _NODE = "node"  # the schedule's target of the node-wide topology call
 
 
@@ -147,6 +205,8 @@ class MxSmiCollector(CliCollector):
 
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
+        # MACA's Version.txt below the host root: the runtime version where the title prints none
+        self.runtime_version = versions.discover(str(self.settings.get("host_root") or "/")).runtime_version
         topo = float(self.settings.get("topo_interval", DEFAULT_TOPO_INTERVAL))
         self.topo_schedule = DetailSchedule({"topo": topo}, self.interval, 1)
         # MetaXLink topology before the first cycle, with a quarter of the cycle budget: it is
@@ -177,18 +237,51 @@ class MxSmiCollector(CliCollector):
         st = self.topo_schedule.latest((_NODE, "topo"))
         return st.value if st is not None else None
 
+    def _listed(self, deadline: float) -> tuple[listing.MxListed, ...]:
+        """``mx-smi -L`` (the GPUs' UUIDs); () where it fails (logged: ids by PCI address)."""
+        try:
+            return listing.parse_list(self.cli.call(LIST_ARGS, deadline))
+        except Exception as e:  # noqa: BLE001 - the PCI address is the id then
+            log.warning("mx-smi -L failed (%s): GPUs identified by PCI address", e)
+            return ()
+
+    def _identities(self, t: MxTable, topo: Optional[MxTopo], deadline: float) -> dict[int, DeviceIdentity]:
+        """Index -> identity: pinned ones as they are (their index updated), new ones (not read by
+        this process yet) from one ``mx-smi -L`` call for all of them."""
+        out: dict[int, DeviceIdentity] = {}
+        new = []
+        for g in t.gpus:
+            pinned = (self.identities.recall(pci_address=g.bus_id, restored=False) if g.bus_id
+                      else self.identities.recall(index=g.index, restored=False))
+            if pinned is None:
+                new.append(g)
+            else:
+                out[g.index] = pinned if pinned.index == g.index else dataclasses.replace(pinned, index=g.index)
+        if not new:
+            return out
+        listed = self._listed(deadline)
+        by_bus = {x.bus_id: x.uuid for x in listed if x.bus_id and x.uuid}
+        by_index = {x.index: x.uuid for x in listed if x.uuid}
+        for g in new:
+            listed_uuid = by_bus.get(g.bus_id) if g.bus_id and by_bus else by_index.get(g.index)
+            uuid = gpu_uuid(g, listed_uuid) if listed_uuid else None
+            if uuid is None:  # -L failed or printed none: the id this GPU had before (restored), if any
+                before = self.identities.recall(pci_address=g.bus_id) if g.bus_id else None
+                uuid = before.uuid if before is not None else None
+            numa = self.numa(g.bus_id)
+            if numa is None and topo is not None:
+                numa = topo.numa.get(g.index)  # topo's Node Affinity where sysfs says nothing
+            out[g.index] = identity_of(g, t, numa, uuid, self.runtime_version)
+        return out
+
     def devices(self, t: MxTable, now: float, deadline: float) -> list[DeviceSample]:
         if deadline - time.monotonic() > 0.25 * self.budget and self.topo_schedule.due([(_NODE, "topo")], now):
             self._refresh_topo(deadline)
         topo = self._topo()
+        idents = self._identities(t, topo, deadline)
         out, uuids = [], {}
         for g in t.gpus:
-            ident = self.identities.recall(uuid=gpu_uuid(g))
-            if ident is None:
-                numa = self.numa(g.bus_id)
-                if numa is None and topo is not None:
-                    numa = topo.numa.get(g.index)  # topo's Node Affinity where sysfs says nothing
-                ident = identity_of(g, t, numa)
+            ident = idents[g.index]
             uuids[g.index] = ident.uuid
             out.append(self.sample(ident, now, readings_of(g), conditions(g),
                                    processes=processes_of(t, g, ident.uuid), processes_reported=t.process_section))

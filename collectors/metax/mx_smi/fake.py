@@ -2,7 +2,8 @@
 (hetero_exporter.sdk.fake_tool: launcher, scenario time per call, failure modes).
 
 ``mx-smi`` prints the default table in one of LAYOUTS (the header and cell placement of the
-real versions, see parse.py) and the process table; ``mx-smi topo -m`` the link matrix
+real versions, see parse.py) and the process table; ``mx-smi -L`` the GPU list with each GPU's
+scenario uuid (``GPU#0  MXC500  0000:0e:00.0  Available (UUID: GPU-...)``); ``mx-smi topo -m`` the link matrix
 (MetaXLink ``MX`` inside groups of ``extra.metaxlink_group`` GPUs, ``NODE`` across groups on
 one NUMA node, ``SYS`` across nodes) and ``topo -n`` the same with ``settings.nics`` NICs.
 
@@ -162,6 +163,23 @@ def render_topo(gpus: Sequence[tuple[int, int]], group: int, nics: int = 0, stam
     return "\n".join(lines) + "\n"
 
 
+def render_list(devices: Sequence[Any], version: str = "2.2.9") -> str:
+    """``mx-smi -L``: the banner, then one line per GPU with its uuid (a GPU whose
+    ``extra.gpu_state`` is not Available prints no UUID, as the real tool does)."""
+    out = [f"mx-smi  version: {version}"]
+    for d in devices:
+        state = str(d.extra.get("gpu_state", "Available"))
+        head = f"GPU#{d.index:<4} {_short(d.product):<11} {d.pci_address}   "
+        out.append(head + (f"Available (UUID: {d.uuid})" if state == "Available" else f"Not Available({state})"))
+    return "\n".join(out) + "\n"
+
+
+def _short(product: str) -> str:
+    """-L prints the short board name (``MXC500``) where the table prints ``MetaX C500``."""
+    name = product.replace("MetaX ", "MX").replace(" ", "")
+    return name or "MX"
+
+
 def _num(v: Optional[float], fmt: str) -> str:
     return "N/A" if v is None else fmt.format(v)
 
@@ -211,6 +229,8 @@ def answer(scenario: Any, t: float, argv: Sequence[str]) -> tuple[int, str, str]
         return 0, render_table(rows, procs, layout, first.driver_version if first else "2.15.9",
                                str(first.extra.get("maca_version", "2.32.0.6")) if first else "2.32.0.6",
                                (first.firmware_version if first else "") or "1.25.1.0", stamp), ""
+    if args == ["-L"]:
+        return 0, render_list(listed, version=VERSIONS.get(str(cfg.get("layout", "2.2.4")), "2.2.4")), ""
     if args in (["topo", "-m"], ["topo", "-n"]):
         group = int(first.extra.get("metaxlink_group", 4)) if first else 4
         nics = int(cfg.get("nics", 2)) if args[1] == "-n" else 0
