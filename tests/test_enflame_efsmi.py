@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import test_vendor_contract as contract
-from conftest import ROOT, shared_fixture
+from conftest import ROOT, shared_fixture, shared_fixtures
 from hetero_exporter import cli, registry, vendors
 from hetero_exporter.model import snapshot_from_json
 from hetero_exporter.sdk.contract import ParseError
@@ -119,7 +119,8 @@ def test_the_capture_parses_to_what_it_says(enflame):
     snap = collector.parse_any(capture_text())
     d0, d1 = snap.devices
     assert (d0.identity.vendor, d0.identity.kind, d0.identity.model) == ("enflame", "gcu", "S60")
-    assert d0.identity.uuid == "A073640510015" and d0.identity.runtime_version == "1.2.0.301"
+    assert d0.identity.uuid == "A073640510015" and d0.identity.driver_version == "1.2.0.301"
+    assert d0.identity.runtime_version is None  # efsmi prints no TopsRider version; never the driver's
     assert d1.value("memory_total_bytes") == 42976 * MIB
     assert d0.value("power_watts") == 105 and d0.value("power_limit_watts") == 300
     assert d0.value("utilization_ratio") == 0.0
@@ -289,7 +290,10 @@ def test_contract_spec(enflame):
 
 
 def test_contract_captures(enflame):
-    assert contract.check_captures(enflame) == 1
+    found = shared_fixtures("efsmi")
+    if not found:
+        pytest.skip("no efsmi captures (../shared/fixtures/efsmi absent)")
+    assert contract.check_captures(enflame) == len(found)
 
 
 def test_contract_parser_fuzz(enflame):

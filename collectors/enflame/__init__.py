@@ -48,4 +48,5 @@ SPEC = VendorSpec(
     collectors=(CollectorEntry("efsmi", "enflame", "hetero_exporter.collectors.enflame.efsmi.collector",
                                description="Enflame GCUs through `efsmi` (+ `efsmi -q` at a cadence)"),),
     parsers={"efsmi": "hetero_exporter.collectors.enflame.efsmi.collector:parse_any"},
+    versions="hetero_exporter.collectors.enflame.versions:discover",
 )

@@ -48,5 +48,6 @@ SPEC = VendorSpec(
     collectors=(CollectorEntry("ixsmi", "iluvatar", "hetero_exporter.collectors.iluvatar.ixsmi.collector",
                                description="Iluvatar CoreX GPUs through `ixsmi` (+ one uuid query per new device)"),),
     parsers={"ixsmi": "hetero_exporter.collectors.iluvatar.ixsmi.collector:parse_any"},
+    versions="hetero_exporter.collectors.iluvatar.versions:discover",
 )
 

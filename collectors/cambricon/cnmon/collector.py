@@ -117,7 +117,7 @@ def _identity(c: MluCard, uuid: str, driver: Optional[str], info: Optional[InfoR
     drv = drv[1:] if drv and drv[:1] in "vV" else drv
     return DeviceIdentity(vendor="cambricon", kind="mlu", index=c.card, uuid=uuid,
                           model=profiles.normalize_model("cambricon", c.name), pci_address=c.bus_id,
-                          numa_node=numa, driver_version=drv, runtime_version=runtime or drv,
+                          numa_node=numa, driver_version=drv, runtime_version=runtime or None,
                           firmware_version=c.firmware or (info.firmware if info else None),
                           name=c.name or None, serial=info.serial if info else None)
 
@@ -204,7 +204,8 @@ class CnmonCollector(CliCollector):
         self.topo_schedule = DetailSchedule({"topo": topo}, self.interval, 1)
         self._late: dict[int, int] = {}  # card -> identity calls that ran out of time
         self._known: dict[tuple[int, str], _Known] = {}
-        # Neuware (collectors/cambricon/versions.py) below settings.host_root, else the driver
+        # Neuware (collectors/cambricon/versions.py) below settings.host_root, else unknown
+        # (cnmon prints no Neuware version; the driver's is not the runtime's)
         self.runtime_version = versions.discover(str(settings.get("host_root", "/"))).runtime_version
         # MLU-Link topology at start, before the first cycle (a snapshot of one cycle, what
         # ``inspect`` prints, has the links), with a quarter of the cycle budget; then every

@@ -121,11 +121,16 @@ class CnmonInfo:
 # --------------------------------------------------------------------------- value helpers
 
 
+# A value masked in a published capture ("0 MiB/ xxxxx MiB": the author hid the card's memory,
+# keeping the widths). cnmon prints digits there; the masked value is unknown, so absent.
+_MASKED = re.compile(r"x{2,}", re.I)
+
+
 def _num(text: str, line: Optional[int], what: str, unit: str = "") -> Optional[float]:
     t = text.strip()
     if unit and t.upper().endswith(unit.upper()):
         t = t[: -len(unit)].strip()
-    if t.upper() in _NA:
+    if t.upper() in _NA or _MASKED.fullmatch(t):
         return None
     try:
         v = float(t)
@@ -175,8 +180,8 @@ _VALUE_RX = {
     "fan": r"\d+(?:\.\d+)?%|N/A", "temp": r"-?\d+(?:\.\d+)?C|N/A",
     "pwr:usage/cap": r"(?:[\d.]+|N/A)(?:\s*W)?\s*/\s*(?:[\d.]+|N/A)(?:\s*W)?|N/A",
     "bus-id": r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]|N/A",
-    "memory-usage": r"(?:\d+|N/A)(?:\s*MiB)?\s*/\s*(?:\d+|N/A)(?:\s*MiB)?|N/A",
-    "vmemory-usage": r"(?:\d+|N/A)(?:\s*MiB)?\s*/\s*(?:\d+|N/A)(?:\s*MiB)?|N/A",
+    "memory-usage": r"(?:\d+|N/A|x+)(?:\s*MiB)?\s*/\s*(?:\d+|N/A|x+)(?:\s*MiB)?|N/A",
+    "vmemory-usage": r"(?:\d+|N/A|x+)(?:\s*MiB)?\s*/\s*(?:\d+|N/A|x+)(?:\s*MiB)?|N/A",
     "util": r"\d+(?:\.\d+)?%|N/A", "ecc-error": r"\d+|N/A",
     "sr-iov": r"\S+", "compute-mode": r"\S+",
 }

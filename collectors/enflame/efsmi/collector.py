@@ -9,9 +9,10 @@ Invocations (stated; benchmarks count them through ``calls``):
   (default 60; 0 disables) for what the table lacks: memory used, Health, RMA flags, DBE.
   A failed ``-q`` keeps the previous answer (its readings age) and never fails the cycle.
 
-The runtime version: efsmi prints the driver version only ("Driver Ver"); TopsRider, the
-runtime stack, ships the driver of the same version number, so runtime_version is the
-driver version (settings ``runtime_version`` overrides it where a host knows better).
+The runtime version: efsmi prints its own and the driver's version only (``EFSMI``, ``Driver
+Ver``), no TopsRider one; the runtime version is settings ``runtime_version`` where a host
+states it, else the TopsRider install's version file below settings ``host_root``
+(collectors/enflame/versions.py), else None (unknown; never the driver version).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, 
 from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault,
                                                worst_state)
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.collectors.enflame import versions
 
 from .parse import (MIB, STATE_FIELDS, TOOL, EfsmiTable, GcuDetail, GcuDevice, detect,  # noqa: F401
                     parse_query, parse_table)
@@ -79,7 +81,7 @@ def identity_of(d: GcuDevice, t: EfsmiTable, detail: Optional[GcuDetail] = None,
     drv = t.driver_version or (detail.driver_version if detail else None)
     return DeviceIdentity(vendor=VENDOR, kind=KIND, index=d.index, uuid=device_uuid(d, detail),
                           model=profiles.normalize_model(VENDOR, d.name), pci_address=d.bus_id, numa_node=numa,
-                          driver_version=drv, runtime_version=runtime or drv, firmware_version=d.firmware,
+                          driver_version=drv, runtime_version=runtime or None, firmware_version=d.firmware,
                           name=d.name or None, serial=d.serial or (detail.serial if detail else None))
 
 
@@ -144,9 +146,13 @@ def table_snapshot(t: EfsmiTable, details: Sequence[GcuDetail] = (), node: str =
 
 def parse_any(text: str) -> Any:
     """``hetero-exporter parse efsmi FILE``: the default table gives a NodeSnapshot;
-    ``efsmi -q`` gives its per-device blocks."""
-    if detect(text) == "efsmi -q":
+    ``efsmi -q`` gives its per-device blocks; ``efsmi dmon`` its devices (no bus ids)."""
+    kind = detect(text)
+    if kind == "efsmi -q":
         return ParsedOutput("efsmi -q", {"devices": [vars(x) for x in parse_query(text)]})
+    if kind == "efsmi dmon":
+        from .dmon import parse_dmon
+        return table_snapshot(parse_dmon(text))
     return table_snapshot(parse_table(text))
 
 
@@ -162,7 +168,8 @@ class EfsmiCollector(CliCollector):
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
         self._query_interval = float(self.settings.get("query_interval", DEFAULT_QUERY_INTERVAL))
-        self._runtime = self.settings.get("runtime_version")
+        self._runtime = (self.settings.get("runtime_version")
+                         or versions.discover(str(self.settings.get("host_root", "/"))).runtime_version)
         self._details: tuple[GcuDetail, ...] = ()
         self._details_at: Optional[float] = None
         self._dbe: dict[str, float] = {}  # uuid -> Total DBE at the previous -q answer

@@ -392,7 +392,10 @@ def parse_query(text: str) -> tuple[GcuDetail, ...]:
 
 
 def detect(text: str) -> str:
-    """``efsmi`` (the default table) or ``efsmi -q`` (the detail report)."""
+    """``efsmi`` (the default table), ``efsmi -q`` (the detail report) or ``efsmi dmon`` (the
+    columnar monitor, dmon.py)."""
     if any(_DEV_ID.match(ln) for ln in text.splitlines()[:4000]):
         return "efsmi -q"
+    if any(ln.lstrip().lower().startswith("*dev") for ln in text.splitlines()[:200]):
+        return "efsmi dmon"
     return "efsmi"

@@ -15,7 +15,8 @@ Invocations:
   identity, pinned), never per cycle. Where it fails, the chip's id is its PCI address.
 
 Runtime version: the IX-ML version of the title (the CoreX SDK release the management library
-ships with, e.g. 4.1.0), else the driver version.
+ships with, e.g. 4.1.0), else the CoreX install's version file (collectors/iluvatar/versions.py),
+else None (never the driver version).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from .parse import (CSV_FIELDS, DEFAULT_FIELDS, MIB, TOOL, IxGpu, IxsmiOutput, detect,  # noqa: F401 - API
                     parse_csv, parse_table)
 from . import parse as _parse
+from hetero_exporter.collectors.iluvatar import versions
 
 log = logging.getLogger(__name__)
 VENDOR, KIND = "iluvatar", "gpu"
@@ -109,12 +111,15 @@ def device_uuid(g: IxGpu, uuid: Optional[str] = None) -> str:
     return f"iluvatar-index-{g.index}"
 
 
-def identity_of(g: IxGpu, out: IxsmiOutput, uuid: Optional[str] = None, numa: Optional[int] = None) -> DeviceIdentity:
+def identity_of(g: IxGpu, out: IxsmiOutput, uuid: Optional[str] = None, numa: Optional[int] = None,
+                runtime: Optional[str] = None) -> DeviceIdentity:
+    """``runtime``: the CoreX version of the host's install (collectors/iluvatar/versions.py),
+    used where the title prints no IX-ML version (the CSV); never the driver's."""
     driver = out.driver_version or g.driver_version
     return DeviceIdentity(vendor=VENDOR, kind=KIND, index=g.index, uuid=device_uuid(g, uuid),
                           model=profiles.normalize_model(VENDOR, g.name) if g.name else "",
                           pci_address=g.bus_id, numa_node=numa, driver_version=driver,
-                          runtime_version=out.ml_version or driver, name=g.name or None,
+                          runtime_version=out.ml_version or runtime or None, name=g.name or None,
                           serial=g.serial)
 
 
@@ -155,6 +160,8 @@ class IxsmiCollector(CliCollector):
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
         self._known: dict[tuple[int, Optional[str]], DeviceIdentity] = {}
+        # CoreX below settings.host_root, where the title prints no IX-ML version
+        self._runtime = versions.discover(str(self.settings.get("host_root", "/"))).runtime_version
 
     def parse_summary(self, text: str) -> IxsmiOutput:
         return parse_table(text)
@@ -181,7 +188,7 @@ class IxsmiCollector(CliCollector):
                 pinned = self.identities.recall(pci_address=g.bus_id) if g.bus_id else None
                 u = by_bus.get(g.bus_id) if g.bus_id else by_index.get(g.index)
                 self._known[(g.index, g.bus_id)] = (dataclasses.replace(pinned, index=g.index) if pinned
-                                                    else identity_of(g, out, u, self.numa(g.bus_id)))
+                                                    else identity_of(g, out, u, self.numa(g.bus_id), self._runtime))
         samples = []
         for g in out.gpus:
             ident = self._known[(g.index, g.bus_id)]

@@ -75,7 +75,7 @@ class IxProcess:
 
 @dataclass(frozen=True)
 class IxsmiOutput:
-    """A parsed ixsmi output. ``layout``: ``table`` or ``csv``; ``ml_version`` the IX-ML
+    """A parsed ixsmi output. ``layout``: ``table``, ``xml`` or ``csv``; ``ml_version`` the IX-ML
     (CoreX management library) version of the title, ``cuda_version`` the CUDA API level
     CoreX implements; ``process_section``: the Processes box was printed (so an empty
     process list means none run, not unknown)."""
@@ -377,8 +377,11 @@ def parse_csv(text: str, fields: Optional[Sequence[str]] = None) -> IxsmiOutput:
 
 
 def detect(text: str) -> str:
-    """``table`` (a box with a GPU / Bus-Id header) or ``csv`` (a --query-gpu answer)."""
+    """``table`` (a box with a GPU / Bus-Id header), ``xml`` (``ixsmi -q -x``, query_xml.py)
+    or ``csv`` (a --query-gpu answer)."""
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    if first.lstrip().startswith("<"):
+        return "xml"
     if "|" in text and "Bus-Id" in text:
         return "table"
     if "," in first:
@@ -389,8 +392,12 @@ def detect(text: str) -> str:
 def parse_any(text: str) -> IxsmiOutput:
     """Either output; a noheader CSV is read with DEFAULT_FIELDS (gpustack's query) when it
     has as many values per line, else it needs its field list (a clear ParseError)."""
-    if detect(text) == "table":
+    kind = detect(text)
+    if kind == "table":
         return parse_table(text)
+    if kind == "xml":
+        from .query_xml import parse_xml  # builds on this module's structures
+        return parse_xml(text)
     first = next(ln for ln in text.splitlines() if ln.strip())
     if csv_header(first) is not None:
         return parse_csv(text)
