@@ -240,6 +240,7 @@ class Wiring:
             kubeconfig=getattr(args, "kubeconfig", None), listen=getattr(args, "listen", None))
         self.flags = _collector_flags(extra)
         self.pci_devices = pci.scan(self.cfg.sysfs_root)
+        self.pci_readable = pci.readable(self.cfg.sysfs_root)
         simulate = args.simulate
         if simulate is None and args.simulate_if_absent and not self.pci_devices:
             simulate = "default"
@@ -297,12 +298,17 @@ class Wiring:
             explicit = self.flags.get(name, self.cfg.collector_settings(name).get("enabled"))
             if explicit is not None:
                 on = bool(explicit)
-            elif self.scenario is None and not self.pci_devices:
-                on = e.default  # PCI unreadable or empty: try every default collector
+            elif self.scenario is None and not self.pci_readable:
+                on = e.default  # PCI unreadable: cannot tell, try every default collector
             else:
                 on = e.default and (not e.vendor or e.vendor in present)
             if on:
                 chosen.append(e)
+        if not chosen and self.scenario is None and self.pci_readable:
+            # a CPU node: a collector of a vendor with no device on the bus is not down, it has
+            # nothing to read, so none runs (and no AcceleratorCollectorDown fires here)
+            log.info("no accelerator of a known vendor on the PCI bus: no collector runs",
+                     extra={"sysfs_root": self.cfg.sysfs_root})
         return chosen
 
     def expected(self) -> dict[str, int]:
@@ -347,7 +353,7 @@ class Wiring:
             scanned: Optional[list[Any]] = simulated_scan(self.scenario, self.clock, registry.pci_vendors())()
             boot, machine = f"sim-{self.scenario.name}", None
         else:
-            scanned = self.pci_devices if os.path.isdir(os.path.join(self.cfg.sysfs_root, "bus", "pci")) else None
+            scanned = self.pci_devices if self.pci_readable else None
             boot, machine = _boot_id(), _machine_id(self.host_root)
         bus = None
         if scanned is not None:

@@ -44,6 +44,16 @@ def _hex(s: Optional[str]) -> Optional[int]:
         return None
 
 
+def readable(sysfs_root: str = "/sys") -> bool:
+    """Whether the PCI bus can be listed at all (an empty ``scan`` then means no accelerator,
+    not "cannot tell")."""
+    try:
+        os.listdir(os.path.join(sysfs_root, "bus", "pci", "devices"))
+    except OSError:
+        return False
+    return True
+
+
 def scan(sysfs_root: str = "/sys") -> list[PciDevice]:
     """All accelerator-class PCI functions; an unreadable sysfs gives an empty list."""
     base = os.path.join(sysfs_root, "bus", "pci", "devices")

@@ -90,6 +90,31 @@ def selects(ds: dict, labels: dict[str, str]) -> bool:
                for t in required["nodeSelectorTerms"])
 
 
+def _accelerator_rule() -> list[tuple[set[str], set[str]]]:
+    """(classes, vendor ids) of each matchAny entry of deploy/base/accelerator-nodes.yaml."""
+    doc = yaml.safe_load((DEPLOY / "base" / "accelerator-nodes.yaml").read_text())
+    assert doc["kind"] == "NodeFeatureRule" and doc["apiVersion"] == "nfd.k8s-sigs.io/v1alpha1"
+    (rule,) = doc["spec"]["rules"]
+    assert rule["labels"] == {affinity.ACCELERATOR_LABEL: "true"}
+    out = []
+    for entry in rule["matchAny"]:
+        (feature,) = entry["matchFeatures"]
+        assert feature["feature"] == "pci.device"
+        m = feature["matchExpressions"]
+        assert m["class"]["op"] == m["vendor"]["op"] == "In"
+        out.append((set(m["class"]["value"]), set(m["vendor"]["value"])))
+    return out
+
+
+def with_nfd(labels: dict[str, str]) -> dict[str, str]:
+    """The node's labels plus what node-feature-discovery adds by the shipped NodeFeatureRule:
+    its PCI labels (pci-<class>_<vendor>.present) matched against the rule's entries."""
+    pci = [k.removeprefix("feature.node.kubernetes.io/pci-").removesuffix(".present").split("_")
+           for k, v in labels.items() if k.startswith("feature.node.kubernetes.io/pci-") and v == "true"]
+    hit = any(cls in classes and vid in vids for cls, vid in pci for classes, vids in _accelerator_rule())
+    return {**labels, f"feature.node.kubernetes.io/{affinity.ACCELERATOR_LABEL}": "true"} if hit else dict(labels)
+
+
 def claim_nodes(vendor: str) -> list[dict[str, str]]:
     """One node per label that makes a node this vendor's (each value of a multi-value label)."""
     return [{**LINUX, key: value} for key, values, _ in affinity.claims(vendor) for value in values]
@@ -179,18 +204,21 @@ def test_each_privileged_component_says_why_in_its_own_patch():
 def test_a_components_agent_keeps_to_its_vendors_nodes(component):
     vendor, objs = component
     for labels in claim_nodes(vendor):
-        assert runs_on(objs, labels) == {vendor}, labels
-    for labels in NOT_ACCELERATOR_NODES:
-        assert runs_on(objs, {**LINUX, **labels}) == {"generic"}, labels
+        assert runs_on(objs, with_nfd(labels)) == {vendor}, labels
+    for labels in NOT_ACCELERATOR_NODES:  # issue 24: no agent at all on a node with no accelerator
+        assert runs_on(objs, with_nfd({**LINUX, **labels})) == set(), labels
     for other in affinity.ORDER:
         if other == vendor:
             continue
         for labels in claim_nodes(other):
-            assert runs_on(objs, labels) == {"generic"}, labels
+            # the generic agent where NFD saw the accelerator on the bus (a node known only by a
+            # vendor's own label has no NFD label: its vendor's component serves it)
+            nfd = with_nfd(labels)
+            assert runs_on(objs, nfd) == ({"generic"} if len(nfd) > len(labels) else set()), labels
             # a node of both: the earlier vendor's agent; that vendor's component is not in this
             # overlay, so the node runs none (all-vendors has every component)
             for own in claim_nodes(vendor):
-                found = runs_on(objs, {**labels, **own})
+                found = runs_on(objs, with_nfd({**labels, **own}))
                 earlier = affinity.ORDER.index(other) < affinity.ORDER.index(vendor)
                 assert found == (set() if earlier else {vendor}), (labels, own, found)
 

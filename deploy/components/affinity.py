@@ -12,6 +12,11 @@ of the vendor's *claims*:
   itself counts (hetero_exporter/pci.py: display 03xx, processing accelerator 1200);
 - labels a vendor's own software sets (``VENDOR_LABELS``), for clusters without NFD.
 
+The generic agent of deploy/base goes only to nodes with an accelerator: NFD labels them
+``feature.node.kubernetes.io/hetero-exporter-accelerator=true`` by the NodeFeatureRule this script
+writes (``deploy/base/accelerator-nodes.yaml``: a PCI function of an accelerator class from a vendor
+id of any spec), so a CPU-only node runs no agent at all.
+
 One agent per node: a node that two vendors claim runs only the agent of the vendor that comes
 first in ``ORDER`` (each later vendor's terms carry NotIn expressions for every earlier vendor's
 claims); with two vendors of the privileged kind (all but NVIDIA) that agent reads both, since they
@@ -112,8 +117,33 @@ def exclusion(vendor: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+ACCELERATOR_LABEL = "hetero-exporter-accelerator"  # NFD puts it under feature.node.kubernetes.io/
+
+
+def accelerator_rule() -> str:
+    """deploy/base/accelerator-nodes.yaml: the NodeFeatureRule (nfd.k8s-sigs.io/v1alpha1) that
+    labels a node with an accelerator of any vendor (the generic agent's node selector)."""
+    every = sorted({f"{vid:04x}" for v in ORDER for vid in pci_vendor_ids(v)})
+    no_vga = sorted({f"{vid:04x}" for v in ORDER if v not in SERVER_GRAPHICS for vid in pci_vendor_ids(v)})
+    others = sorted(c for c in ACCELERATOR_CLASSES if c != "0300")
+    lines = [HEADER.format(vendor="*"), "#",
+             f"# node-feature-discovery labels feature.node.kubernetes.io/{ACCELERATOR_LABEL}=true on a node with a",
+             "# PCI function of an accelerator class from a vendor id of any spec (VGA 0300 only for the vendors",
+             "# whose id no server's BMC graphics shares); the generic agent (daemonset.yaml) selects on it.",
+             "apiVersion: nfd.k8s-sigs.io/v1alpha1", "kind: NodeFeatureRule", "metadata:",
+             "  name: hetero-exporter-accelerator", "spec:", "  rules:", "    - name: hetero-exporter accelerator",
+             "      labels:", f'        "{ACCELERATOR_LABEL}": "true"', "      matchAny:",
+             "        - matchFeatures:", "            - feature: pci.device", "              matchExpressions:",
+             f"                class: {{op: In, value: {json.dumps(others)}}}",
+             f"                vendor: {{op: In, value: {json.dumps(every)}}}",
+             "        - matchFeatures:", "            - feature: pci.device", "              matchExpressions:",
+             '                class: {op: In, value: ["0300"]}',
+             f"                vendor: {{op: In, value: {json.dumps(no_vga)}}}"]
+    return "\n".join(lines) + "\n"
+
+
 def files() -> dict[Path, str]:
-    out = {}
+    out = {COMPONENTS.parent / "base" / "accelerator-nodes.yaml": accelerator_rule()}
     for vendor in ORDER:
         out[COMPONENTS / vendor / "agent" / "affinity.yaml"] = affinity(vendor)
         out[COMPONENTS / vendor / "exclude-from-generic.yaml"] = exclusion(vendor)
