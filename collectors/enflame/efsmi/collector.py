@@ -56,8 +56,8 @@ def _fault(code: str, message: str, source: str = TOOL) -> Fault:
 
 
 def _detail_for(d: GcuDevice, details: Sequence[GcuDetail]) -> Optional[GcuDetail]:
-    """The ``-q`` block of a table row: same serial, else same bus id, else same index."""
-    for key in ("serial", "bus_id"):
+    """The ``-q`` block of a table row: same bus id, else same serial, else same index."""
+    for key in ("bus_id", "serial"):  # the address first: SR-IOV VFs share their card's SN
         mine = getattr(d, key)
         if mine:
             hit = next((x for x in details if getattr(x, key) == mine), None)
@@ -66,20 +66,23 @@ def _detail_for(d: GcuDevice, details: Sequence[GcuDetail]) -> Optional[GcuDetai
     return next((x for x in details if x.index == d.index and not (x.serial and d.serial)), None)
 
 
-def device_uuid(d: GcuDevice, detail: Optional[GcuDetail] = None) -> str:
+def device_uuid(d: GcuDevice, detail: Optional[GcuDetail] = None, peers: Sequence[GcuDevice] = ()) -> str:
     """``Dev UUID`` of efsmi -q (the device plugin's id), else the serial (SN), else the
-    PCI address, else the index."""
+    PCI address, else the index. SR-IOV VFs of one card print the card's SN (the S60G VF
+    capture): where another of ``peers`` (the table's devices) shares it, the PCI address
+    is added, so each VF has its own uuid."""
     if detail is not None and detail.uuid:
         return detail.uuid
     if d.serial:
-        return d.serial
+        shared = d.bus_id and any(o is not d and o.serial == d.serial for o in peers)
+        return f"{d.serial}-{d.bus_id}" if shared else d.serial
     return f"enflame-pci-{d.bus_id}" if d.bus_id else f"enflame-index-{d.index}"
 
 
 def identity_of(d: GcuDevice, t: EfsmiTable, detail: Optional[GcuDetail] = None, numa: Optional[int] = None,
                 runtime: Optional[str] = None) -> DeviceIdentity:
     drv = t.driver_version or (detail.driver_version if detail else None)
-    return DeviceIdentity(vendor=VENDOR, kind=KIND, index=d.index, uuid=device_uuid(d, detail),
+    return DeviceIdentity(vendor=VENDOR, kind=KIND, index=d.index, uuid=device_uuid(d, detail, t.devices),
                           model=profiles.normalize_model(VENDOR, d.name), pci_address=d.bus_id, numa_node=numa,
                           driver_version=drv, runtime_version=runtime or None, firmware_version=d.firmware,
                           name=d.name or None, serial=d.serial or (detail.serial if detail else None))
@@ -136,7 +139,7 @@ def table_snapshot(t: EfsmiTable, details: Sequence[GcuDetail] = (), node: str =
     out = []
     for d in t.devices:
         det = _detail_for(d, details)
-        uuid = device_uuid(d, det)
+        uuid = device_uuid(d, det, t.devices)
         reasons = tuple(table_conditions(d, t) + detail_conditions(d, det))
         out.append(DeviceSample(identity=identity_of(d, t, det), timestamp=now, readings=readings_of(d, det),
                                 health=Health(worst_state(reasons), reasons), faults=reasons,
@@ -207,7 +210,7 @@ class EfsmiCollector(CliCollector):
         for d in parsed.devices:
             det = _detail_for(d, self._details)
             ident = (self.identities.recall(pci_address=d.bus_id) if d.bus_id else None) \
-                or self.identities.recall(uuid=device_uuid(d, det)) \
+                or self.identities.recall(uuid=device_uuid(d, det, parsed.devices)) \
                 or identity_of(d, parsed, det, self.numa(d.bus_id), self._runtime)
             current = table_conditions(d, parsed) + detail_conditions(d, det)
             if det is not None and det.total_dbe is not None and fresh:

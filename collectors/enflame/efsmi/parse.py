@@ -373,9 +373,9 @@ def parse_query(text: str) -> tuple[GcuDetail, ...]:
             cur["rma"] = _text(val)
         elif key == "total dbe":
             cur["total_dbe"] = _num(val, "", "Total DBE", i)
-        elif key in ("total size", "mem size"):
+        elif key in ("total size", "mem size") and "bar" not in section:  # BARn Mem Info: an aperture
             cur["memory_total_mib"] = _num(val, "MiB", key, i)
-        elif key in ("used size", "mem usage"):
+        elif key in ("used size", "mem usage") and "bar" not in section:
             cur["memory_used_mib"] = _num(val, "MiB", key, i)
         elif key == "cur power":
             cur["power_w"] = _num(val, "W", key, i)
