@@ -62,7 +62,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--at", type=float, default=None, metavar="T",
                    help="with --simulate: start the scenario clock at T seconds")
     p.add_argument("--kernel-log", metavar="PATH",
-                   help="kernel log to follow as a health source: /dev/kmsg (default), a text log "
+                   help="kernel log to follow as a health source: /dev/kmsg (default), 'syslog' (the same "
+                        "ring buffer through syslog(2): CAP_SYSLOG, no device access), a text log "
                         "(/var/log/kern.log, followed like tail -F), or 'off'")
     p.add_argument("--node-name", help="node name (default: $NODE_NAME, else the host name)")
     p.add_argument("--host-root", metavar="DIR",
@@ -441,8 +442,10 @@ class Wiring:
         path = settings.get("path")
         state_dir = self.state_dir
         boot_id = _boot_id() if self.scenario is None else f"sim-{self.scenario.name}"
-        if path and path != kl.KMSG:
-            source: Any = kl.FileSource(str(path), initial_bytes=int(settings.get("initial_bytes", 8 << 20)))
+        if path == kl.SYSLOG and self.scenario is None:
+            source: Any = kl.SyslogSource()
+        elif path and path != kl.KMSG and path != kl.SYSLOG:
+            source = kl.FileSource(str(path), initial_bytes=int(settings.get("initial_bytes", 8 << 20)))
         elif self.scenario is not None:
             from hetero_exporter.simulate.kernel_log import ScenarioKmsg
             ring = ScenarioKmsg(self.scenario, self.clock)

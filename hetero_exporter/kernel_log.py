@@ -23,6 +23,10 @@ devices the lines name.
   counted, ``queue-full``).
 - When /dev/kmsg cannot be opened (no CAP_SYSLOG, not mounted) it logs why once, reports
   ``up`` 0, and retries quietly every ``retry_seconds``.
+- ``SyslogSource`` (``--kernel-log=syslog``) reads the same ring buffer through syslog(2), as
+  ``dmesg`` does where /dev/kmsg is refused: it needs CAP_SYSLOG but no device, so an agent
+  that is not privileged (the NVIDIA one: its device cgroup refuses /dev/kmsg) still reads Xid
+  and SXid lines.
 
 Matching is ``hetero_exporter.sdk.kmsg`` (pure; each vendor's rules in its package).
 
@@ -48,10 +52,13 @@ fault occurrences with ``source: "kmsg"``, like the vendor APIs' events.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import errno
 import json
 import logging
 import os
+import re
 import select
 import threading
 import time
@@ -66,6 +73,7 @@ from hetero_exporter.sdk.ledger import FaultLedger
 log = logging.getLogger(__name__)
 
 KMSG = "/dev/kmsg"
+SYSLOG = "syslog"  # --kernel-log value: the ring buffer through syslog(2) (SyslogSource)
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 STATE_FILE = "kernel-log.state.json"
 READ_SIZE = 8192  # one /dev/kmsg record with its dictionary fits (CONSOLE_EXT_LOG_MAX)
@@ -167,6 +175,93 @@ class KmsgSource:
                 pass
             self._f = None
         self._poll = None
+
+
+_SYSLOG_ACTION_READ_ALL, _SYSLOG_ACTION_SIZE_BUFFER = 3, 10
+# one line of the syslog(2) buffer: <priority>[seconds.micros] text (the stamp with PRINTK_TIME)
+_SYSLOG_LINE = re.compile(rb"<(\d{1,4})>(?:\[\s*(\d{1,10})\.(\d{1,9})\]\s?)?([^\n]*)")
+_SEQ_PER_USEC = 16  # lines stamped within one microsecond, told apart in the sequence
+
+
+def klogctl_read_all(max_bytes: int) -> bytes:
+    """The kernel ring buffer as text (syslog(2) READ_ALL: non-destructive); OSError with the
+    errno (EPERM: no CAP_SYSLOG where kernel.dmesg_restrict=1)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = libc.klogctl(_SYSLOG_ACTION_SIZE_BUFFER, None, 0)
+    if size < 0:
+        err = ctypes.get_errno() or errno.EPERM
+        raise OSError(err, os.strerror(err))
+    size = min(max(int(size), 4096), max_bytes)
+    buf = ctypes.create_string_buffer(size)
+    n = libc.klogctl(_SYSLOG_ACTION_READ_ALL, buf, size)
+    if n < 0:
+        err = ctypes.get_errno() or errno.EPERM
+        raise OSError(err, os.strerror(err))
+    return buf.raw[:n]
+
+
+class SyslogSource:
+    """The kernel's ring buffer through syslog(2) (``klogctl``), for an agent that may not open
+    /dev/kmsg. Records are handed over in /dev/kmsg's format, their sequence made from the
+    timestamp (microseconds x 16 + the n-th line of that microsecond), so the follower's cursor
+    and boot id work as for /dev/kmsg; lines without a timestamp (a kernel without PRINTK_TIME)
+    cannot be told apart across reads and are skipped. The buffer is read again at most every
+    ``refill_seconds`` (its size is the kernel's, capped at ``max_bytes``)."""
+
+    kind = "kmsg"
+    sequential = False  # sequence numbers jump: a gap is no overwritten record
+
+    def __init__(self, reader: Callable[[int], bytes] = klogctl_read_all, *, refill_seconds: float = 1.0,
+                 max_bytes: int = 16 << 20):
+        self._reader = reader
+        self._refill = refill_seconds
+        self._max = max_bytes
+        self._after = -1  # sequence of the last record handed over
+        self._queue: deque = deque()
+        self._next_read = 0.0
+
+    @property
+    def name(self) -> str:
+        return "syslog(2)"
+
+    def open(self, cursor: Optional[Mapping[str, Any]] = None) -> None:
+        seq = (cursor or {}).get("seq")
+        self._after = seq if isinstance(seq, int) else -1
+        self._queue.clear()
+        self._fill()  # raises here when syslog(2) is refused: the follower says why
+
+    def _fill(self) -> None:
+        data = self._reader(self._max)
+        self._next_read = time.monotonic() + self._refill
+        last_usec, n = -1, 0
+        for m in _SYSLOG_LINE.finditer(data):
+            prio, sec, frac, text = m.groups()
+            if sec is None:
+                continue
+            usec = int(sec) * 1_000_000 + int(frac.ljust(6, b"0")[:6])
+            n = n + 1 if usec == last_usec else 0
+            last_usec = usec
+            seq = usec * _SEQ_PER_USEC + min(n, _SEQ_PER_USEC - 1)
+            if seq > self._after:
+                self._queue.append(b"%d,%d,%d,-;%s" % (int(prio), seq, usec, text))
+                self._after = seq
+
+    def read(self) -> Optional[bytes]:
+        if not self._queue and time.monotonic() >= self._next_read:
+            self._fill()
+        return self._queue.popleft() if self._queue else None
+
+    def wait(self, timeout: float) -> bool:
+        return False
+
+    def wall_time(self, usec: int) -> Optional[float]:
+        try:
+            return time.time() - (time.clock_gettime(time.CLOCK_MONOTONIC) - usec / 1e6)
+        except (AttributeError, OSError):
+            return None
+
+    def close(self) -> None:
+        self._queue.clear()
 
 
 class FileSource:
@@ -450,7 +545,7 @@ class Follower:
             if self._seq is not None:
                 if seq <= self._seq:
                     return  # handed over before a restart
-                if seq > self._seq + 1:
+                if seq > self._seq + 1 and getattr(self.source, "sequential", True):
                     with self._lock:
                         self.dropped["overwritten"] += seq - self._seq - 1
             self._seq = seq

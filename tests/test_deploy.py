@@ -333,6 +333,7 @@ def test_the_network_policy_admits_only_prometheus_to_the_metrics_port(rendered)
 
 OWN_TAINT = "hetero-exporter.io/accelerator-unhealthy"  # DESIGN: health actions
 KERNEL_LOG_OFF = "--kernel-log=off"
+KERNEL_LOG_SYSLOG = "--kernel-log=syslog"
 
 
 def tolerates(tolerations: list[dict], taint: dict) -> bool:
@@ -405,7 +406,13 @@ def assert_agent_daemonset(ds: dict, objs: list[dict], extra_taints: tuple[str, 
     kernel_log = [a for a in c["args"] if a.startswith("--kernel-log")]
     assert len(kernel_log) == 1, f"{name}: says whether it reads the kernel log ({kernel_log})"
     kmsg = mount(ds, "/dev/kmsg")
-    if kernel_log != [KERNEL_LOG_OFF]:
+    if kernel_log == [KERNEL_LOG_SYSLOG]:
+        # the ring buffer through syslog(2): CAP_SYSLOG, the one capability added, and no device
+        assert kmsg is None and not sc.get("privileged"), name
+        assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}, name
+        state = mount(ds, "/var/lib/hetero-exporter")
+        assert state and volume(ds, state["name"])["hostPath"]["path"] == "/var/lib/hetero-exporter", name
+    elif kernel_log != [KERNEL_LOG_OFF]:
         assert kernel_log == ["--kernel-log=/dev/kmsg"] and kmsg and kmsg.get("readOnly") is True, name
         assert volume(ds, kmsg["name"])["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
         # /dev/kmsg is outside an unprivileged container's device cgroup
@@ -601,3 +608,17 @@ def test_kubernetes_validate_rejects_a_broken_object():
                                                          "livenesProbe": {}}]}}}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(ds, KUBE_VERSIONS[-1], strict=True)
+
+
+def test_every_shipped_agent_reads_the_kernel_log_but_the_generic_one():
+    """Issue 24, item 7: the NVIDIA agent ran with the kernel log off, so Xid text lines and NVSwitch
+    SXids were never read on NVIDIA nodes as shipped; now only the generic agent (no vendor: nothing
+    to match) leaves it off."""
+    objs = render("overlays/all-vendors")
+    seen = {}
+    for ds in daemonsets(objs):
+        (c,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "agent"]
+        seen[ds["metadata"]["name"]] = [a for a in c["args"] if a.startswith("--kernel-log")]
+    assert seen.pop("hetero-exporter", [KERNEL_LOG_OFF]) == [KERNEL_LOG_OFF]
+    assert seen["hetero-exporter-nvidia"] == [KERNEL_LOG_SYSLOG]
+    assert len(seen) == 10 and all(v != [KERNEL_LOG_OFF] for v in seen.values()), seen

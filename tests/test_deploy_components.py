@@ -177,7 +177,8 @@ def test_each_vendor_agent_has_the_access_its_vendor_needs(component):
         assert not c["securityContext"].get("privileged")
         assert pod["runtimeClassName"] == "nvidia"
         assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
-        assert host_root_arg(ds) is None and KERNEL_LOG_OFF in c["args"]
+        # the kernel log through syslog(2): CAP_SYSLOG without privilege (issue 24)
+        assert host_root_arg(ds) is None and "--kernel-log=syslog" in c["args"]
         return
     assert c["securityContext"]["privileged"] is True
     assert host_root_arg(ds) == "/host/root" and KERNEL_LOG_OFF not in c["args"]
