@@ -96,21 +96,71 @@ def test_version_files_and_their_spellings(tmp_path):
     assert hygon_versions.dtk_version(str(tmp_path)) == "25.04"
 
 
-def test_amdsmi_runtime_from_the_binding_else_from_the_install(tmp_path):
-    sc = scenario(settings={"amd": {"runtime_version": "6.4.1"}})
-    assert {d.identity.runtime_version for d in amdsmi.create(options(tmp_path, sc)).collect()} == {"6.4.1"}
-
-    class OldBinding(FakeAmdSmi):  # amdsmi before 6.2: no amdsmi_get_rocm_version
-        def __getattribute__(self, name):
-            if name == "amdsmi_get_rocm_version":
-                raise AttributeError(name)
-            return super().__getattribute__(name)
-
+def test_versioned_install_folders_without_the_link(tmp_path):
+    for rel, text in (("opt/rocm-6.1.2/.info/version", "6.1.2-77\n"), ("opt/rocm-6.10.0/.info/version", "6.10.0-1\n"),
+                      ("opt/dtk-24.04.3/.info/version", "24.04.3\n"), ("opt/rocm-x/.info/version", "9.9\n")):
+        (tmp_path / rel).parent.mkdir(parents=True)
+        (tmp_path / rel).write_text(text)
+    assert versions.rocm_version(str(tmp_path)) == "6.10.0"  # the highest release, by number
+    assert hygon_versions.dtk_version(str(tmp_path)) == "24.04.3"
     (tmp_path / "opt/rocm/.info").mkdir(parents=True)
     (tmp_path / "opt/rocm/.info/version").write_text("6.1.2-77\n")
+    assert versions.rocm_version(str(tmp_path)) == "6.1.2"  # /opt/rocm (the default install) first
+
+
+def test_amdsmi_runtime_is_the_host_roots_rocm_never_the_bindings(tmp_path):
+    """Issue 24 item 3: the binding's amdsmi_get_rocm_version (6.4.1 here) is the agent image's
+    librocm-core; a host root without ROCm's version file gives None, one with it its version."""
+    sc = scenario(settings={"amd": {"runtime_version": "6.4.1"}})
     clock = ManualClock()
-    c = amdsmi.AmdSmiCollector(OldBinding(sc, clock), clock, {"host_root": str(tmp_path)})
+    empty = tmp_path / "bare"
+    empty.mkdir()
+    c = amdsmi.AmdSmiCollector(FakeAmdSmi(sc, clock), clock, {"host_root": str(empty)})
+    assert {d.identity.runtime_version for d in c.collect()} == {None}
+    (tmp_path / "opt/rocm/.info").mkdir(parents=True)
+    (tmp_path / "opt/rocm/.info/version").write_text("6.1.2-77\n")
+    c = amdsmi.AmdSmiCollector(FakeAmdSmi(sc, clock), clock, {"host_root": str(tmp_path)})
     assert {d.identity.runtime_version for d in c.collect()} == {"6.1.2"}
+    # simulated: the fake writes the scenario's ROCm release into its own host root
+    assert {d.identity.runtime_version for d in amdsmi.create(options(tmp_path, sc)).collect()} == {"6.4.1"}
+
+
+@pytest.mark.parametrize("tool, cls, rel, version", [
+    ("rocm-smi", rocm_smi.RocmSmiCollector, "opt/rocm/.info/version", "6.3.0"),
+    ("hy-smi", rocm_smi.HySmiCollector, "opt/dtk/.info/version", "24.04.3"),
+])
+def test_cli_runtime_is_none_without_the_runtime_file(tmp_path, tool, cls, rel, version):
+    clock = ManualClock()
+    exe, env, _root = smi_fake.install(scenario(), clock, str(tmp_path), tool)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+
+    def collect(root):
+        c = cls(exe, clock=clock, timeout=5.0, interval=10.0, extra_env=env, settings={"host_root": str(root)})
+        return {d.identity.runtime_version for d in c.collect()}
+    assert collect(bare) == {None}  # not "" and not the driver's version
+    (bare / rel).parent.mkdir(parents=True)
+    (bare / rel).write_text(version + "\n")
+    assert collect(bare) == {version}
+
+
+def test_amd_smi_cli_runtime_is_none_without_the_runtime_file(tmp_path):
+    from hetero_exporter.collectors.amd.amd_smi import collector as amd_smi
+    from hetero_exporter.collectors.amd.amd_smi import fake as amd_smi_fake
+    from pathlib import Path
+    ecc = Path(__file__).resolve().parent.parent / "fixtures" / "scenarios" / "amd-ecc-uncorrectable.yaml"
+    exe, env = amd_smi_fake.install(load(str(ecc)), ManualClock(), str(tmp_path))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+
+    def collect():
+        c = amd_smi.AmdSmiCliCollector(exe, clock=ManualClock(), timeout=5.0, interval=10.0, extra_env=env,
+                                       settings={"host_root": str(bare)})
+        return {d.identity.runtime_version for d in c.collect()}
+    assert collect() == {None}
+    (bare / "opt/rocm-7.0.1/.info").mkdir(parents=True)
+    (bare / "opt/rocm-7.0.1/.info/version").write_text("7.0.1-16\n")
+    assert collect() == {"7.0.1"}
 
 
 def test_cli_collectors_read_rocm_and_dtk_from_the_fakes_install(tmp_path):

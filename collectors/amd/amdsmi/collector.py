@@ -27,8 +27,9 @@ GPU reset events -> ``degraded`` for the hold time; PCIe replay increases are re
 Identity: the uuid is collectors/amd/identity.py's over ``asic_info.asic_serial`` (the ASIC
 unique id rocm-smi prints as "Unique ID"), so both collectors name a GPU alike; identities are
 pinned (sdk IdentityMemory): a GPU that amdsmi stops listing is reported ``failed`` (fault
-``missing``) under its uuid. ``runtime_version``: ``amdsmi_get_rocm_version()`` where the
-binding has it, else ``opt/rocm/.info/version`` below the ``host_root`` setting (default /).
+``missing``) under its uuid. ``runtime_version``: the ROCm install's ``.info/version`` below the
+``host_root`` setting (default /; collectors/amd/versions.py), None without one; never
+``amdsmi_get_rocm_version()`` (the binding's own librocm-core, in the agent's image).
 """
 
 from __future__ import annotations
@@ -314,18 +315,9 @@ class AmdSmiCollector:
         return _Logical(index, h, bdf, uuid, pid, compute, memory, dataclasses.replace(ident, index=index))
 
     def _rocm_version(self) -> Optional[str]:
-        """amdsmi_get_rocm_version() -> (ok, "6.2.0") where the binding has it (amdsmi 6.2+), else
-        the ROCm install's version file below the host root."""
-        fn = getattr(self._amd, "amdsmi_get_rocm_version", None)
-        if fn is not None:
-            try:
-                res = fn()
-                ok, text = (res if isinstance(res, tuple) and len(res) == 2 else (True, res))
-                v = versions.version_text(_text(text)) if ok else None
-                if v:
-                    return v
-            except Exception as e:  # noqa: BLE001 - librocm-core missing: the version file is next
-                log.debug("amdsmi_get_rocm_version failed: %s", e)
+        """The host's ROCm release from its install's version file below the host root
+        (collectors/amd/versions.py), or None. Not ``amdsmi_get_rocm_version()``: that reads the
+        librocm-core beside the binding, i.e. the agent image's ROCm, not the host's runtime."""
         return versions.rocm_version(self._host_root)
 
     def _sysfs_numa(self, bdf: str) -> Optional[int]:
@@ -734,8 +726,11 @@ def create(options: CollectorOptions) -> Any:
     sysfs = options.settings.get("sysfs_root", "/sys")
     kept = options.identity_memory(AmdSmiCollector.name)
     if options.scenario is not None:
-        from hetero_exporter.collectors.amd.amdsmi.fake import FakeAmdSmi
-        return AmdSmiCollector(FakeAmdSmi(options.scenario, options.clock), options.clock, options.settings, sysfs,
+        from hetero_exporter.collectors.amd.amdsmi.fake import FakeAmdSmi, install_root
+        settings = dict(options.settings)
+        if "host_root" not in settings:  # the simulated host's ROCm install (the fake writes it)
+            settings["host_root"] = install_root(options.scenario, options.workdir)
+        return AmdSmiCollector(FakeAmdSmi(options.scenario, options.clock), options.clock, settings, sysfs,
                                identities=kept)
     try:
         binding = import_binding()

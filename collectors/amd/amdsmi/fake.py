@@ -27,7 +27,9 @@ Scenario hooks (vendor ``amd``):
   not among the processor handles from ``at`` until ``until``: fell off the bus);
 - ``asic_serial``: the device's simulated unique id (collectors/amd/identity.py), the value the
   rocm-smi fake prints as "Unique ID", so both collectors give the GPU one uuid;
-- settings ``amd: {init_error: STATUS_NAME, hang_seconds: N, runtime_version: "6.2.0"}``.
+- settings ``amd: {init_error: STATUS_NAME, hang_seconds: N, runtime_version: "6.2.0"}``;
+  ``install_root`` writes that ROCm release into a fake host root (``opt/rocm/.info/version``),
+  where the collector reads it as on a node.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ import contextlib
 import enum
 import importlib.util
 import io
+import os
 import re
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -45,6 +49,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
+from hetero_exporter.collectors.amd import versions
 from hetero_exporter.collectors.amd.identity import simulated_unique_id
 from hetero_exporter.simulate.scenario import DeviceSpec, Scenario
 
@@ -378,7 +383,7 @@ class FakeAmdSmi:
         gone = {f.index for f in self._scenario.faults_of("amd") if f.kind == "lost" and f.active(t)}
         return [h for h in self._handles if h.spec.index not in gone]  # fallen off the bus: not listed
 
-    def amdsmi_get_rocm_version(self) -> tuple:
+    def amdsmi_get_rocm_version(self) -> tuple:  # the binding's own ROCm: the collector does not ask
         """(True, "6.2.0") as amdsmi 6.2+ returns it (librocm-core's getROCmVersion)."""
         return True, str(self._settings.get("runtime_version", "6.2.0"))
 
@@ -645,3 +650,12 @@ class _FakeEventReader:
 
     def stop(self) -> None:
         self._stopped = True
+
+
+def install_root(scenario: Scenario, workdir: Optional[str]) -> str:
+    """A fake host root holding the simulated node's ROCm install (``opt/rocm/.info/version``
+    with the ``amd.runtime_version`` setting, default 6.2.0); returns its path."""
+    root = os.path.join(workdir or tempfile.mkdtemp(prefix="hetero-amdsmi-"), "fake-amdsmi-root")
+    version = str(dict(scenario.vendor_settings("amd")).get("runtime_version") or "6.2.0")
+    versions.write_fake(root, version)
+    return root
