@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import test_vendor_contract as contract
-from conftest import shared_fixture
+from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import cli, fields as F, registry, vendors
 from hetero_exporter.collectors.mthreads import SPEC
 from hetero_exporter.model import snapshot_from_json
@@ -51,15 +51,25 @@ S4000 = "mthreads-gmi-default_MTT-S4000_gmi-1.12.2_driver-1.2.0_mem-anomaly_TRUN
 S5000 = "mthreads-gmi-default_MTT-S5000_gmi-2.3.3_driver-3.3.8-server_TRUNCATED.txt"
 S80_X4 = "mthreads-gmi-default_MTT-S80_gmi-1.14.0_driver-2.7.0_pcie-x4.txt"
 S80_PROC = "mthreads-gmi-default_MTT-S80_gmi-2.0.0_driver-3.0.0_with-processes.txt"
+S5000_LOAD = "mthreads-gmi-default_MTT-S5000_gmi-2.3.2_driver-3.3.5-server_under-load_trailing-spaces_TRUNCATED.txt"
 
-# capture -> (gmi version, driver, [(bus id, model, total MiB)], processes (pid, name, MiB), complete)
+# capture -> (gmi version, driver, [(bus id, model, total MiB, health)], processes (pid, name, MiB), complete)
 EXPECTED = {
-    S4000: ("1.12.2", "1.2.0", [("0000:08:00.0", "MTT-S4000", 32768)], [], False),
-    S5000: ("2.3.3", "3.3.8-server", [("0000:18:00.0", "MTT-S5000", 81920)], [], False),
-    S80_X4: ("1.14.0", "2.7.0", [("0000:04:00.0", "MTT-S80", 16384)], [], True),
-    S80_PROC: ("2.0.0", "3.0.0", [("0000:01:00.0", "MTT-S80", 16384)],
+    # used 44302MiB above the printed total 32768MiB: the FAQ's driver fault, degraded
+    S4000: ("1.12.2", "1.2.0", [("0000:08:00.0", "MTT-S4000", 32768, "degraded")], [], False),
+    S5000: ("2.3.3", "3.3.8-server", [("0000:18:00.0", "MTT-S5000", 81920, "ok")], [], False),
+    # cut inside GPU 2 (its ECC row missing): three GPUs read, the table incomplete
+    S5000_LOAD: ("2.3.2", "3.3.5-server", [("0000:2a:00.0", "MTT-S5000", 81920, "ok"),
+                                           ("0000:3a:00.0", "MTT-S5000", 81920, "ok"),
+                                           ("0000:4c:00.0", "MTT-S5000", 81920, "ok")], [], False),
+    S80_X4: ("1.14.0", "2.7.0", [("0000:04:00.0", "MTT-S80", 16384, "ok")], [], True),
+    S80_PROC: ("2.0.0", "3.0.0", [("0000:01:00.0", "MTT-S80", 16384, "ok")],
                [(1123, "/usr/lib/xorg/Xorg", 134), (1361, "/usr/sbin/unity-greeter", 1)], True),
 }
+
+
+def test_every_capture_is_listed():
+    assert {p.name for p in shared_fixtures(TOOL)} <= set(EXPECTED)
 
 
 # --------------------------------------------------------------------------- real captures
@@ -71,11 +81,13 @@ def test_every_capture_parses_to_what_it_says(name):
     t = parse(name)
     assert (t.version, t.driver_version, t.complete) == (version, driver, complete)
     snap = snapshot(name)
-    assert [(d.identity.pci_address, d.identity.model, d.readings[F.MEMORY_TOTAL].value)
-            for d in snap.devices] == [(b, m, mib * MIB) for b, m, mib in devices]
+    assert [(d.identity.pci_address, d.identity.model, d.readings[F.MEMORY_TOTAL].value, d.health.state)
+            for d in snap.devices] == [(b, m, mib * MIB, h) for b, m, mib, h in devices]
+    assert [d.identity.index for d in snap.devices] == list(range(len(devices)))
     for d in snap.devices:
-        assert (d.identity.vendor, d.identity.kind, d.identity.index) == ("mthreads", "gpu", 0)
-        assert d.identity.driver_version == driver and d.identity.runtime_version == driver
+        assert (d.identity.vendor, d.identity.kind) == ("mthreads", "gpu")
+        # no MUSA version printed: the runtime version is unknown, never the driver's
+        assert d.identity.driver_version == driver and d.identity.runtime_version is None
         assert d.identity.uuid == f"mthreads-pci-{d.identity.pci_address}"
         assert d.processes_reported == complete
     got = [(p.pid, p.name, p.memory_bytes) for d in snap.devices for p in d.processes]
@@ -197,7 +209,9 @@ def test_collection_over_the_fake_one_call_per_cycle_and_a_lost_gpu(tmp_path):
     clock = ManualClock()
     c, sc = collector(doc, tmp_path, clock)
     first = c.collect()
-    assert c.calls == 1 and len(first) == 8
+    assert c.calls == 2 and len(first) == 8  # the table + -q at first sight
+    assert {d.identity.index: d.identity.uuid for d in first} == {s.index: s.uuid for s in sc.devices_of("mthreads")}
+    assert {d.identity.serial for d in first} == {s.serial for s in sc.devices_of("mthreads")}
     d0 = first[0]
     assert (d0.identity.model, d0.identity.pci_address, d0.identity.driver_version) == ("MTT-S4000", "0000:08:00.0", "3.0.0")
     assert d0.value(F.MEMORY_TOTAL) == 48 * GIB and d0.health.state == "ok"
@@ -205,7 +219,7 @@ def test_collection_over_the_fake_one_call_per_cycle_and_a_lost_gpu(tmp_path):
     contract.check_quality(SPEC, first)
     clock.set_t(150)
     later = {d.identity.index: d for d in c.collect()}
-    assert c.calls == 2
+    assert c.calls == 3  # -q not asked again
     assert later[3].identity.uuid == first[3].identity.uuid and later[3].health.state == "failed"
     assert later[3].faults[0].code == "missing" and later[3].faults[0].fault_class == "device-lost"
     assert later[5].readings[F.MEMORY_USED].quality.status == "error" and later[5].health.state == "degraded"
@@ -265,7 +279,7 @@ def test_contract_spec():
 def test_contract_captures():
     if not contract.captures(SPEC):
         pytest.skip("../shared/fixtures/mthreads-gmi absent")
-    assert contract.check_captures(SPEC) == 4
+    assert contract.check_captures(SPEC) == len(shared_fixtures(TOOL))
 
 
 def test_contract_parser_fuzz(tmp_path):

@@ -27,8 +27,14 @@ SPEC = VendorSpec(
     ),
     resource_domains=("mthreads.com",),
     device_resource=lambda model: "mthreads.com/gpu",
-    # The plugin's device ids are not documented publicly (the plugin is closed source): the
-    # identity's uuid is served as the id (the PodResources mapping then goes by uuid/index).
+    # identity.uuid: "mthreads-<GPU UUID of mthreads-gmi -q>" (MTML's device UUID, printed bare),
+    # else "mthreads-sn-<Serial Number>", else "mthreads-pci-<PCI address>" (gmi/collector.py);
+    # a plugin naming a device by the bare UUID matches through this prefix
+    id_prefixes=("mthreads-",),
+    uuid_prefix="mthreads-",
+    # the MUSA toolkit's /usr/local/musa/version.json below the host root (versions.py): the
+    # runtime version (the default table prints none)
+    versions=f"{__name__}.versions:discover",
     fabric_links=("mtlink",),
     # the device plugin is closed source and its id format unpublished: the simulated kubelet
     # serves the PCI address, which the PodResources mapping matches
@@ -51,6 +57,6 @@ SPEC = VendorSpec(
         why_missing="Moore Threads driver (mthreads-gmi) not installed, or not mounted (runtimeClassName: "
                     "mthreads, or host_exec: chroot with --host-root)"),),
     collectors=(CollectorEntry("mthreads_gmi", "mthreads", f"{__name__}.gmi.collector",
-                               description="Moore Threads GPUs through `mthreads-gmi` (one call per cycle)"),),
+                               description="Moore Threads GPUs through `mthreads-gmi` (one call per cycle; -q at first sight)"),),
     parsers={"mthreads-gmi": f"{__name__}.gmi.collector:parse_any"},
 )

@@ -2,11 +2,20 @@
 output, ``parse mthreads-gmi FILE`` and a collector on the SDK's CliCollector.
 
 Invocations: ``mthreads-gmi`` (the default table of every GPU, with its processes), one call
-per cycle; nothing else. ``mthreads-gmi -q`` would add the MTML UUID and the MTBios version,
-but no real ``-q`` output is at hand (SOURCES.md: only edited excerpts), and the default table
-already gives what the model needs: the PCI address is the stable id (uuid
-``mthreads-pci-<address>``; the tool prints no serial in the table), the driver version is in
-the title, the PCIe link in the ``Pcie Lane Width`` column.
+per cycle; ``mthreads-gmi -q`` once when a GPU is first seen (query.py: its ``GPU UUID``,
+``Serial Number``, ``MTBios Version``), never per cycle: the table prints no device id.
+
+Identity: ``identity.uuid`` is ``mthreads-<GPU UUID>`` (MTML's device UUID as ``-q`` prints it,
+bare: the vendor prefix keeps it apart from other vendors' ids; the spec's id_prefixes let a
+device plugin name it bare), else ``mthreads-sn-<Serial Number>``, else the PCI address
+(``mthreads-pci-<address>``) where ``-q`` fails or prints neither, else the index. ``serial``
+is the Serial Number, ``firmware_version`` the MTBios Version. Identities are pinned by the
+base class (a GPU first pinned under its PCI address that later gets its UUID replaces it).
+
+Versions: driver_version is the title's ``Driver Version``; runtime_version a MUSA version
+where the title prints one (no version at hand does), else the MUSA toolkit's version.json
+below ``settings.host_root`` (collectors/mthreads/versions.py), else None: never the driver
+version.
 
 Faults from what the tool shows (faults.yaml): ``missing`` (a GPU the table no longer lists,
 failed under its pinned uuid; never for a shortened output) and ``memory-over-total`` (used
@@ -17,16 +26,22 @@ reading pair (pcie_link_width < pcie_link_width_max) that the health policy turn
 
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+import logging
+from typing import Any, Optional
 
 from hetero_exporter import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample, Quality, Reading
-from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault, worst_state
-from hetero_exporter.sdk.contract import CollectorOptions
+from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault, worst_state
+from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 
+from hetero_exporter.collectors.mthreads import versions
+
+from . import query as gmi_query
 from .parse import MIB, TOOL, GmiDevice, GmiProcess, GmiTable, detect, parse_table  # noqa: F401 - part of this API
 
+log = logging.getLogger(__name__)
 VENDOR, KIND = "mthreads", "gpu"
 PCIE_WIDTH, PCIE_WIDTH_MAX = "pcie_link_width", "pcie_link_width_max"  # lanes (the names nvml and amdsmi use)
 
@@ -59,19 +74,26 @@ def readings_of(d: GmiDevice) -> dict[str, Reading]:
     return r
 
 
-def device_uuid(d: GmiDevice) -> str:
-    """The PCI address (stable for a card in its slot; the table prints no serial or UUID),
-    else the index."""
+def device_uuid(d: GmiDevice, q: Optional[gmi_query.GmiQueried] = None) -> str:
+    """``-q``'s GPU UUID, else its Serial Number, else the PCI address, else the index."""
+    if q is not None and q.uuid:
+        return f"mthreads-{q.uuid}"
+    if q is not None and q.serial:
+        return f"mthreads-sn-{q.serial}"
     return f"mthreads-pci-{d.bus_id}" if d.bus_id else f"mthreads-index-{d.index}"
 
 
-def identity_of(d: GmiDevice, t: GmiTable, numa: Optional[int] = None) -> DeviceIdentity:
-    """driver_version from the title's ``Driver Version``; runtime_version the MUSA version
-    where the title prints one, else the driver version (the MUSA driver API it serves)."""
-    return DeviceIdentity(vendor=VENDOR, kind=KIND, index=d.index, uuid=device_uuid(d),
+def identity_of(d: GmiDevice, t: GmiTable, numa: Optional[int] = None, q: Optional[gmi_query.GmiQueried] = None,
+                runtime: Optional[str] = None, uuid: Optional[str] = None) -> DeviceIdentity:
+    """driver_version from the title's ``Driver Version``; runtime_version the title's MUSA
+    version, else ``runtime`` (the MUSA toolkit's version.json), else None; ``uuid`` a pinned
+    id that wins over device_uuid."""
+    return DeviceIdentity(vendor=VENDOR, kind=KIND, index=d.index, uuid=uuid or device_uuid(d, q),
                           model=profiles.normalize_model(VENDOR, d.name) if d.name else "unknown",
                           pci_address=d.bus_id, numa_node=numa, driver_version=t.driver_version,
-                          runtime_version=t.runtime_version or t.driver_version, name=d.name or None)
+                          runtime_version=t.runtime_version or runtime or None, name=d.name or None,
+                          serial=q.serial if q is not None else None,
+                          firmware_version=q.mtbios if q is not None else None)
 
 
 def conditions(d: GmiDevice) -> list[Fault]:
@@ -97,10 +119,19 @@ def table_snapshot(t: GmiTable, node: str = "", now: float = 0.0) -> NodeSnapsho
     return NodeSnapshot(node=node, time=now, devices=tuple(out))
 
 
-def parse_any(text: str) -> NodeSnapshot:
-    """``hetero-exporter parse mthreads-gmi FILE``: the default table."""
-    detect(text)
+def parse_any(text: str) -> Any:
+    """``hetero-exporter parse mthreads-gmi FILE``: the default table (a NodeSnapshot), or the
+    ids of a ``-q`` report (ParsedOutput)."""
+    try:
+        detect(text)
+    except ParseError:
+        if gmi_query.is_query(text):
+            return ParsedOutput(f"{TOOL} -q", gmi_query.parse_query(text))
+        raise
     return table_snapshot(parse_table(text))
+
+
+QUERY_ARGS = ("-q",)
 
 
 class MthreadsGmiCollector(CliCollector):
@@ -109,16 +140,56 @@ class MthreadsGmiCollector(CliCollector):
     tool = TOOL
     summary_args = ()
 
+    def __init__(self, exe: str, **kw: Any):
+        super().__init__(exe, **kw)
+        # the MUSA toolkit's version.json below the host root (the table prints no MUSA version)
+        self.runtime_version = versions.discover(str(self.settings.get("host_root") or "/")).runtime_version
+
     def parse_summary(self, text: str) -> GmiTable:
         return parse_table(text)
+
+    def _queried(self, deadline: float) -> tuple[gmi_query.GmiQueried, ...]:
+        """``mthreads-gmi -q`` (the GPUs' ids); () where it fails (logged: ids by PCI address)."""
+        try:
+            return gmi_query.parse_query(self.cli.call(QUERY_ARGS, deadline)).gpus
+        except Exception as e:  # noqa: BLE001 - the PCI address is the id then
+            log.warning("mthreads-gmi -q failed (%s): GPUs identified by PCI address", e)
+            return ()
+
+    def _identities(self, t: GmiTable, deadline: float) -> dict[int, DeviceIdentity]:
+        """Index -> identity: pinned ones as they are (index updated), new ones (not read by this
+        process yet) from one ``-q`` call for all of them."""
+        out: dict[int, DeviceIdentity] = {}
+        new = []
+        for d in t.devices:
+            pinned = (self.identities.recall(pci_address=d.bus_id, restored=False) if d.bus_id
+                      else self.identities.recall(index=d.index, restored=False))
+            if pinned is None:
+                new.append(d)
+            else:
+                out[d.index] = pinned if pinned.index == d.index else dataclasses.replace(pinned, index=d.index)
+        if not new:
+            return out
+        queried = self._queried(deadline)
+        by_bus = {q.bus_id: q for q in queried if q.bus_id}
+        by_index = {q.index: q for q in queried if q.index is not None}
+        for d in new:
+            q = by_bus.get(d.bus_id) if d.bus_id and by_bus else by_index.get(d.index)
+            uuid = None
+            if q is None or not (q.uuid or q.serial):  # no id printed: the id it had before, if any
+                before = self.identities.recall(pci_address=d.bus_id) if d.bus_id else None
+                uuid = before.uuid if before is not None else None
+            out[d.index] = identity_of(d, t, self.numa(d.bus_id), q, self.runtime_version, uuid)
+        return out
 
     def complete(self, parsed: GmiTable) -> bool:
         return parsed.complete
 
     def devices(self, parsed: GmiTable, now: float, deadline: float) -> list[DeviceSample]:
+        idents = self._identities(parsed, deadline)
         out = []
         for d in parsed.devices:
-            ident = self.identities.recall(uuid=device_uuid(d)) or identity_of(d, parsed, self.numa(d.bus_id))
+            ident = idents[d.index]
             out.append(self.sample(ident, now, readings_of(d), conditions(d),
                                    processes=processes_of(parsed, d, ident.uuid), processes_reported=parsed.process_section))
         return out

@@ -1,5 +1,9 @@
 """A fake ``mthreads-gmi`` that prints a scenario's Moore Threads GPUs (hetero_exporter.sdk.fake_tool).
 
+``mthreads-gmi -q`` prints each GPU's ids (Index, Product Name, GPU UUID: the scenario uuid
+without the ``mthreads-`` prefix, Serial Number, MTBios Version: the device's
+firmware_version, PCI Bus ID) in the key names of query.py.
+
 It renders the default table in the layouts of the captures: ``2.0`` (gmi 1.14 / 2.0: no rule
 between GPUs, no Perf column) or ``2.3`` (gmi 2.3.3: a ``+----+`` rule after each GPU and a
 Perf column), with the Processes section; widths are fitted to the cells.
@@ -82,9 +86,29 @@ def render(devices: Sequence[dict], processes: Sequence[tuple[int, int, str, Opt
     return "\n".join(out) + "\n"
 
 
+def render_query(devices: Sequence[Any], driver: str, stamp: str = "") -> str:
+    """``mthreads-gmi -q`` (the id keys; the rest of the real report is left out)."""
+    out = [f"{'Timestamp':<38}: {stamp}", f"{'Driver Version':<38}: {driver}",
+           f"{'Attached GPUs':<38}: {len(devices)}"]
+    for d in devices:
+        uuid = d.uuid[len("mthreads-"):] if d.uuid.startswith("mthreads-") else d.uuid
+        out += [f"GPU {'0000' + d.pci_address}", f"    {'Index':<34}: {d.index}",
+                f"    {'Product Name':<34}: {d.product}", f"    {'GPU UUID':<34}: {uuid}",
+                f"    {'Serial Number':<34}: {d.serial or 'N/A'}",
+                f"    {'MTBios Version':<34}: {d.firmware_version or 'N/A'}",
+                "    PCI", f"        {'Bus ID':<30}: {'0000' + d.pci_address}"]
+    return "\n".join(out) + "\n"
+
+
 def answer(scenario: Any, t: float, argv: Sequence[str]) -> tuple[int, str, str]:
+    if list(argv) == ["-q"]:
+        specs = scenario.devices_of(VENDOR)
+        listed = [d for d in specs
+                  if "missing" not in {f.kind for f in scenario.faults_of(VENDOR, d.index) if f.active(t)}]
+        stamp = time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(1764400000 + t))
+        return 0, render_query(listed, specs[0].driver_version if specs else "3.0.0", stamp), ""
     if argv:
-        return 2, "", f"usage: {TOOL} [-q] [-i ID] ...\n(the fake prints the default table only)\n"
+        return 2, "", f"usage: {TOOL} [-q] [-i ID] ...\n(the fake prints the default table and -q)\n"
     cfg = scenario.vendor_settings(VENDOR)
     layout = str(cfg.get("layout", "2.0"))
     devices, procs = [], []
