@@ -44,6 +44,9 @@ RECOVERED_REASON = "AcceleratorRecovered"
 HEALTHY_REASON = "AcceleratorsHealthy"
 
 
+EVICT_BACKOFF_FIRST = 10.0  # seconds after the first failed eviction call
+EVICT_BACKOFF_MAX = 600.0
+
 @dataclass(frozen=True)
 class PodSignalSettings:
     """``conditions``/``events``: write them; ``evict``: opt-in eviction of pods on a failed device."""
@@ -153,10 +156,12 @@ def _record(raw: Any) -> Optional[dict]:
         rec = {"uid": str(raw.get("uid") or ""), "devices": [str(u) for u in devices[:MAX_DEVICES]],
                "since": float(raw["since"]), "status": str(raw["status"]), "reason": str(raw.get("reason") or ""),
                "message": str(raw.get("message") or "")[:MAX_MESSAGE], "evicted": bool(raw.get("evicted", False)),
-               "recovered_at": None if raw.get("recovered_at") is None else float(raw["recovered_at"])}
+               "recovered_at": None if raw.get("recovered_at") is None else float(raw["recovered_at"]),
+               "evict_failures": max(0, min(int(raw.get("evict_failures") or 0), 64)),
+               "evict_retry_at": float(raw.get("evict_retry_at") or 0.0)}
     except (KeyError, TypeError, ValueError):
         return None
-    times = (rec["since"],) if rec["recovered_at"] is None else (rec["since"], rec["recovered_at"])
+    times = (rec["since"], rec["evict_retry_at"]) + (() if rec["recovered_at"] is None else (rec["recovered_at"],))
     return rec if rec["status"] in ("True", "False") and all(map(math.isfinite, times)) else None
 
 
@@ -199,7 +204,9 @@ def _failing(p: PodSignalPlan, key: str, uid: str, rec: Optional[dict], bad: lis
     ongoing = rec is not None and rec["status"] == "False"
     since = rec["since"] if ongoing else now
     new = {"uid": uid, "devices": bad, "since": since, "status": "False", "reason": reason, "message": message,
-           "evicted": bool(ongoing and rec["evicted"]), "recovered_at": None}
+           "evicted": bool(ongoing and rec["evicted"]), "recovered_at": None,
+           "evict_failures": rec["evict_failures"] if ongoing else 0,
+           "evict_retry_at": rec["evict_retry_at"] if ongoing else 0.0}
     if not (ongoing and (rec["reason"], rec["message"]) == (reason, message)):
         p.explain.append(f"pod {key} holds failed {message}")
         if cfg.conditions:
@@ -209,7 +216,10 @@ def _failing(p: PodSignalPlan, key: str, uid: str, rec: Optional[dict], bad: lis
         p.events.append(PodEvent(ns, name, uid, _event_id(ns, name, uid, ",".join(bad), since), "Warning",
                                  FAILED_REASON, message))
         p.actions.append(("event", f"{key} {FAILED_REASON}"))
-    if cfg.evict and not new["evicted"]:
+    if cfg.evict and not new["evicted"] and now < new["evict_retry_at"]:
+        p.explain.append(f"pod {key}: eviction failed {new['evict_failures']} time(s); retried in "
+                         f"{new['evict_retry_at'] - now:.0f} s")
+    elif cfg.evict and not new["evicted"]:
         p.evictions.append(PodRef(ns, name, uid))
         new["evicted"] = True
         p.actions.append(("evict", key))
@@ -276,12 +286,20 @@ def plan_pod_signals(node: str, snapshot: NodeSnapshot, verdicts: Mapping[str, V
     return p
 
 
+def eviction_backoff(failures: int) -> float:
+    """Seconds before the next eviction try after ``failures`` failed calls (10 s doubling, 10 min at most)."""
+    return min(EVICT_BACKOFF_MAX, EVICT_BACKOFF_FIRST * 2.0 ** max(0, failures - 1))
+
+
 def settle(plan: PodSignalPlan, old_book: Mapping[str, Any], failed_conditions: Collection[str] = (),
-           refused_evictions: Collection[str] = ()) -> dict[str, dict]:
+           refused_evictions: Collection[str] = (), failed_evictions: Collection[str] = (),
+           now: float = 0.0) -> dict[str, dict]:
     """The book to keep once the plan's writes are done. A pod ("namespace/name") whose condition
     write failed is written again next cycle: a failing pod's record keeps its episode (so its
     event is not announced twice) but not the condition text; a recovered pod's record goes back
-    to the previous one. A refused eviction stays pending (retried next cycle)."""
+    to the previous one. An eviction a PodDisruptionBudget refused stays pending (retried next
+    cycle: the budget decides); one the API failed (a 500, a 403) is retried after a growing
+    back-off (``eviction_backoff``), and never stands in the way of the pod's recovery."""
     book = copy.deepcopy(plan.book)
     for key in failed_conditions:
         rec = book.get(key)
@@ -298,4 +316,10 @@ def settle(plan: PodSignalPlan, old_book: Mapping[str, Any], failed_conditions: 
     for key in refused_evictions:
         if key in book:
             book[key]["evicted"] = False
+    for key in failed_evictions:
+        rec = book.get(key)
+        if rec is not None:
+            rec["evicted"] = False
+            rec["evict_failures"] = min(rec.get("evict_failures", 0) + 1, 64)
+            rec["evict_retry_at"] = now + eviction_backoff(rec["evict_failures"])
     return book

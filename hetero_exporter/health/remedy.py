@@ -326,7 +326,7 @@ class Remedy:
             self._pods_book = None
             return
         settled = pod_signals.settle(p.pod_signals, p.book.pods, applied.failed_conditions,
-                                     applied.refused_evictions)
+                                     applied.refused_evictions, applied.failed_evictions, now=self._clock())
         for key in applied.gone:
             settled.pop(key, None)
         self._pods_book = settled if settled != p.book.pods else None

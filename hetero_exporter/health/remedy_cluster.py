@@ -34,6 +34,7 @@ class Applied:
 
     failed_conditions: list[str] = field(default_factory=list)  # "ns/name" whose condition write failed
     refused_evictions: list[str] = field(default_factory=list)  # blocked by a PodDisruptionBudget
+    failed_evictions: list[str] = field(default_factory=list)  # the call failed (500, 403...): backed off
     gone: list[str] = field(default_factory=list)  # pods the API says no longer exist
     errors: list[str] = field(default_factory=list)
 
@@ -191,8 +192,9 @@ class ClusterSide:
             try:
                 outcome = self._pods.evict(ref.namespace, ref.name)
             except K8sError as e:
-                done.refused_evictions.append(key)
+                done.failed_evictions.append(key)
                 done.errors.append(f"pod {key} eviction: {e}")
+                self.metrics.action("evict", "error")
                 continue
             if outcome == "blocked":
                 done.refused_evictions.append(key)

@@ -169,7 +169,7 @@ def device_problem(d: Dev, req: Request, vendor: str) -> Optional[str]:
     for which, key, text in (("driver", d.driver_key, d.driver), ("runtime", d.runtime_key, d.runtime)):
         need = req.min_version(which, vendor)
         if need is not None:
-            if text is None:
+            if not text:  # unknown is never enough: a floor is a promise the node cannot keep
                 return f"{which} version not reported"
             if not at_least(key, need[0]):
                 return f"{which} {text} older than required {need[1]}"
