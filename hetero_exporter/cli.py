@@ -347,11 +347,10 @@ class Wiring:
     def identity_store(self) -> Any:
         """How collectors keep identities: writable or not, this boot and machine, and the
         accelerators on the bus now (to tell a removed device from a lost one)."""
-        from hetero_exporter.health.pci_presence import simulated_scan
         from hetero_exporter.sdk.identity import IdentityStore, RemovalLog
         from hetero_exporter.sdk import pciaddr
         if self.scenario is not None:
-            scanned: Optional[list[Any]] = simulated_scan(self.scenario, self.clock, registry.pci_vendors())()
+            scanned: Optional[list[Any]] = self.pci_scan()()
             boot, machine = f"sim-{self.scenario.name}", None
         else:
             scanned = self.pci_devices if self.pci_readable else None
@@ -384,7 +383,7 @@ class Wiring:
         # sampler scanning it too would read sysfs twice per cycle for the same answer.
         return Sampler(specs, self.node, clock=self.clock, expected=dict if self.pci_presence else self.expected,
                        boot_id=_boot_id(), wake=self.wake, removals=self.removals,
-                       enrichers=[self.attribution(), *self.health_enrichers()])
+                       enrichers=[*self.pci_locate(), self.attribution(), *self.health_enrichers()])
 
     # ---- device health (README: Health and Kubernetes)
 
@@ -402,17 +401,28 @@ class Wiring:
         """Whether the PCI presence enricher runs (config ``health.pci_presence``, default on)."""
         return bool(self.cfg.health.get("pci_presence", True))
 
+    def pci_locate(self) -> list[Any]:
+        """The enricher giving a device reported without a PCI address its bus address (with PCI
+        presence on), first, so attribution and the remedy see it."""
+        from hetero_exporter.health.pci_presence import PciLocate
+        return [PciLocate(self.pci_scan(), registry.pci_vendors())] if self.pci_presence else []
+
+    def pci_scan(self) -> Any:
+        """The PCI bus scan: the scenario's when simulating, sysfs otherwise."""
+        from hetero_exporter.health.pci_presence import simulated_scan
+        if self.scenario is not None:
+            return simulated_scan(self.scenario, self.clock, registry.pci_vendors())
+        return lambda: pci.scan(self.cfg.sysfs_root)
+
     def health_enrichers(self) -> list[Any]:
         """PCI presence (missing devices), then the rules' verdicts as each device's health."""
-        from hetero_exporter.health.pci_presence import PciPresence, simulated_scan
+        from hetero_exporter.health.pci_presence import PciPresence
         from hetero_exporter.health.verdicts import HealthVerdicts
         policy, _ = self.health_settings()
         self.verdicts = HealthVerdicts(policy)
         out: list[Any] = []
         if self.pci_presence:
-            scan = (simulated_scan(self.scenario, self.clock, registry.pci_vendors()) if self.scenario is not None
-                    else lambda: pci.scan(self.cfg.sysfs_root))
-            out.append(PciPresence(scan, registry.pci_vendors()))
+            out.append(PciPresence(self.pci_scan(), registry.pci_vendors()))
         kernel_log = self.kernel_log_faults(policy)
         if kernel_log is not None:
             out.append(kernel_log)

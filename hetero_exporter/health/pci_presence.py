@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from hetero_exporter import pci, vendors
+from hetero_exporter.sdk import pciaddr
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,33 @@ def compare(on_bus: Mapping[str, list[pci.PciDevice]], snapshot: NodeSnapshot,
     return out
 
 
+def locate(on_bus: Mapping[str, list[pci.PciDevice]], snapshot: NodeSnapshot) -> dict[str, str]:
+    """Pure: uuid -> PCI address for the top-level devices reported without one (a GPU lost
+    before its collector ever read it: ``nvidia-unidentified-2``), from the bus. A vendor's
+    devices without an address are paired with its bus functions no reported device claims, by
+    index and address order (NVML and the other tools number devices in PCI bus order), and only
+    when the counts agree: a guess between unequal sets would name the wrong board."""
+    out: dict[str, str] = {}
+    for vendor, devs in on_bus.items():
+        seen = [d for d in snapshot.devices
+                if d.identity.vendor == vendor and d.identity.parent is None and not _is_placeholder(d)]
+        claimed = {pciaddr.normalize(d.identity.pci_address) for d in seen if d.identity.pci_address}
+        bare = sorted((d for d in seen if not d.identity.pci_address), key=lambda d: d.identity.index)
+        free = sorted(dev.address for dev in devs if pciaddr.normalize(dev.address) not in claimed)
+        if bare and len(bare) == len(free):
+            out.update({d.identity.uuid: address for d, address in zip(bare, free)})
+    return out
+
+
+def _addressed(snapshot: NodeSnapshot, found: Mapping[str, str]) -> NodeSnapshot:
+    """The snapshot with ``found`` addresses put on those devices' identities."""
+    if not found:
+        return snapshot
+    devices = tuple(dataclasses.replace(d, identity=dataclasses.replace(d.identity, pci_address=found[d.identity.uuid]))
+                    if d.identity.uuid in found and d.identity.parent is None else d for d in snapshot.devices)
+    return dataclasses.replace(snapshot, devices=devices)
+
+
 def _is_placeholder(d: DeviceSample) -> bool:
     return d.identity.uuid.startswith("pci-")
 
@@ -138,6 +166,7 @@ class PciPresence:
         except Exception:  # noqa: BLE001 - presence is advisory: a failing scan changes nothing
             log.warning("PCI scan failed; presence not checked this cycle", exc_info=True)
             return snapshot
+        snapshot = _addressed(snapshot, locate(on_bus, snapshot))  # in case PciLocate did not run
         with self._lock:
             for d in snapshot.devices:
                 addr = d.identity.pci_address
@@ -156,6 +185,28 @@ class PciPresence:
         """An operator removed the device for good: stop reporting it gone."""
         with self._lock:
             self._seen.pop(address, None)
+
+
+class PciLocate:
+    """Sampler enricher, first of all: a device reported without a PCI address gets the one the
+    bus shows for it (``locate``), before attribution (PodResources ids by PCI address) and the
+    health remedy (DeviceTaintRules matched on ``pcieBusID``) read it."""
+
+    __name__ = "pci-locate"
+
+    def __init__(self, scan: Callable[[], list[pci.PciDevice]], vendors: Mapping[int, str]):
+        self._scan = scan
+        self._vendors = dict(vendors)
+
+    def __call__(self, snapshot: NodeSnapshot) -> NodeSnapshot:
+        if not any(d.identity.parent is None and not d.identity.pci_address for d in snapshot.devices):
+            return snapshot  # the usual cycle: no scan
+        try:
+            on_bus = pci.host_devices(self._scan(), self._vendors)
+        except Exception:  # noqa: BLE001 - advisory, as PciPresence
+            log.warning("PCI scan failed; devices without an address keep none", exc_info=True)
+            return snapshot
+        return _addressed(snapshot, locate(on_bus, snapshot))
 
 
 def simulated_scan(scenario: Any, clock: Any, vendors: Mapping[int, str]) -> Callable[[], list[pci.PciDevice]]:
