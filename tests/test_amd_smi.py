@@ -26,19 +26,60 @@ ROOT = Path(__file__).resolve().parent.parent
 ECC = ROOT / "fixtures" / "scenarios" / "amd-ecc-uncorrectable.yaml"
 MIB = 1 << 20
 
-# capture -> (GPU count, bus ids or None, VRAM total MiB per GPU or None, processes (pid, VRAM bytes))
+# capture -> (GPU count, bus ids or None, VRAM total MiB per GPU or None, health per GPU,
+# processes (pid, VRAM bytes), links in all), as each capture's text shows
+OK1, OK2, OK8 = ["ok"], ["ok"] * 2, ["ok"] * 8
+MI355X_BUSES = ["0000:05:00.0", "0000:15:00.0", "0000:65:00.0", "0000:75:00.0",
+                "0000:85:00.0", "0000:95:00.0", "0000:e5:00.0", "0000:f5:00.0"]
+R9700_PROCS = [(213534, int(54.7 * 1024)), (213890, int(54.7 * 1024)), (213952, int(19.6 * (1 << 30))),
+               (213953, int(19.1 * (1 << 30)))]
+R9700_JSON = [(213534, 56000), (213890, 56000), (213952, 21008920000), (213953, 20503796000)]
+CSV_PROCS = [(207590, 7889485824), (207591, 7923122176), (207589, 7889575936), (207588, 7822258176),
+             (207595, 7889514496), (207590, 7822381056), (207597, 7923064832), (207593, 7889465344)]
 EXPECTED = {
-    "list_2gpu_uuid-redacted.txt": (2, ["0000:23:00.0", "0000:26:00.0"], None, []),
-    "metric-clock_mi300.txt": (1, None, None, []),
-    "metric-p_json_units.json": (1, None, None, []),
-    "metric-pcie_mi300_TRUNCATED.txt": (2, None, None, []),
-    "metric-power_2gpu_navi-mi1x.txt": (2, None, None, []),
-    "metric-throttle_mi300_TRUNCATED.txt": (2, None, None, []),
-    "process_mi300_name-na.txt": (1, None, None, [(1693982, int(10.1 * (1 << 30)))]),
-    "static-limit_2gpu.txt": (2, None, None, []),
+    "amd-smi-default_1x-MI300X-VF_guest_amd-smi-26.0.0_rocm-7.0.0_no-vbios-line_no-processes.txt":
+        (1, ["0000:83:00.0"], [196288], OK1, [], 0),
+    "amd-smi-default_1x-MI325X_amd-smi-26.0.0_rocm-7.0.1_no-vbios-line_rocm-docs.txt":
+        (1, ["0000:09:00.0"], [262128], OK1, [], 0),
+    "amd-smi-default_1x-Radeon-8060S-Strix-Halo-APU_amd-smi-26.0.2_rocm-7.0.2_power-NA-0W.txt":
+        (1, ["0000:c5:00.0"], [512], OK1, [], 0),
+    "amd-smi-default_2x-MI355X_amd-smi-26.2.1_rocm-7.2.0_long-vbios-version_rocm-docs.txt":
+        (2, MI355X_BUSES[:2], [294896] * 2, OK2, [], 0),
+    "amd-smi-default_2x-RX-9070-XT_amd-smi-26.2.0_rocm-7.1.1_process-name-NA.txt":
+        (2, ["0000:04:00.0", "0000:07:00.0"], [16304] * 2, OK2, [(5300, 0), (5300, 0)], 0),
+    "amd-smi-default_2x-Radeon-AI-PRO-R9700_amd-smi-26.2.1_rocm-7.2.0_idle-100pct-gfx_8-process-rows.txt":
+        (2, ["0000:03:00.0", "0000:43:00.0"], [32624] * 2, OK2, R9700_PROCS * 2, 0),
+    "amd-smi-default_8x-MI355X_amd-smi-26.2.0_rocm-7.1.1_SPX-NPS1_gpuagent-processes.txt":
+        (8, MI355X_BUSES, [294896] * 8, OK8, [(326601, 0)] * 8, 0),
+    "amd-smi-list_1x-MI300X-VF_guest_amd-smi-26.0.0_kfd-node-partition-ids.txt": (1, ["0000:83:00.0"], None, OK1, [], 0),
+    "amd-smi-metric_1x-Radeon-RDNA3-dGPU_max-gfx-2482MHz_jpeg-activity-wrapped-list_TRUNCATED.txt":
+        (1, None, None, OK1, [], 0),
+    "amd-smi-monitor-putm_8x-MI300X_rocm-6.2-era_rocm-blog.txt": (8, None, None, OK8, [], 0),
+    "amd-smi-monitor_1x-RX-9070-XT_amd-smi-27.0.0_rocm-10.0_XCP-layout_vram-usage-column.txt":
+        (1, None, [15.9 * 1024], OK1, [], 0),
+    "amd-smi-monitor_1x-Radeon-PRO-V710-VF_azure-NVv5_rocm-6.1.4_throttle-column_header-trailing-space_blank-line.txt":
+        (1, None, [25476], OK1, [], 0),
+    "amd-smi-process-csv_8x-MI300X_pt_main_thread_rocm-blog.txt": (8, None, None, OK8, CSV_PROCS, 0),
+    "amd-smi-process-json_2x-Radeon-AI-PRO-R9700_amd-smi-26.2.1_4-procs-per-gpu_cu_occupancy-evicted_time.json":
+        (2, None, None, OK2, R9700_JSON * 2, 0),
+    # ACCESS and WEIGHT tables only (the LINK TYPE table was cut): no link type, so no links
+    "amd-smi-topology_access-weight-tables_8x-MI300X_rocm-blog_TRUNCATED.txt":
+        (8, ["0000:05:00.0", "0000:26:00.0", "0000:46:00.0", "0000:65:00.0", "0000:85:00.0", "0000:a6:00.0",
+             "0000:c6:00.0", "0000:e5:00.0"], None, OK8, [], 0),
+    # GPU0 and GPU1 rows (the rest cut): one xGMI link each way
+    "amd-smi-xgmi_link-metric-table_MI300X_rocm-blog_TRUNCATED.txt": (2, ["0000:05:00.0", "0000:26:00.0"], None, OK2, [], 2),
+    "list_2gpu_uuid-redacted.txt": (2, ["0000:23:00.0", "0000:26:00.0"], None, OK2, [], 0),
+    "metric-clock_mi300.txt": (1, None, None, OK1, [], 0),
+    "metric-p_json_units.json": (1, None, None, OK1, [], 0),
+    "metric-pcie_mi300_TRUNCATED.txt": (2, None, None, OK2, [], 0),
+    "metric-power_2gpu_navi-mi1x.txt": (2, None, None, OK2, [], 0),
+    "metric-throttle_mi300_TRUNCATED.txt": (2, None, None, OK2, [], 0),
+    "process_mi300_name-na.txt": (1, None, None, OK1, [(1693982, int(10.1 * (1 << 30)))], 0),
+    "static-limit_2gpu.txt": (2, None, None, OK2, [], 0),
     "static_4x-mi300a-apu_with-cpu_driver-6.9.0-rc5.txt": (
-        4, ["0000:01:00.0", "0001:01:00.0", "0002:01:00.0", "0003:01:00.0"], [64289] * 4, []),
-    "topology_json_old-format_2gpu-pcie.json": (2, None, None, []),
+        4, ["0000:01:00.0", "0001:01:00.0", "0002:01:00.0", "0003:01:00.0"], [64289] * 4, ["ok"] * 4, [], 0),
+    # PCIE between the two GPUs with link_accessibility DISABLED: not linked
+    "topology_json_old-format_2gpu-pcie.json": (2, None, None, OK2, [], 0),
 }
 
 
@@ -49,14 +90,18 @@ def test_every_capture_is_listed():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_capture_parses(name):
     snap = amd_smi.parse_any(shared_fixture("amd-smi", name).read_text(encoding="utf-8"))
-    count, buses, totals, procs = EXPECTED[name]
+    count, buses, totals, health, procs, links = EXPECTED[name]
     assert len(snap.devices) == count
     assert all(d.identity.vendor == "amd" for d in snap.devices)
     if buses is not None:
         assert [d.identity.pci_address for d in snap.devices] == buses
     if totals is not None:
-        assert [d.readings[F.MEMORY_TOTAL].value / MIB for d in snap.devices] == totals
+        assert [d.readings[F.MEMORY_TOTAL].value / MIB for d in snap.devices] == pytest.approx(totals)
+    else:
+        assert all(F.MEMORY_TOTAL not in d.readings for d in snap.devices)
+    assert [d.health.state for d in snap.devices] == health
     assert [(p.pid, p.memory_bytes) for d in snap.devices for p in d.processes] == procs
+    assert sum(len(d.links) for d in snap.devices) == links
     json.loads(snapshot_to_json(snap))
 
 
@@ -275,3 +320,121 @@ def test_no_fallback_when_turned_off_or_amd_smi_missing(tmp_path, monkeypatch):
         amdsmi.create(_real_options(tmp_path, {"fallback": False}))
     with pytest.raises(Unavailable, match="amd-smi fallback: .*not found"):
         amdsmi.create(CollectorOptions(settings={"path": str(tmp_path / "nowhere" / "amd-smi")}))
+
+
+# --------------------------------------------------------------------------- issue 24 item 8 layouts
+def _parse(name):
+    return amd_smi.parse_any(shared_fixture("amd-smi", name).read_text(encoding="utf-8"))
+
+
+def test_default_view_cells_by_header_name():
+    a, b = _parse("amd-smi-default_2x-Radeon-AI-PRO-R9700_amd-smi-26.2.1_rocm-7.2.0_idle-100pct-gfx_8-process-rows.txt").devices
+    assert a.readings[F.POWER].value == 103 and a.readings[F.POWER_LIMIT].value == 300
+    assert a.readings[F.UTILIZATION].value == 1.0 and a.readings[F.MEMORY_UTILIZATION].value == 0.01
+    assert a.readings[F.TEMP_CORE].value == 79 and a.readings[F.MEMORY_USED].value == 29777 * MIB
+    assert a.identity.driver_version == "6.16.6" and a.identity.firmware_version == "00158742"
+    assert a.identity.name == "Radeon AI PRO R9700" and a.identity.runtime_version is None
+    assert [p.name for p in a.processes] == ["python3.12"] * 4 and a.processes_reported
+    apu = _parse("amd-smi-default_1x-Radeon-8060S-Strix-Halo-APU_amd-smi-26.0.2_rocm-7.0.2_power-NA-0W.txt").devices[0]
+    assert apu.readings[F.POWER].quality.status == "unsupported" and apu.readings[F.POWER_LIMIT].value == 0
+    assert apu.readings[F.UTILIZATION].value is None and apu.processes == () and apu.processes_reported
+    vf = _parse("amd-smi-default_1x-MI300X-VF_guest_amd-smi-26.0.0_rocm-7.0.0_no-vbios-line_no-processes.txt").devices[0]
+    assert vf.identity.name == "AMD Instinct MI300X VF" and vf.identity.firmware_version is None
+    assert vf.readings[F.ECC_UNCORRECTED].value == 0
+
+
+def test_process_name_na_in_the_default_view_is_absent():
+    d = _parse("amd-smi-default_2x-RX-9070-XT_amd-smi-26.2.0_rocm-7.1.1_process-name-NA.txt").devices[0]
+    assert [(p.pid, p.name) for p in d.processes] == [(5300, None)]
+
+
+def test_list_gives_bus_uuid_and_kfd_partition_ids():
+    (d,) = _parse("amd-smi-list_1x-MI300X-VF_guest_amd-smi-26.0.0_kfd-node-partition-ids.txt").devices
+    assert d.identity.pci_address == "0000:83:00.0" and d.identity.uuid == "amd-pci-0000:83:00.0"
+    assert (d.readings[amd_smi.KFD_ID].value, d.readings[amd_smi.KFD_NODE_ID].value,
+            d.readings[amd_smi.PARTITION_ID].value) == (21947, 1, 0)
+
+
+def test_throttle_readings_in_base_units():
+    from hetero_exporter.collectors.amd.fields import (throttle_active_field, throttle_count_field,
+                                                       throttle_ratio_field)
+    a, b = _parse("metric-throttle_mi300_TRUNCATED.txt").devices
+    r = b.readings
+    assert r[amd_smi.THROTTLE_ACCUMULATION].value == 3806335
+    assert r[throttle_count_field("socket_thermal")].value == 18010 and r[throttle_count_field("ppt")].value == 586332
+    assert r[throttle_active_field("ppt")].value == 0 and r[throttle_ratio_field("hbm_thermal")].value == 0
+    assert r[throttle_ratio_field("ppt")].quality.method == "sampled"
+    doc = {"gpu_data": [{"gpu": 0, "throttle": {"ppt_violation_status": "ACTIVE",
+                                                "ppt_violation_activity": {"value": 37, "unit": "%"},
+                                                "gfx_clk_below_host_limit_violation_status": "N/A"}}]}
+    r = amd_smi.parse_any(json.dumps(doc)).devices[0].readings
+    assert r[throttle_active_field("ppt")].value == 1 and r[throttle_ratio_field("ppt")].value == 0.37
+    assert r[throttle_active_field("gfx_clk_below_host_limit")].quality.status == "unsupported"
+    mon = _parse("amd-smi-monitor_1x-Radeon-PRO-V710-VF_azure-NVv5_rocm-6.1.4_throttle-column_header-trailing-space_blank-line.txt")
+    assert mon.devices[0].readings[amd_smi.THROTTLE_ACTIVE].value == 0
+    assert mon.devices[0].readings[F.CLOCK_COMPUTE].value == 1814e6
+
+
+def test_wrapped_list_values_and_new_monitor_vram_usage():
+    d = _parse("amd-smi-metric_1x-Radeon-RDNA3-dGPU_max-gfx-2482MHz_jpeg-activity-wrapped-list_TRUNCATED.txt").devices[0]
+    assert d.readings[F.POWER].value == 20 and d.readings[F.CLOCK_COMPUTE].value == 14e6
+    m = _parse("amd-smi-monitor_1x-RX-9070-XT_amd-smi-27.0.0_rocm-10.0_XCP-layout_vram-usage-column.txt").devices[0]
+    assert m.readings[F.MEMORY_USED].value == pytest.approx(2.9 * (1 << 30))
+
+
+TOPOLOGY_TEXT = """ACCESS TABLE:
+             0000:05:00.0 0000:26:00.0 0000:46:00.0
+0000:05:00.0 ENABLED      ENABLED      ENABLED
+0000:26:00.0 ENABLED      ENABLED      ENABLED
+0000:46:00.0 ENABLED      ENABLED      ENABLED
+
+HOPS TABLE:
+             0000:05:00.0 0000:26:00.0 0000:46:00.0
+0000:05:00.0 0            1            2
+0000:26:00.0 1            0            2
+0000:46:00.0 2            2            0
+
+LINK TYPE TABLE:
+             0000:05:00.0 0000:26:00.0 0000:46:00.0
+0000:05:00.0 SELF         XGMI         PCIE
+0000:26:00.0 XGMI         SELF         PCIE
+0000:46:00.0 PCIE         PCIE         SELF
+
+NUMA BW TABLE:
+             0000:05:00.0 0000:26:00.0 0000:46:00.0
+0000:05:00.0 N/A          50000-100000 N/A
+0000:26:00.0 50000-100000 N/A          N/A
+0000:46:00.0 N/A          N/A          N/A
+"""
+
+
+def test_topology_text_tables_give_links():
+    a, b, c = amd_smi.parse_any(TOPOLOGY_TEXT).devices
+    assert [(x.peer, x.type, x.bandwidth_bytes_per_second) for x in a.links] == [
+        (b.identity.uuid, "xgmi", 100000e6), (c.identity.uuid, "pcie-hostbridge", None)]
+    assert [x.type for x in c.links] == ["pcie-hostbridge"] * 2 and b.identity.pci_address == "0000:26:00.0"
+
+
+def test_topology_json_new_format_links():
+    doc = [{"gpu": i, "bdf": f"0000:0{i}:00.0", "links": [
+        {"gpu": j, "bdf": f"0000:0{j}:00.0", "weight": 0 if i == j else 15, "link_status": "ENABLED",
+         "link_type": "SELF" if i == j else ("XGMI" if j < 2 and i < 2 else "PCIE"),
+         "num_hops": 0 if i == j else 1, "bandwidth": "N/A" if i == j else "50000-100000"} for j in range(3)]}
+        for i in range(3)]
+    a, b, c = amd_smi.parse_any(json.dumps(doc)).devices
+    assert [(x.peer, x.type) for x in a.links] == [(b.identity.uuid, "xgmi"), (c.identity.uuid, "pcie-hostbridge")]
+    assert a.links[0].bandwidth_bytes_per_second == 100000e6
+
+
+def test_xgmi_metric_table_links_with_the_link_bandwidth():
+    a, b = _parse("amd-smi-xgmi_link-metric-table_MI300X_rocm-blog_TRUNCATED.txt").devices
+    assert [(x.peer, x.type, x.bandwidth_bytes_per_second) for x in a.links] == [(b.identity.uuid, "xgmi", 64e9)]
+    assert [x.peer for x in b.links] == [a.identity.uuid]
+
+
+def test_old_topology_json_disabled_access_is_no_link_but_pcie_enabled_is():
+    doc = json.loads(shared_fixture("amd-smi", "topology_json_old-format_2gpu-pcie.json").read_text())
+    for d in doc:
+        d["link_accessibility"] = {k: "ENABLED" for k in d["link_accessibility"]}
+    a, b = amd_smi.parse_any(json.dumps(doc)).devices
+    assert [(x.peer, x.type) for x in a.links] == [(b.identity.uuid, "pcie-hostbridge")]

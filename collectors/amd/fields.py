@@ -16,3 +16,26 @@ PCIE_NAK_SENT = "pcie_nak_sent_total"
 PCIE_NAK_RECEIVED = "pcie_nak_received_total"
 XGMI_RX = F.interconnect_field("xgmi", "rx")
 XGMI_TX = F.interconnect_field("xgmi", "tx")
+# amd-smi list: the KFD's ids of a GPU (KFD_ID = the KFD gpu_id, NODE_ID = its KFD topology node,
+# PARTITION_ID = the compute partition); ids, not quantities (resolution 1)
+KFD_ID = "kfd_gpu_id"
+KFD_NODE_ID = "kfd_node_id"
+PARTITION_ID = "partition_id"
+# amd-smi metric THROTTLE / POWER: 1 while clocks are throttled (THROTTLE_STATUS THROTTLED), 0 otherwise
+THROTTLE_ACTIVE = "clock_throttle_active"
+THROTTLE_ACCUMULATION = "throttle_accumulation_total"  # ACCUMULATION_COUNTER: samples counted
+
+
+def throttle_active_field(reason: str) -> str:
+    """``<REASON>_VIOLATION_STATUS`` (ACTIVE -> 1, NOT ACTIVE -> 0), named as NVIDIA's clock reasons."""
+    return f"clock_throttle_{reason}"
+
+
+def throttle_ratio_field(reason: str) -> str:
+    """``<REASON>_VIOLATION_ACTIVITY``: share of the accumulation window the reason held, 0..1."""
+    return f"throttle_{reason}_violation_ratio"
+
+
+def throttle_count_field(reason: str) -> str:
+    """``<REASON>_ACCUMULATED``: samples of ACCUMULATION_COUNTER during which the reason held."""
+    return f"throttle_{reason}_accumulated_total"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import time
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -44,6 +45,9 @@ VENDOR, KIND = "amd", "gpu"
 METRIC_ARGS = ("metric", "--json")
 STATIC_ARGS = ("static", "--json")
 # the amdsmi collector's vendor fields: one module names them for both
+from hetero_exporter.collectors.amd.fields import (  # noqa: E402
+    KFD_ID, KFD_NODE_ID, PARTITION_ID, THROTTLE_ACCUMULATION, THROTTLE_ACTIVE, throttle_active_field,
+    throttle_count_field, throttle_ratio_field)
 from hetero_exporter.collectors.amd.fields import (  # noqa: E402
     ECC_DEFERRED, MEDIA_UTILIZATION, PCIE_BANDWIDTH, PCIE_NAK_RECEIVED, PCIE_NAK_SENT, PCIE_RECOVERY,
     PCIE_REPLAY, PCIE_REPLAY_ROLLOVER, PCIE_SPEED, PCIE_WIDTH, TEMP_EDGE)
@@ -82,7 +86,55 @@ FIELDS: tuple[tuple[str, tuple[str, ...], str, Optional[float], float, str], ...
     (PCIE_RECOVERY, ("pcie/l0_to_recovery_count",), "measured", None, 1.0, ""),
     (PCIE_NAK_SENT, ("pcie/nak_sent_count",), "measured", None, 1.0, ""),
     (PCIE_NAK_RECEIVED, ("pcie/nak_received_count",), "measured", None, 1.0, ""),
+    (KFD_ID, ("kfd_id",), "measured", None, 1.0, ""),
+    (KFD_NODE_ID, ("node_id",), "measured", None, 1.0, ""),
+    (PARTITION_ID, ("partition_id",), "measured", None, 1.0, ""),
+    (THROTTLE_ACCUMULATION, ("throttle/accumulation_counter",), "measured", None, 1.0, ""),
 )
+_REASON = re.compile(r"^(?P<reason>[a-z][a-z0-9_]{0,40}?)_(?P<what>accumulated|violation_status|violation_activity)$")
+MAX_REASONS = 32
+
+
+def throttle_readings(tree: Any, command: str) -> dict[str, Reading]:
+    """``metric -t`` THROTTLE (text) / ``throttle`` (JSON): per reason (``PROCHOT``, ``PPT``,
+    ``SOCKET_THERMAL``, ``VR_THERMAL``, ``HBM_THERMAL``, and whatever later releases add, read by
+    the key's suffix) its ``_VIOLATION_STATUS`` (1 ACTIVE / 0 NOT ACTIVE), ``_VIOLATION_ACTIVITY``
+    (%, as a ratio; amdsmi_get_violation_status' per_* percentages over the accumulation window)
+    and ``_ACCUMULATED`` (a counter of samples); plus THROTTLE_STATUS (power section, monitor
+    THROTTLE column): THROTTLED 1, UNTHROTTLED 0."""
+    r: dict[str, Reading] = {}
+    section = tree.get("throttle") if isinstance(tree, dict) else None
+    for key, raw in (section.items() if isinstance(section, dict) else ()):
+        m = _REASON.match(key)
+        if m is None or not isinstance(raw, str) or len(r) >= 3 * MAX_REASONS:
+            continue
+        reason, what = m.group("reason"), m.group("what")
+        src = f"{command}: throttle/{key}"
+        if what == "violation_status":
+            name, q = throttle_active_field(reason), Quality(src, "measured", None, 1.0)
+            word = raw.strip().upper().replace("_", " ")
+            v = 1.0 if word == "ACTIVE" else 0.0 if word in ("NOT ACTIVE", "INACTIVE") else None
+        else:
+            ratio = what == "violation_activity"
+            name = throttle_ratio_field(reason) if ratio else throttle_count_field(reason)
+            q = Quality(src, "sampled" if ratio else "measured", _SMU_AVERAGE_S if ratio else None,
+                        0.01 if ratio else 1.0)
+            try:
+                v = quantity(raw, "%" if ratio else "")
+            except ValueError:
+                r[name] = Reading(None, q.with_status("error"))
+                continue
+            if ratio and v is not None and not 0 <= v <= 1:
+                r[name] = Reading(None, q.with_status("error"))
+                continue
+        r[name] = Reading(v, q) if v is not None else Reading(None, q.with_status("unsupported"))
+    path = next((p for p in ("power/throttle_status", "monitor/throttle") if find(tree, p) is not None), None)
+    if path is not None:
+        word = find(tree, path).strip().upper()
+        q = Quality(f"{command}: {path}", "measured", None, 1.0)
+        v = 1.0 if word == "THROTTLED" else 0.0 if word == "UNTHROTTLED" else None
+        r[THROTTLE_ACTIVE] = Reading(v, q) if v is not None else Reading(None, q.with_status("unsupported"))
+    return r
 
 
 def readings_of(tree: Any, command: str = "amd-smi") -> dict[str, Reading]:
@@ -103,6 +155,7 @@ def readings_of(tree: Any, command: str = "amd-smi") -> dict[str, Reading]:
             r[name] = Reading(None, q.with_status("error"))
             continue
         r[name] = Reading(v, q) if v is not None else Reading(None, q.with_status("unsupported"))
+    r.update(throttle_readings(tree, command))
     usage = find(tree, "monitor/vram_usage")  # newer monitor: "0.3/192.0 GB"
     if usage and "/" in usage and F.MEMORY_USED not in r:
         q = Quality(f"{command}: monitor/vram_usage", "measured", None, 0.1 * 1024 * MIB)
@@ -164,22 +217,60 @@ def processes_of(tree: Any, uuid: str) -> tuple[ProcessSample, ...]:
     return tuple(out)
 
 
+# amd-smi's link types -> model.Link types. PCIE: amd-smi (KFD's io links) does not say whether a
+# switch sits between two GPUs; the GPU-to-GPU PCIe paths KFD reports are its peer links built
+# through the CPU node (GPU -> CPU -> GPU, 2 hops in the captures), i.e. over the host bridge.
+LINK_TYPES = {"XGMI": "xgmi", "PCIE": "pcie-hostbridge"}
+
+
+def _bandwidth(text: Any) -> Optional[float]:
+    """Bytes/s from a NUMA ``min-max`` bandwidth (amdsmi_get_minmax_bandwidth_between_processors,
+    MB/s: the maximum) or an xgmi ``max_bandwidth`` (``512 Gb/s``); None for N/A or other text."""
+    t = str(text or "").strip()
+    m = re.fullmatch(r"(\d{1,9})\s*-\s*(\d{1,9})", t)
+    if m:
+        return float(m.group(2)) * 1e6 or None
+    m = re.fullmatch(r"(\d{1,9}(?:\.\d+)?)\s*([GM])b/s", t, re.I)
+    if m:
+        return float(m.group(1)) * (1e9 if m.group(2).upper() == "G" else 1e6) / 8 or None
+    return None
+
+
+def _pairs(t: dict) -> list[dict]:
+    """One dict per peer: the old ``topology --json`` maps (``link_type: {gpu_N: XGMI}``, with
+    ``weight`` / ``hops`` / ``numa_bandwidth`` maps), or the newer ``links`` list (and the text
+    tables, read into it): ``{gpu, link_type, weight, num_hops, bandwidth}``."""
+    out: list[dict] = []
+    if isinstance(t.get("link_type"), dict):
+        for k, v in t["link_type"].items():
+            peer = str(k).removeprefix("gpu_")
+            item = {"gpu": peer, "link_type": v}
+            for key, into in (("numa_bandwidth", "bandwidth"), ("weight", "weight"), ("hops", "num_hops"),
+                              ("link_accessibility", "link_status")):
+                m = t.get(key)
+                if isinstance(m, dict) and k in m:
+                    item[into] = m[k]
+            out.append(item)
+    if isinstance(t.get("links"), list):
+        out.extend(x for x in t["links"] if isinstance(x, dict))
+    return out
+
+
 def _links(out: AmdOutput, uuids: dict[int, str]) -> dict[int, tuple[Link, ...]]:
-    """xGMI links of ``topology --json``: the old ``link_type: {gpu_N: XGMI}`` map or the newer
-    ``links: [{gpu: N, link_type: XGMI}]`` list. PCIe paths carry no switch/host-bridge detail
-    here, so only xGMI becomes a link."""
+    """Links between the GPUs of ``topology`` (JSON old and new, text tables) and ``xgmi``: XGMI
+    -> ``xgmi``, PCIE -> ``pcie-hostbridge``; bandwidth where shown (NUMA max, xgmi max).
+    Hops and weight have no Link field yet; SELF, N/A and UNKNOWN are no link."""
     links: dict[int, list[Link]] = {}
     for idx, g in out.gpus.items():
-        t = g.tree
-        pairs: list[tuple[str, str]] = []
-        if isinstance(t.get("link_type"), dict):
-            pairs = [(k.removeprefix("gpu_"), str(v)) for k, v in t["link_type"].items()]
-        for item in t.get("links") or [] if isinstance(t.get("links"), list) else []:
-            if isinstance(item, dict):
-                pairs.append((str(item.get("gpu", "")), str(item.get("link_type", ""))))
-        for peer, kind in pairs:
-            if peer.isdigit() and int(peer) != idx and kind.strip().upper() == "XGMI":
-                links.setdefault(idx, []).append(Link(peer=uuids.get(int(peer), f"amd-card{peer}"), type="xgmi"))
+        for item in _pairs(g.tree):
+            peer, kind = str(item.get("gpu", "")).strip(), str(item.get("link_type", "")).strip().upper()
+            if not peer.isdigit() or int(peer) == idx or kind not in LINK_TYPES:
+                continue
+            if str(item.get("link_status", "ENABLED")).upper() == "DISABLED":
+                continue
+            bw = _bandwidth(item.get("bandwidth") or item.get("max_bandwidth"))
+            links.setdefault(idx, []).append(Link(peer=uuids.get(int(peer), f"amd-card{peer}"),
+                                                  type=LINK_TYPES[kind], bandwidth_bytes_per_second=bw))
     return {k: tuple(v) for k, v in links.items()}
 
 

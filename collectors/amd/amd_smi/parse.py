@@ -8,6 +8,7 @@
 - ``--json``: a list of ``{"gpu": N, ...}`` objects (ROCm 6.0-6.3), or an object holding that
   list (``{"gpu_data": [...]}``, later releases); leaves are ``{"value": v, "unit": u}`` in newer
   versions, plain numbers or strings ("N/A") in older ones.
+- the default ``amd-smi`` box, ``process --csv``, ``topology`` / ``xgmi`` tables: layouts.py.
 - ``monitor`` text: a header of column names (``GPU  POWER  GPU_TEMP ...``) and a row per GPU
   whose cells are ``N/A``, a number or a number and a unit (``139 W``, ``0.3/192.0 GB``).
 
@@ -27,6 +28,9 @@ from typing import Any, Optional
 from hetero_exporter.sdk import pciaddr, values
 from hetero_exporter.sdk.contract import ParseError
 
+from . import layouts
+from .layouts import groups
+
 TOOL = "amd-smi"
 MAX_LINE = 4096
 MAX_DEPTH = 32
@@ -35,8 +39,6 @@ _BLOCK = re.compile(r"^(?P<kind>GPU|CPU|CORE|NIC)\s*:\s*(?P<index>[0-9]{1,4})\s*
 # value then a trailing-blank test would try every split of a long blank run: quadratic)
 _KV = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][\w .()/%\-]{0,80}?)\s*:(?:\s+(?P<value>.*))?$")
 _MONITOR_FIRST = re.compile(r"^\s*(GPU|gpu)\s+[A-Za-z_%]")
-_UNIT = re.compile(r"^[A-Za-z%°µ/][A-Za-z0-9%°µ/]*$")  # one way to split: linear
-_NUM = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)$")
 
 
 @dataclass
@@ -52,7 +54,7 @@ class AmdOutput:
     """A parsed amd-smi output: the GPUs by index, in printing order, and its form."""
 
     gpus: dict[int, AmdGpu]
-    form: str  # "text", "json" or "monitor"
+    form: str  # "text", "json", "monitor", "default" (the plain ``amd-smi`` box), "csv" or "tables"
 
 
 def _key(k: Any) -> str:
@@ -76,6 +78,7 @@ def _text_blocks(text: str) -> dict[int, AmdGpu]:
     current: Optional[dict] = None  # the tree of the GPU block being read; None in other blocks
     in_block = False
     stack: list[tuple[int, dict]] = []
+    open_list: Optional[tuple[dict, str]] = None  # a "[a, b," value amd-smi wrapped onto the next lines
     for lineno, raw in enumerate(text.expandtabs(8).splitlines(), 1):
         if len(raw) > MAX_LINE:
             raise ParseError(TOOL, f"a line of {len(raw)} characters; amd-smi prints short lines", lineno)
@@ -99,6 +102,15 @@ def _text_blocks(text: str) -> dict[int, AmdGpu]:
             raise ParseError(TOOL, f"expected a 'GPU: N' line, got {line.strip()[:60]!r}", lineno)
         if current is None:
             continue  # a CPU block of an APU host: not a device of this model
+        if open_list is not None and line[:1].isspace():
+            section, key = open_list
+            old = section[key]
+            if isinstance(old, str) and len(old) + len(line) <= MAX_LINE * 4:
+                section[key] = f"{old} {line.strip()}"
+                if line.rstrip().endswith("]"):
+                    open_list = None
+                continue
+        open_list = None
         m = _KV.match(line)
         if m is None:
             raise ParseError(TOOL, f"not a 'KEY: value' line: {line.strip()[:60]!r}", lineno)
@@ -113,6 +125,8 @@ def _text_blocks(text: str) -> dict[int, AmdGpu]:
         key, value = _key(m.group("key")), m.group("value")
         if value:
             _put(section, key, value)
+            if value.startswith("[") and not value.endswith("]") and isinstance(section.get(key), str):
+                open_list = (section, key)
         else:
             sub: dict = {}
             _put(section, key, sub)
@@ -124,20 +138,9 @@ def _text_blocks(text: str) -> dict[int, AmdGpu]:
 
 # --------------------------------------------------------------------------- monitor
 def _cells(line: str) -> list[str]:
-    """A monitor row's cells: ``N/A``, a number, or a number and its unit token."""
-    tokens = line.split()
-    out: list[str] = []
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if (i + 1 < len(tokens) and (_NUM.match(tok) or re.fullmatch(r"[-+\d.]+/[-+\d.]+", tok))
-                and _UNIT.match(tokens[i + 1]) and not values.is_na(tokens[i + 1])):
-            out.append(f"{tok} {tokens[i + 1]}")
-            i += 2
-        else:
-            out.append(tok)
-            i += 1
-    return out
+    """A monitor row's cells: ``N/A``, a number, or a number and its unit (``139 W``,
+    ``N/A Mb/s``, ``2.9/ 15.9 GB``): layouts.groups."""
+    return groups(line)
 
 
 def _monitor(text: str) -> dict[int, AmdGpu]:
@@ -221,6 +224,13 @@ def parse_output(text: str) -> AmdOutput:
         except (ValueError, RecursionError) as e:
             raise ParseError(TOOL, f"not valid JSON: {str(e)[:80]}") from None
         return AmdOutput(_json_gpus(doc), "json")
+    if layouts.is_default_view(body):
+        gpus, _procs = layouts.default_view(body)
+        return AmdOutput({i: AmdGpu(i, t) for i, t in gpus.items()}, "default")
+    if layouts.is_process_csv(body):
+        return AmdOutput({i: AmdGpu(i, t) for i, t in layouts.process_csv(body).items()}, "csv")
+    if layouts.is_tables(body):
+        return AmdOutput({i: AmdGpu(i, t) for i, t in layouts.topology_tables(body).items()}, "tables")
     if _MONITOR_FIRST.match(body.splitlines()[0]) and ":" not in body.splitlines()[0]:
         return AmdOutput(_monitor(body), "monitor")
     return AmdOutput(_text_blocks(body), "text")
