@@ -65,6 +65,15 @@ EXPECTED_KIND = {
     "info-table_8x-910B3_npu-smi-23.0.0_container.txt": "info",
     "info-table_atlas800-3000_310x4_npu-smi-20.2.0.txt": "info",
     "info-table_atlas800-9010_910A-x8_npu-smi-22.0.3.1.txt": "info",
+    "info-t-board_310P3-duo_IT21PD2G10_npu-smi-25.5.1.txt": "info -t board",
+    "info-t-common_310P3-duo-2chips-plus-mcu_npu-smi-25.5.1.txt": "info -t common",
+    "info-t-power_310P3-duo_mcu_npu-smi-25.5.1.txt": "info -t power",
+    "info-t-product_atlas-300I-duo_npu-smi-25.5.1.txt": "info -t product",
+    "info-t-topo_8x-910B3_HCCS-full-mesh_npu-smi-24.1.rc1.b030_leading-tab.txt": "info -t topo",
+    "info-t-usages_310P3-duo-2chips_npu-smi-25.5.1.txt": "info -t usages",
+    "info-table_1x-310P3-duo-2chips_npu-id-2944_npu-smi-25.5.1.txt": "info",
+    "info-table_2x-910A_npu-smi-21.0.4_cann504.txt": "info",
+    "info-table_8x-910B3_npu-smi-24.1.rc1.b030_no-process-table_TRUNCATED.txt": "info",
 }
 
 

@@ -10,6 +10,11 @@ Invocations per cycle (stated, and measured by benchmarks/cli_invocations.py):
 - per-card details ``info -t usages|common|memory|ecc -i N``: each kind refreshed every
   ``detail_intervals[kind]`` seconds (defaults below), spread over cycles, at most
   ``detail_calls_per_cycle`` per cycle (default: the steady rate rounded up, plus one);
+- ``info -t current-fault-event -i N``: the card's active fault events (event id, severity,
+  time, description), a detail kind like the ones above (default every 120 s); each event is
+  a fault of its chips (of every chip of the card where the output names none), looked up by
+  its event id in collectors/ascend/faults.yaml; an id not in the table is still a fault, of
+  the table's default class, with the event's own severity;
 - ``info -t topo``: the HCCS link matrix, at start and then every ``topo_interval`` seconds
   (default 600; 0 disables), within the same per-cycle budget;
 - identity, once per card in the agent's life: ``info -t board -i N`` (serial, firmware, die
@@ -21,7 +26,8 @@ The detail calls are planned by hetero_exporter.sdk.schedule (cadence per kind, 
 budget, clock-went-back handling, a kind disabled after 3 failures); identities are pinned
 in hetero_exporter.sdk.identity (a chip that disappears is failed under its pinned uuid).
 ``identity.runtime_version`` is the CANN version (collectors/ascend/versions.py) read below
-``settings.host_root`` (default "/"), else the driver package version.
+``settings.host_root`` (default "/"), else None: the driver package's version is
+``driver_version``, never a runtime version.
 
 Units: npu-smi's "MB" are binary (an HBM of "65536" MB is 64 GiB): MB -> bytes is x 2**20.
 Percentages become ratios 0..1. "NA", "N/A" and "-" are absent values (status unsupported).
@@ -45,11 +51,12 @@ from hetero_exporter.sdk import values
 from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, Readings, build, table_fault,
                                                       worst_state)
 from hetero_exporter.sdk.schedule import DetailSchedule
+from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.collectors.ascend import versions
 from hetero_exporter.collectors.ascend.npu_smi.parse import (  # noqa: F401 - the parsers are part of this API
-    TOOL, TOPO_FABRIC, CardListing, ChipMapping, DetailDoc, HealthDetail, NpuChip, NpuList, NpuProcess,
-    NpuSummary, NpuTopo, _bus_id, _number, canonical_health, detect, health_detail, parse_detail, parse_list,
-    parse_mapping, parse_proc_mem, parse_summary, parse_topo)
+    TOOL, TOPO_FABRIC, CardListing, ChipMapping, DetailDoc, FaultEvent, FaultEvents, HealthDetail, NpuChip,
+    NpuList, NpuProcess, NpuSummary, NpuTopo, _bus_id, _number, canonical_health, detect, health_detail,
+    parse_detail, parse_fault_events, parse_list, parse_mapping, parse_proc_mem, parse_summary, parse_topo)
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot,
                                    ProcessSample, Quality, Reading)
 
@@ -216,6 +223,29 @@ def _fault(code: str, message: str, source: str) -> Fault:
     return table_fault("ascend", code, message, source)
 
 
+# DCMI fault event severity (struct dcmi_dms_fault_event: 0 notice, 1 minor, 2 major,
+# 3 critical; hiascend.com DCMI API reference, dcmi_get_fault_event, api_096.html) -> the model's,
+# for event ids the fault table does not list (a listed id takes the table's severity).
+EVENT_SEVERITY = {0: "info", 1: "warning", 2: "warning", 3: "critical"}
+FAULT_EVENT_SOURCE = "npu-smi info -t current-fault-event"
+
+
+def event_fault(ev: FaultEvent, where: str) -> Fault:
+    """The Fault of one current fault event: class, action and severity from the fault table
+    by event id; an id the table lacks keeps the default class and takes the event's severity."""
+    text = "; ".join(x for x in (ev.description, ", ".join(f"{k}={v}" for k, v in ev.details),
+                                 f"raised {ev.time}" if ev.time else "") if x)
+    f = _fault(ev.code, f"{where}" + (f" ({text})" if text else ""), FAULT_EVENT_SOURCE)
+    if not fault_tables.lookup("ascend", ev.code).known and ev.severity in EVENT_SEVERITY:
+        f = dataclasses.replace(f, severity=EVENT_SEVERITY[ev.severity])
+    return f
+
+
+def chip_events(events: FaultEvents, chip_id: int) -> list[FaultEvent]:
+    """The events of a chip: those printed in its block, and the card-level ones."""
+    return [e for e in events.events if e.chip_id is None or e.chip_id == chip_id]
+
+
 def health_state(reasons: Sequence[Fault], vendor_state: str) -> str:
     """The model's health from the vendor state and the active faults: the worst severity
     (critical -> failed, warning -> degraded, info -> ok); UNKNOWN (device absent or not
@@ -271,7 +301,7 @@ def _identity(chip: NpuChip, uuid: str, index: int, driver: str, *, firmware: Op
     drv = driver if driver and not values.is_na(driver) else None
     return DeviceIdentity(vendor="ascend", kind="npu", index=index, uuid=uuid,
                           model=profiles.normalize_model("ascend", raw), pci_address=chip.bus_id,
-                          numa_node=numa, driver_version=drv, runtime_version=runtime or drv,
+                          numa_node=numa, driver_version=drv, runtime_version=runtime or None,
                           firmware_version=firmware, name=raw or None, serial=serial)
 
 
@@ -324,6 +354,8 @@ def parse_any(text: str) -> Any:
         return ParsedOutput(kind, parse_topo(text))
     if t == "proc-mem":
         return ParsedOutput(kind, [dataclasses.asdict(p) for p in parse_proc_mem(text)])
+    if t == "current-fault-event":
+        return ParsedOutput(kind, parse_fault_events(text))
     doc = parse_detail(text, t)
     if t in ("health", "usages", "common", "memory", "ecc", "temp", "board", "board-chip", "power"):
         return _detail_snapshot(doc)
@@ -332,11 +364,14 @@ def parse_any(text: str) -> Any:
 
 # --------------------------------------------------------------------------- collector
 
+FAULT_EVENTS = "current-fault-event"
 # Seconds between refreshes of each per-card detail kind (0 disables a kind).
-DEFAULT_DETAIL_INTERVALS = {"usages": 60.0, "common": 60.0, "memory": 300.0, "ecc": 300.0}
+DEFAULT_DETAIL_INTERVALS = {"usages": 60.0, "common": 60.0, "memory": 300.0, "ecc": 300.0,
+                            FAULT_EVENTS: 120.0}
 DEFAULT_TOPO_INTERVAL = 600.0
 _TOOL_DIRS = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
 _NODE = "node"  # the schedule's target of node-wide calls (the topology)
+_NOT_READINGS = (FAULT_EVENTS,)  # detail kinds that give faults, not readings
 
 
 @dataclass
@@ -372,6 +407,7 @@ class NpuSmiCollector(CliCollector):
         self._late_tries: dict[int, int] = {}  # card -> identity calls that ran out of time
         self._health: dict[tuple[int, int], HealthDetail] = {}
         self._health_at: dict[tuple[int, int], float] = {}
+        self._last_health: dict[tuple[int, int], str] = {}  # summary health per chip, last cycle
         self.runtime_version = versions.discover(str(settings.get("host_root", "/"))).runtime_version
 
     # ------------------------------------------------------------------ hooks
@@ -460,7 +496,8 @@ class NpuSmiCollector(CliCollector):
         args = {job: (["info", "-t", "topo"] if job[1] == "topo" else ["info", "-t", job[1], "-i", str(job[0])])
                 for job in due}
         for job, out in self.cli.map([(j, args[j]) for j in due], deadline):
-            value = self._topo(out) if job[1] == "topo" else self._detail(out, job)
+            value = (self._topo(out) if job[1] == "topo" else
+                     self._fault_events(out, job[0]) if job[1] == FAULT_EVENTS else self._detail(out, job))
             self.schedule.done(job, now, value, ok=value is not None)
             st = self.schedule.state(job)
             if st is not None and st.disabled and st.failures == self.schedule.max_failures:
@@ -476,6 +513,38 @@ class NpuSmiCollector(CliCollector):
             log.warning("npu-smi info -t %s -i %s: %s", kind, card, e)
             return None
         return doc
+
+    @staticmethod
+    def _fault_events(out: Any, card: int) -> Optional[FaultEvents]:
+        if isinstance(out, Exception):
+            log.warning("npu-smi info -t current-fault-event -i %s failed: %s", card, out)
+            return None
+        try:
+            return parse_fault_events(out)
+        except ParseError as e:
+            log.warning("npu-smi info -t current-fault-event -i %s: %s", card, e)
+            return None
+
+    def _ask_events_again(self, summary: NpuSummary, now: float) -> None:
+        """A card whose summary health changed since the last cycle has its fault events asked
+        again now (ahead of its cadence, within the cycle's budget): the events of the last
+        answer are what the card had then, and a change says they are out of date."""
+        states = {(c.npu_id, c.chip_id): c.health for c in summary.chips}
+        changed = {k[0] for k, v in states.items() if k in self._last_health and self._last_health[k] != v}
+        self._last_health = states
+        for card in changed:
+            st = self.schedule.state((card, FAULT_EVENTS))
+            if st is not None and not st.disabled:
+                st.due = min(st.due, now)
+
+    def _events_of(self, c: NpuChip, now: float) -> list[FaultEvent]:
+        """The chip's events from the card's last current-fault-event answer while it is fresh
+        (at most three intervals old: an answer that stopped coming says nothing now)."""
+        every = self._intervals.get(FAULT_EVENTS)
+        st = self.schedule.latest((c.npu_id, FAULT_EVENTS))
+        if every is None or st is None or st.age(now) > 3 * every:
+            return []
+        return chip_events(st.value, c.chip_id)
 
     @staticmethod
     def _topo(out: Any) -> Optional[NpuTopo]:
@@ -512,6 +581,8 @@ class NpuSmiCollector(CliCollector):
     def _details_of(self, c: NpuChip, now: float) -> dict[str, Reading]:
         out: dict[str, Reading] = {}
         for kind, every in self._intervals.items():
+            if kind in _NOT_READINGS:
+                continue
             st = self.schedule.latest((c.npu_id, kind))
             if st is None:
                 continue
@@ -541,6 +612,7 @@ class NpuSmiCollector(CliCollector):
     def devices(self, summary: NpuSummary, now: float, deadline: float) -> list[DeviceSample]:
         self._learn_identities(summary, deadline)
         self._refresh_health(summary, deadline)
+        self._ask_events_again(summary, self.clock())
         if deadline - time.monotonic() > 0.25 * self.budget:  # details never cost the summary
             self._refresh_details(sorted({c.npu_id for c in summary.chips}), deadline)
         multi = _multi_chip_cards(summary.chips)
@@ -557,8 +629,10 @@ class NpuSmiCollector(CliCollector):
             info = detail.information if detail else ""
             where = f"NPU {c.npu_id} chip {c.chip_id}" + (f" ({info})" if info else "")
             codes = () if c.health == "OK" else (c.health,) + (detail.codes if detail else ())
-            reasons = self.episodes.update(ident.uuid, [_fault(code, where, "npu-smi") for code in dict.fromkeys(codes)],
-                                           now)
+            current = {code: _fault(code, where, "npu-smi") for code in codes}
+            for ev in self._events_of(c, now):  # an event also named by -t health is one fault
+                current.setdefault(ev.code, event_fault(ev, f"NPU {c.npu_id} chip {c.chip_id}"))
+            reasons = self.episodes.update(ident.uuid, list(current.values()), now)
             procs = tuple(_process(p, ident.uuid) for p in summary.processes if _owns(c, p, multi))
             out.append(DeviceSample(identity=ident, timestamp=now, readings=readings,
                                     health=Health(health_state(reasons, c.health), reasons),

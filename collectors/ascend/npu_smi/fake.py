@@ -17,12 +17,17 @@ Scenario hooks (vendor ``ascend``):
   linked to every other, as on an Atlas 800 training server) except on 310 products (PCIe);
   ``cann_version`` (default: the driver version) is written to the fake host root's
   ascend_toolkit_install.info, so identity.runtime_version appears in simulation;
+  ``cann_version: none`` (or null) writes no CANN file (a node without CANN);
   ``layout`` defaults to ``310`` for a 310 product and ``910`` otherwise;
 - device ``extra``: ``ddr_total_mb``, ``hugepages_total``, ``aicore_count``,
   ``aicore_max_mhz``, ``board_name``, ``aicpu_utilization_ratio``, ``ctrlcpu_utilization_ratio``;
 - faults ``kind: health`` (``state`` Warning|Alarm|Critical|UNKNOWN, ``code`` and/or
   ``codes: [...]``, ``message``) on a device index; ``kind: missing`` (the chip is left out
-  of the table); ``kind: hung|slow|garbage|truncated|exit`` (the whole tool, any index;
+  of the table); ``kind: fault-event`` (``code`` the event id, ``severity`` 0..3, default 2,
+  ``message`` the event name) is listed by ``info -t current-fault-event`` only (the summary
+  health stays as it is); the codes of ``kind: health`` faults are listed there too, with
+  the severity of their state (Warning 1, Alarm 2, Critical 3);
+  ``kind: hung|slow|garbage|truncated|exit`` (the whole tool, any index;
   ``command: summary|detail`` limits it to ``npu-smi info`` or to the ``-t``/``-m`` calls).
 A hung fake starts a grandchild ``sleep`` and writes both pids to ``npu-smi.hung.pids`` in
 its workdir, so tests can see the runner kill the whole process group.
@@ -193,10 +198,39 @@ def render_kv(blocks: Sequence[Sequence[tuple[str, str]]], indent: str = "\t") -
     return "\n".join(out) + "\n"
 
 
+def render_items(blocks: Sequence[Sequence[tuple[str, Sequence[str]]]], indent: str = "\t") -> str:
+    """``key : value`` blocks whose values are lists: the first item on the key's line, each
+    further one on a ``: item`` line under the colon after a blank line (how npu-smi prints
+    multi-line Error Information and Fault Event Information)."""
+    out = []
+    for bi, block in enumerate(blocks):
+        if bi:
+            out.append("")
+        for key, items in block:
+            first, *rest = list(items) or ["NA"]
+            out.append(f"{indent}{key:<30} : {first}")
+            for item in rest:
+                out += ["", f"{indent}{'':<30} : {item}"]
+    return "\n".join(out) + "\n"
+
+
 def render_health(state: str, codes: Sequence[str] = (), information: Sequence[str] = ()) -> str:
-    """``npu-smi info -t health -i N -c C``."""
-    return render_kv([[("Health Status", state), ("Error Code", " ".join(codes) if codes else "NA"),
-                       ("Error Information", "\n".join(information) if information else "NA")]])
+    """``npu-smi info -t health -i N -c C`` (further information lines as ``: ...`` lines)."""
+    return render_items([[("Health Status", [state]), ("Error Code", [" ".join(codes) if codes else "NA"]),
+                          ("Error Information", list(information) or ["NA"])]])
+
+
+def render_fault_events(per_chip: Sequence[tuple[Optional[int], Sequence[tuple[str, int, str]]]]) -> str:
+    """``npu-smi info -t current-fault-event -i N``: per chip (None: a card-level output, as on
+    the Ascend 950 documentation) its events (event id 8 hex digits, severity, event name)."""
+    blocks = []
+    for chip, events in per_chip:
+        items = [f"event id=0x{code}, severity={sev}, node type ex=0, node id=0, sub node type ex=0, sub node id=0"
+                 + (f", event name={name}" if name else "") for code, sev, name in events]
+        blocks.append(([("Chip ID", [str(chip)])] if chip is not None else [])
+                      + [("Fault Event Count", [str(len(events))])]
+                      + ([("Fault Event Information", items)] if items else []))
+    return render_items(blocks)
 
 
 # --------------------------------------------------------------------------- scenario -> npu-smi
@@ -208,6 +242,16 @@ class FakeChip:
     spec: Any  # simulate.scenario.DeviceSpec
     codes: tuple[str, ...] = ()
     information: tuple[str, ...] = ()
+    events: tuple[tuple[str, int, str], ...] = ()  # current fault events: (event id, severity, name)
+
+
+# health state -> the severity its codes are listed with by -t current-fault-event
+_STATE_SEVERITY = {"Warning": 1, "Alarm": 2, "Critical": 3}
+
+
+def _event_id(code: Any) -> str:
+    c = str(code).strip()
+    return (c[2:] if c[:2].lower() == "0x" else c).upper()
 
 
 def _mb(v: Optional[float]) -> Optional[int]:
@@ -238,13 +282,17 @@ def fake_chips(scenario: Any, t: float) -> tuple[list[FakeChip], list[NpuProcess
         faults = [f for f in scenario.faults_of("ascend", d.index) if f.active(t)]
         if any(f.kind == "missing" for f in faults):
             continue
-        state, codes, info = "OK", [], []
+        state, codes, info, events = "OK", [], [], []
         for f in faults:
             if f.kind == "health":
                 state = str(f.params.get("state", "Alarm"))
-                codes += ([f.code] if f.code else []) + [str(c) for c in f.params.get("codes", [])]
+                mine = ([f.code] if f.code else []) + [str(c) for c in f.params.get("codes", [])]
+                codes += mine
+                events += [(_event_id(c), _STATE_SEVERITY.get(state, 2), f.message) for c in mine]
                 if f.message:
                     info.append(f.message)
+            elif f.kind == "fault-event" and f.code:
+                events.append((_event_id(f.code), int(f.params.get("severity", 2)), f.message))
         npu, chip = base + pos // per_card, pos % per_card
         total, used = _mb(d.value("memory_total_bytes", t)), _mb(d.value("memory_used_bytes", t))
         ddr_total = d.extra.get("ddr_total_mb")
@@ -263,7 +311,7 @@ def fake_chips(scenario: Any, t: float) -> tuple[list[FakeChip], list[NpuProcess
                          memory_total_mb=ddr, hbm_used_mb=used, hbm_total_mb=total)
             if layout != "910-old":
                 c = _replace(c, hugepages_used=0, hugepages_total=int(hp or 0))
-        chips.append(FakeChip(c, d, tuple(codes), tuple(info)))
+        chips.append(FakeChip(c, d, tuple(codes), tuple(info), tuple(dict.fromkeys(events))))
         if layout in ("910", "910-22", "new"):
             for ps in d.processes:
                 procs.append(NpuProcess(npu_id=npu, chip_id=None if layout == "new" else chip, pid=ps.pid,
@@ -289,6 +337,11 @@ def _detail(kind: str, card: int, chip_id: Optional[int], chips: Sequence[FakeCh
     if kind == "health":
         fc = mine[0]
         return render_health(fc.chip.health, fc.codes, fc.information)
+    if kind == "current-fault-event":
+        on_card = [fc for fc in chips if fc.chip.npu_id == card]
+        if len(on_card) == 1:
+            return render_fault_events([(None, mine[0].events)])
+        return render_fault_events([(fc.chip.chip_id, fc.events) for fc in mine])
     head = [("NPU ID", str(card)), ("Chip Count", str(len([f for f in chips if f.chip.npu_id == card])))]
     blocks: list[list[tuple[str, str]]] = [head]
     for fc in mine:
@@ -428,7 +481,9 @@ def install(scenario: Any, clock: Any, workdir: Optional[str]) -> tuple[str, Cal
     exe, env = install_tool(scenario, clock, workdir, "npu-smi", __name__)
     devs = scenario.devices_of("ascend")
     drv = devs[0].driver_version if devs and devs[0].driver_version else "23.0.3"
-    cann = str(scenario.vendor_settings("ascend").get("cann_version") or drv)
+    cfg = scenario.vendor_settings("ascend")
+    raw = cfg.get("cann_version", drv)
+    cann = None if raw is None or str(raw).strip().lower() == "none" else str(raw or drv)
     versions.write_fake(host_root(exe), cann, drv)
     return exe, env
 

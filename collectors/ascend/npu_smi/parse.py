@@ -460,11 +460,65 @@ def parse_mapping(text: str) -> list[ChipMapping]:
 
 # --------------------------------------------------------------------------- key : value outputs
 
+# A continuation line of npu-smi's -t outputs: optional blanks, then ':' and more of the value
+# above (multi-line Error Code / Error Information / Fault Event Information print each further
+# item as "<blanks>: item", on real nodes with blank lines between them).
+_CONTINUATION = re.compile(r"^[ \t]*:(.*)$")
+
+
+def _join_continuations(text: str) -> tuple[str, list[int]]:
+    """``text`` with each ``: ...`` continuation line turned into a line indented under the
+    key above it (what hetero_exporter.sdk.blocks reads as a continuation) and the blank lines
+    before it dropped (they sit inside the entry, not between blocks); a continuation of a key
+    with an empty value joins that key's line. Returns the text and, per output line, its line
+    number in ``text``. A continuation with no key above is left for the block reader to
+    reject. Linear: each line is appended once and dropped at most once."""
+    out: list[str] = []
+    where: list[int] = []
+    key_at: Optional[int] = None  # index in out of the last key line
+    key_indent = 0
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.expandtabs(8)
+        m = _CONTINUATION.match(line)
+        if m is not None and key_at is not None:
+            while out and not out[-1].strip():  # blank lines inside the entry
+                out.pop()
+                where.pop()
+            item = m.group(1).strip()
+            if not item:
+                continue
+            kv = kvblocks.KV.match(out[key_at])
+            if len(out) - 1 == key_at and kv is not None and not (kv.group("value") or "").strip():
+                out[key_at] = out[key_at].rstrip() + " " + item  # "Error Code :" then ": 80E18402"
+            else:
+                out.append(" " * (key_indent + 4) + item)
+                where.append(lineno)
+            continue
+        if line.strip() and kvblocks.KV.match(line):
+            key_at, key_indent = len(out), len(line) - len(line.lstrip())
+        out.append(line)  # other lines (blank ones too) keep the key: a continuation may follow
+        where.append(lineno)
+    return "\n".join(out), where
+
+
 def _kv_blocks(text: str, tool: str) -> list[list[tuple[str, str, int]]]:
     """Blank-line separated blocks of (normalized key, value, line), read by
     hetero_exporter.sdk.blocks: lines that do not start a new key (deeper indented, or with
-    no key) continue the value above (multi-line Error Code / Error Information)."""
-    return [[(e.key, e.value, e.line) for e in b.entries] for b in kvblocks.read_blocks(text, tool)]
+    no key) continue the value above (multi-line Error Code / Error Information), and so do
+    ``: ...`` lines, also after blank lines (_join_continuations). Lines are those of ``text``."""
+    joined, where = _join_continuations(text)
+
+    def original(line: Optional[int]) -> Optional[int]:
+        return where[line - 1] if line is not None and 0 < line <= len(where) else line
+
+    try:
+        blocks = kvblocks.read_blocks(joined, tool)
+    except ParseError as e:
+        if e.line is None or original(e.line) == e.line:
+            raise
+        msg = str(e).removeprefix(f"{e.tool}: ").removesuffix(f" (line {e.line})")
+        raise ParseError(e.tool, msg, original(e.line)) from None
+    return [[(e.key, e.value, original(e.line) or e.line) for e in b.entries] for b in blocks]
 
 
 def parse_detail(text: str, kind: str) -> DetailDoc:
@@ -514,6 +568,101 @@ def health_detail(doc: DetailDoc, chip_id: Optional[int] = None) -> HealthDetail
     info = "; ".join(x.strip() for x in info.splitlines() if x.strip() and not values.is_na(x))
     return HealthDetail(state=canonical_health(state.split()[0]), codes=tuple(dict.fromkeys(codes)),
                         information=info)
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """One active fault event of ``npu-smi info -t current-fault-event``: ``code`` the event
+    id as 8 upper-case hex digits (the code space of ``-t health``'s Error Code), ``severity``
+    the DCMI event severity (0 notice, 1 minor, 2 major, 3 critical) where printed, ``time``
+    the raise time as printed, ``description`` the event name / description where printed,
+    ``details`` the other ``key=value`` pairs (node type ex, node id, ...) in printing order;
+    ``chip_id`` the chip block it was printed in (None: a card-level output)."""
+
+    code: str
+    severity: Optional[int] = None
+    time: Optional[str] = None
+    description: str = ""
+    details: tuple[tuple[str, str], ...] = ()
+    chip_id: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class FaultEvents:
+    """``npu-smi info -t current-fault-event -i N``: the "Fault Event Count" (None where not
+    printed) and the events listed under "Fault Event Information"."""
+
+    count: Optional[int]
+    events: tuple[FaultEvent, ...] = ()
+    npu_id: Optional[int] = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# an event is "key=value, key=value, ..."; a comma followed by a new "key=" starts the next pair
+# (a description may hold commas). Lines are at most sdk.blocks.MAX_LINE long.
+_EVENT_PAIR_SPLIT = re.compile(r",\s*(?=[A-Za-z][A-Za-z0-9 _()-]{0,40}=)")
+_EVENT_ID = re.compile(r"(?:0[xX])?([0-9A-Fa-f]{1,8})")
+_EVENT_TIME_KEYS = ("alarm raised time", "raised time", "alarm time", "time", "occur time")
+_EVENT_TEXT_KEYS = ("event name", "description", "fault description", "event description", "additional info")
+
+
+def _fault_event(item: str, chip: Optional[int], tool: str, line: int) -> FaultEvent:
+    pairs: list[tuple[str, str]] = []
+    for part in _EVENT_PAIR_SPLIT.split(item.strip()):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ParseError(tool, f"a fault event field without '=': {part.strip()[:60]!r}", line)
+        pairs.append((_norm_key(key), value.strip()))
+    found = dict(reversed(pairs))  # first occurrence wins
+    raw_id = found.get("event id")
+    if raw_id is None:
+        raise ParseError(tool, f"a fault event without an event id: {item.strip()[:60]!r}", line)
+    m = _EVENT_ID.fullmatch(raw_id)
+    if m is None:
+        raise ParseError(tool, f"event id: expected a hex number like 0x81AF8000, got {raw_id[:40]!r}", line)
+    sev_text = found.get("severity")
+    severity = _int(sev_text, tool, line, "severity") if sev_text is not None else None
+    time_text = next((found[k] for k in _EVENT_TIME_KEYS if k in found and not values.is_na(found[k])), None)
+    text = next((found[k] for k in _EVENT_TEXT_KEYS if k in found and not values.is_na(found[k])), "")
+    used = {"event id", "severity", *_EVENT_TIME_KEYS, *_EVENT_TEXT_KEYS}
+    return FaultEvent(code=m.group(1).upper().rjust(8, "0"), severity=severity, time=time_text,
+                      description=text, details=tuple((k, v) for k, v in pairs if k not in used), chip_id=chip)
+
+
+def parse_fault_events(text: str) -> FaultEvents:
+    """Parse ``npu-smi info -t current-fault-event -i N`` (see FaultEvents): one event per line
+    of the "Fault Event Information" value (further events continue it on ``: ...`` lines);
+    "NA" or an absent value is no event."""
+    tool = "npu-smi info -t current-fault-event"
+    blocks = _kv_blocks(text, tool)
+    if not blocks:
+        raise ParseError(tool, "empty output")
+    count: Optional[int] = None
+    npu: Optional[int] = None
+    events: list[FaultEvent] = []
+    seen_key = False
+    for block in blocks:
+        chip: Optional[int] = None
+        for k, v, ln in block:
+            if k == "chip id":
+                chip = _int(v, tool, ln, "Chip ID")
+        for k, v, ln in block:
+            if k == "fault event count":
+                seen_key = True
+                n = _int(v, tool, ln, "Fault Event Count")
+                count = n if count is None or n is None else count + n
+            elif k == "npu id" and npu is None:
+                npu = _int(v, tool, ln, "NPU ID")
+            elif k == "fault event information":
+                seen_key = True
+                for item in v.splitlines():
+                    if item.strip() and not values.is_na(item):
+                        events.append(_fault_event(item, chip, tool, ln))
+    if not seen_key:
+        raise ParseError(tool, "neither 'Fault Event Count' nor 'Fault Event Information'")
+    return FaultEvents(count=count, events=tuple(events), npu_id=npu)
 
 
 def parse_list(text: str) -> NpuList:
@@ -630,7 +779,8 @@ _DETAIL_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("memory", ("hbm clock speed(mhz)", "ddr clock speed(mhz)", "hbm manufacturer id")),
     ("sensors", ("soc max temperature (c)", "ndie temperature (c)")),
     ("temp", ("npu temperature (c)", "temperature (c)", "temperature(c)")),
-    ("power", ("npu real-time power(w)",)),
+    ("power", ("npu real-time power(w)", "power dissipation(w)")),
+    ("product", ("product type",)),
 )
 
 
