@@ -169,8 +169,15 @@ def _identity_keys(devices: Mapping[str, DeviceSample]) -> dict[str, str]:
 
 
 def _slice_devices(node: str, slices: Sequence[dict], explain: list[str]):
-    """(driver, pool, device name, matched-against values) of the slices of this node."""
-    other = 0
+    """(driver, pool, device name, matched-against values) of the slices of this node.
+
+    A rule selects by driver, pool and device cluster-wide, so a slice on this node that names
+    another pool (a buggy or hostile DRA driver) would make this agent taint another node's
+    device: only the pool this node owns counts, the one named after the node, as the DRA
+    kubelet plugins publish their node-local pool (k8s.io/dynamic-resource-allocation
+    resourceslice: the pool of a node's devices carries the node's name), which is also what the
+    admission policy (deploy/base/node-restriction.yaml) lets a node's token select."""
+    other = foreign = 0
     for s in list(slices)[:MAX_SLICES]:
         spec = json_at(s, "spec")
         if not isinstance(spec, Mapping):
@@ -182,6 +189,9 @@ def _slice_devices(node: str, slices: Sequence[dict], explain: list[str]):
         devs = spec.get("devices")
         if not driver or not pool or not isinstance(devs, list):
             continue
+        if pool != node:
+            foreign += 1
+            continue
         for dev in devs[:MAX_SLICE_DEVICES]:
             name = _str(json_at(dev, "name"))
             attrs = json_at(dev, "attributes")
@@ -192,6 +202,9 @@ def _slice_devices(node: str, slices: Sequence[dict], explain: list[str]):
             yield driver, pool, name, values
     if other:
         explain.append(f"{other} ResourceSlice(s) of other nodes skipped")
+    if foreign:
+        explain.append(f"{foreign} ResourceSlice(s) of this node naming a pool that is not this node's skipped "
+                       "(a rule selects a pool cluster-wide: it could taint another node's devices)")
 
 
 def _want(verdict: Optional[Verdict], cfg: DeviceTaintSettings) -> Optional[str]:

@@ -374,6 +374,14 @@ class Remedy:
             ev = NodeEvent(name=f"{pod['name'] if pod else self.node}.{eid}"[:253], type=entry.get("type", "Normal"),
                            reason=entry.get("reason", "Accelerator"), message=entry.get("message", ""),
                            action=entry.get("action", ""), time=entry.get("time"))
+            here = self._cluster.on_node(str(pod.get("namespace")), str(pod.get("name"))) if pod else True  # type: ignore[union-attr]
+            if here is None:
+                break  # the pod cannot be read now: the event waits for the next cycle
+            if not here:  # the API places it on another node, or it is gone: no event of ours on it
+                self._delivered.add(eid)
+                log.warning("health: pod event not sent: the pod is not on this node",
+                            extra={"node": self.node, "pod": f"{pod.get('namespace')}/{pod.get('name')}"})
+                continue
             try:
                 if pod:
                     uid = self._cluster.uid(str(pod.get("namespace")), str(pod.get("name")),  # type: ignore[union-attr]

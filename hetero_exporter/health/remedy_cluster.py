@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 DRA_PROBE_SECONDS = 3600.0  # a cluster without DRA is asked again this often (an upgrade may add it)
 MANAGED_BY = "app.kubernetes.io/managed-by=hetero-exporter"
+MAX_KNOWN_PODS = 4096  # pods whose uid and node are remembered
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Applied:
     refused_evictions: list[str] = field(default_factory=list)  # blocked by a PodDisruptionBudget
     failed_evictions: list[str] = field(default_factory=list)  # the call failed (500, 403...): backed off
     gone: list[str] = field(default_factory=list)  # pods the API says no longer exist
+    foreign: list[str] = field(default_factory=list)  # pods the API places on another node: never written
     errors: list[str] = field(default_factory=list)
 
 
@@ -58,6 +60,7 @@ class ClusterSide:
         self._dra_probed = float("-inf")
         self._rules_known: Optional[bool] = None  # did the last listing find rules of ours
         self._uids: dict[str, str] = {}
+        self._nodes_of: dict[str, str] = {}  # "ns/name" -> spec.nodeName as the API server said
 
     # ------------------------------------------------------------------ reading the view
     def view(self, snapshot: NodeSnapshot, failing: bool, pods_book: Optional[Mapping[str, Any]]) -> ClusterView:
@@ -160,10 +163,38 @@ class ClusterSide:
             return known
         if key not in self._uids:
             try:
-                self._uids[key] = str(((self._pods.get(namespace, name).get("metadata") or {}).get("uid")) or "")
+                self._remember(key, self._pods.get(namespace, name))
             except K8sError:
                 return ""
         return self._uids[key]
+
+    def on_node(self, namespace: str, name: str) -> Optional[bool]:
+        """Whether the API server places the pod on this node (read once per pod; None when it
+        cannot be read now, False when the pod is gone). Attribution
+        (PodResources, cgroups) names the holder of a device; only the pod object says where it
+        runs, and a pod of another node is never written to (nor evicted, nor given an event)."""
+        key = f"{namespace}/{name}"
+        if key not in self._nodes_of:
+            try:
+                self._remember(key, self._pods.get(namespace, name))
+            except K8sError as e:
+                return False if e.not_found else None
+        return self._nodes_of.get(key) == self.node
+
+    def _remember(self, key: str, pod: Mapping[str, Any]) -> None:
+        self._uids[key] = str(((pod.get("metadata") or {}).get("uid")) or "")
+        self._nodes_of[key] = str((pod.get("spec") or {}).get("nodeName") or "")
+        if len(self._nodes_of) > MAX_KNOWN_PODS:  # pods come and go: keep the newest
+            for k in list(self._nodes_of)[:len(self._nodes_of) - MAX_KNOWN_PODS]:
+                self._nodes_of.pop(k, None)
+                self._uids.pop(k, None)
+
+    def _foreign(self, key: str, node_name: str, done: Applied) -> None:
+        done.gone.append(key)
+        done.foreign.append(key)
+        self.metrics.action("pod-condition", "refused")
+        log.warning("health: a pod holding a failed device of this node is placed on another node; not written",
+                    extra={"pod": key, "node": self.node, "pod_node": node_name})
 
     def _apply_pods(self, ps: Any, done: Applied) -> None:
         now = self._clock()
@@ -175,7 +206,10 @@ class ClusterSide:
                 if c.uid and meta.get("uid") and meta["uid"] != c.uid:
                     done.gone.append(key)  # another pod of that name now: not the one that held the device
                     continue
-                self._uids[key] = str(meta.get("uid") or "")
+                self._remember(key, pod)
+                if self._nodes_of[key] != self.node:
+                    self._foreign(key, self._nodes_of[key], done)
+                    continue
                 cond = {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
                         "lastTransitionTime": _transition(pod, c, now), "lastProbeTime": rfc3339(now)}
                 self._pods.patch_status(c.namespace, c.name, {"status": {"conditions": [cond]}})
@@ -189,9 +223,19 @@ class ClusterSide:
                 done.errors.append(f"pod {key} condition: {e}")
         for ref in ps.evictions:
             key = f"{ref.namespace}/{ref.name}"
+            if key in done.gone:
+                continue
             try:
+                pod = self._pods.get(ref.namespace, ref.name)  # where it runs now, read before evicting
+                self._remember(key, pod)
+                if self._nodes_of[key] != self.node:
+                    self._foreign(key, self._nodes_of[key], done)
+                    continue
                 outcome = self._pods.evict(ref.namespace, ref.name)
             except K8sError as e:
+                if e.not_found:
+                    done.gone.append(key)
+                    continue
                 done.failed_evictions.append(key)
                 done.errors.append(f"pod {key} eviction: {e}")
                 self.metrics.action("evict", "error")
