@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import importlib
 import os
 import shutil
 import time
@@ -294,7 +295,11 @@ def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: 
     workdir) -> (exe, extra_env)`` writes (or the fake module's dotted name: imported only then). ``tool`` is the
     tool's name or its ToolSpec; ``dirs`` are searched before the ToolSpec's, ``why`` left out
     comes from it (the one given, or the one of ``vendor``'s spec); find_tool says where. A
-    CliCollector keeps its pinned identities in ``options.state_dir`` (persist_identities)."""
+    CliCollector keeps its pinned identities in ``options.state_dir`` (persist_identities).
+    A fake module may define ``host_root_files(scenario, root)``: the files its vendor leaves on a
+    host (a runtime's version file), written below a fake host root beside the fake tool, which
+    the collector then gets as ``settings.host_root``."""
+    fake_module = install_fake if isinstance(install_fake, str) else None
     if isinstance(install_fake, str):  # the fake module's dotted name
         install_fake = fake_installer(install_fake)
     spec = tool if isinstance(tool, ToolSpec) else None
@@ -304,6 +309,11 @@ def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: 
                   interval=options.interval_seconds, settings=settings)
     if options.scenario is not None:
         exe, env = install_fake(options.scenario, options.clock, options.workdir)
+        hook = getattr(importlib.import_module(fake_module), "host_root_files", None) if fake_module else None
+        if hook is not None and "host_root" not in settings:
+            root = os.path.join(os.path.dirname(exe), f"host-root-{vendor or name}")
+            hook(options.scenario, root)
+            settings["host_root"] = root
         collector = factory(exe, extra_env=env, **common)
     else:
         collector = factory(find_tool(settings, name, dirs, why, vendor=vendor, spec=spec), **common)

@@ -161,3 +161,10 @@ main, install = tool_entry(VENDOR, TOOL, answer, __name__,
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def host_root_files(scenario: Any, root: str) -> None:
+    """The TopsRider version file of the simulated host (``settings: {enflame: {topsrider_version: V}}``,
+    default 3.2.0): efsmi prints no runtime version, so the collector reads it there."""
+    from hetero_exporter.collectors.enflame import versions
+    versions.write_fake(root, str(scenario.vendor_settings(VENDOR).get("topsrider_version", "3.2.0")))

@@ -144,3 +144,10 @@ main, install = tool_entry(VENDOR, TOOL, answer, __name__,
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def host_root_files(scenario: Any, root: str) -> None:
+    """The MUSA toolkit's version.json of the simulated host (``settings: {mthreads: {musa_version: V}}``,
+    default 3.1.0): mthreads-gmi's title prints no MUSA version, so the collector reads it there."""
+    from hetero_exporter.collectors.mthreads import versions
+    versions.write_fake(root, str(scenario.vendor_settings(VENDOR).get("musa_version", "3.1.0")))
