@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from agent_proc import Agent
-from conftest import shared_fixture
+from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import fields as F
 from hetero_exporter.sdk.contract import CollectorOptions
 from hetero_exporter.collectors.amd.rocm_smi import collector as rocm_smi
@@ -118,3 +118,45 @@ def test_garbage_printing_hy_smi_is_a_parse_error_of_its_collector_only(tmp_path
     with pytest.raises(ParseError):  # every cycle, not once
         c.collect()
     assert amdsmi.create(CollectorOptions(scenario=scenario, clock=ManualClock())).collect() == []
+
+
+# --------------------------------------------------------------------------- every capture
+# capture -> (device count, bus ids or None, VRAM total bytes per device or None, health, processes),
+# as each capture's text shows (tables print VRAM% only; --showmemavailable the free MiB, not the total)
+MIB = 1 << 20
+SHOWBUS = ["0000:05:00.0", "0000:2b:00.0", "0000:14:00.0", "0000:1a:00.0",
+           "0000:86:00.0", "0000:b8:00.0", "0000:c0:00.0", "0000:9e:00.0"]
+EXPECTED = {
+    "hy-smi-default_1x-hygon-dcu_400W_dec-enc-columns_trailing-spaces.txt": (1, None, None, ["ok"], []),
+    "hy-smi-default_2x-BW1000_1000W_dtk-26.04_no-trailing-spaces.txt": (2, None, None, ["ok"] * 2, []),
+    "hy-smi-default_8x-K100_AI_400W_idle_mode-column_trailing-spaces.txt": (8, None, None, ["ok"] * 8, []),
+    "hy-smi-showbus_8x-hygon-dcu-6430_sn-NA-on-some.txt": (8, SHOWBUS, None, ["ok"] * 8, []),
+    "hy-smi-showmemavailable_8x-K100_AI_65438MiB.txt": (8, None, None, ["ok"] * 8, []),
+    "rocm-smi-concise_1x-hygon-dcu_rocm-4.0.1_paddle-inference.txt": (1, None, None, ["ok"], []),
+    "rocm-smi-concise_4x-hygon-dcu_rocm-4.0.1.txt": (4, None, None, ["ok"] * 4, []),
+    "rocm-smi-json_hygon-dcu_dtk-24.04.3.json": (1, None, [65520 * MIB], ["ok"], []),
+    "rocm-smi-json_hygon-z100l_dtk-pre2504.json": (1, None, [32752 * MIB], ["ok"], []),
+    "rocm-smi_4x-hygon-z100_dtk-23.10.1.txt": (4, None, None, ["ok"] * 4, []),
+}
+
+
+def test_every_hy_smi_capture_is_listed():
+    assert {p.name for p in shared_fixtures("hy-smi")} <= set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_hy_smi_capture_parses_to_its_text(name):
+    snap = rocm_smi.parse(shared_fixture("hy-smi", name).read_text(encoding="utf-8"), "hy-smi")
+    count, buses, totals, health, procs = EXPECTED[name]
+    assert len(snap.devices) == count and all(d.identity.vendor == "hygon" for d in snap.devices)
+    assert [d.identity.pci_address for d in snap.devices] == (buses or [None] * count)
+    assert [d.value(F.MEMORY_TOTAL) for d in snap.devices] == (totals or [None] * count)
+    assert [d.health.state for d in snap.devices] == health
+    assert [(p.pid, p.memory_bytes) for d in snap.devices for p in d.processes] == procs
+
+
+def test_showbus_serial_na_falls_back_to_the_bus_id():
+    devs = rocm_smi.parse(shared_fixture("hy-smi", "hy-smi-showbus_8x-hygon-dcu-6430_sn-NA-on-some.txt")
+                          .read_text(encoding="utf-8"), "hy-smi").devices
+    assert [d.identity.serial for d in devs[:3]] == ["2500238601000586", "2500238601000600", None]
+    assert devs[2].identity.uuid == "hygon-pci-0000:14:00.0" and devs[0].identity.uuid == "hygon-2500238601000586"

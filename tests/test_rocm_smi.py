@@ -42,13 +42,46 @@ def count_in_text(text: str) -> int:
     """Devices in a capture, counted from its text without the parser."""
     if any(line.lstrip().startswith("{") for line in text.splitlines()):
         return len([k for k in json.loads(text) if re.fullmatch(r"card\d+", k)])
-    keyed = set(re.findall(r"^\s*(?:GPU|DCU)\[(\d+)\]", text, re.M))
+    keyed = set(re.findall(r"^\s*(?:GPU|DCU|HCU)\[(\d+)\]", text, re.M))
     if keyed:
         return len(keyed)
     return len(re.findall(r"^\d+ {2,}", text, re.M))
 
 
 # --------------------------------------------------------------------------- every capture
+# capture -> (device count, bus ids or None, VRAM total bytes per device or None, health, processes
+# (pid, bytes)), as each capture's text shows (the concise tables print no bus ids nor byte counts)
+MI100_BUSES = ["0000:1e:00.0", "0000:22:00.0", "0000:3f:00.0", "0000:43:00.0", "0000:46:00.0", "0000:49:00.0"]
+EXPECTED = {
+    "concise_1x-mi300x.txt": (1, None, None, ["ok"], []),
+    "concise_4x-mi300x_partitions_driver-6.7.0.txt": (4, None, None, ["ok"] * 4, []),
+    # "PID104225": "mlir-cpu-runner, 0, 0, 0, 0": the process holds 0 GPUs
+    "json_mi100_rocm-5.7.1.json": (6, MI100_BUSES, [34342961152] * 6, ["ok"] * 6, []),
+    "json_rx6700xt_rocm-4.3.0.json": (1, ["0000:07:00.0"], [12868124672], ["ok"], []),
+    "json_rx6700xt_rocm-5.7.1.json": (1, ["0000:07:00.0"], [12868124672], ["ok"], []),
+    "json_rx6700xt_rocm-6.0.2.json": (1, ["0000:07:00.0"], [12868124672], ["ok"], []),
+    "json_subset_radeon-rx7800xt-navi32_rocm-6.2.4.json": (1, None, [17163091968], ["ok"], []),
+    "json_vega10-xt.json": (1, ["0000:04:00.0"], [17163091968], ["ok"], []),
+    "rocm-smi-concise_8x-0x74a2-MI308X-class_partitions.txt": (8, None, None, ["ok"] * 8, []),
+    "rocm-smi-u-showmeminfo-vram_8x-0x74a2-MI308X-class.txt": (8, None, [206141652992] * 8, ["ok"] * 8, []),
+}
+
+
+def test_every_rocm_smi_capture_is_listed():
+    assert {p.name for p in shared_fixtures("rocm-smi")} <= set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_rocm_smi_capture_parses_to_its_text(name):
+    snap = rocm_smi.parse(read("rocm-smi", name), "rocm-smi")
+    count, buses, totals, health, procs = EXPECTED[name]
+    assert len(snap.devices) == count
+    assert [d.identity.pci_address for d in snap.devices] == (buses or [None] * count)
+    assert [d.value(F.MEMORY_TOTAL) for d in snap.devices] == (totals or [None] * count)
+    assert [d.health.state for d in snap.devices] == health
+    assert [(p.pid, p.memory_bytes) for d in snap.devices for p in d.processes] == procs
+
+
 
 
 @pytest.mark.skipif(not CAPTURES, reason="../shared/fixtures absent")

@@ -135,7 +135,9 @@ _KEYED = re.compile(r"^\s*(GPU|DCU|HCU)\[(\d+)\]\s*:\s*(.*)$")
 
 def parse_keyed(text: str, tool: str = "rocm-smi") -> Report:
     """``GPU[0]          : VRAM Total Memory (B): 206141652992`` lines (split like the tool's
-    own JSON formatter: key before the first ': ', value after it)."""
+    own JSON formatter: key before the first ': ', value after it). hy-smi ``--showbus`` puts two
+    pairs on one line, joined by `` --> `` (``PCI Bus: <bdf> --> SN: <serial>``): each is read;
+    ``SN`` is the serial number."""
     cards: dict[int, Card] = {}
     dcu = False
     for n, line in enumerate(text.splitlines(), 1):
@@ -146,9 +148,12 @@ def parse_keyed(text: str, tool: str = "rocm-smi") -> Report:
         idx = int(m.group(2))
         card = cards.setdefault(idx, Card(idx, line=n))
         tables.check_devices(len(cards), tool, n)
-        key, sep, value = m.group(3).partition(": ")
-        if sep:
-            card.raw[key.strip()] = value.strip()
+        # hy-smi --showbus joins two pairs on a line: "PCI Bus: 0000:05:00.0 --> SN: 2500238601000586"
+        for part in m.group(3).split(" --> ")[:8]:
+            key, sep, value = part.partition(": ")
+            if sep:
+                key = key.strip()
+                card.raw["Serial Number" if key == "SN" else key] = value.strip()
     if not cards:
         raise ParseError(tool, "no 'GPU[n] : key: value' lines")
     return Report(tool, "keyed", [cards[i] for i in sorted(cards)], {}, dcu)
