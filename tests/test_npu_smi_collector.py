@@ -111,11 +111,17 @@ def test_hung_npu_smi_is_killed_at_its_deadline_next_cycle_works_and_nvidia_keep
         clock.set_t(120)
         snap2 = sampler.collect()
         st2 = {c.name: c for c in snap2.collectors}
+        if st2["npu_smi"].error_kind == "late":  # no usual time yet (its first answer): 1 s of patience,
+            assert sampler._workers["npu_smi"].wait(10)  # which a loaded machine can pass; its answer
+            clock.set_t(130)  # stands in for the next cycle
+            snap2 = sampler.collect()
+            st2 = {c.name: c for c in snap2.collectors}
         assert st2["npu_smi"].ok and st2["nvml"].ok, st2["npu_smi"].error
         npus = [d for d in snap2.devices if d.identity.vendor == "ascend"]
         assert [d.value(F.POWER) for d in npus] == [300, 300]
         assert all(d.value(F.POWER) == 300 for d in snap2.devices if d.identity.vendor == "nvidia")
-        assert st2["npu_smi"].errors_total == {"timeout": 1}
+        assert st2["npu_smi"].errors_total.get("timeout") == 1  # (and at most the one late cycle above)
+        assert set(st2["npu_smi"].errors_total) <= {"timeout", "late"}
     finally:
         sampler.close()
 

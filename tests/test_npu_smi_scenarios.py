@@ -95,8 +95,10 @@ def test_ascend_hung_npu_smi(tmp_path):
         clock.set_t(60)
         snap = s.collect()
         (st,) = snap.collectors
-        # published before npu-smi's deadline (sampling.py: a late collector does not hold the cycle)
-        assert st.error_kind == "late" and sampling.LATE_MESSAGE in st.error
+        # published before npu-smi's deadline (sampling.py: a late collector does not hold the cycle),
+        # unless its patience (1.5 x its first, slow cycle + 1 s) already reached the deadline, as on
+        # a loaded machine: then it is the timeout; the devices are carried over either way
+        assert (st.error_kind == "late" and sampling.LATE_MESSAGE in st.error) or st.error_kind == "timeout"
         assert len(snap.devices) == 2 and all(d.health.state == "unknown" for d in snap.devices)
         assert all(r.quality.status == "stale" for d in snap.devices for r in d.readings.values()
                    if r.value is not None)
@@ -119,7 +121,9 @@ def test_mixed_node_a_hung_npu_smi_costs_only_the_npus(tmp_path):
         clock.set_t(60)
         snap = s.collect()
         st = {c.name: c for c in snap.collectors}
-        assert st["nvml"].ok and st["cnmon"].ok and st["npu_smi"].error_kind == "late"
+        # late (past its patience) or timeout (its patience was its deadline: a slow first cycle
+        # on a loaded machine makes the usual time long): either way only the NPUs are carried over
+        assert st["nvml"].ok and st["cnmon"].ok and st["npu_smi"].error_kind in ("late", "timeout")
         by_vendor = {}
         for d in snap.devices:
             by_vendor.setdefault(d.identity.vendor, []).append(d)
