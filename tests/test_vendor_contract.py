@@ -39,11 +39,10 @@ from hetero_exporter.sdk.spec import CollectorEntry, VendorSpec
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate import scenario as scenario_mod
 
-# Captures a tool's parser reads (glob patterns; "*" unless listed). ``parse nvidia-smi``
-# reads `-q -x` XML, the `-q` text report and the --query-gpu / --query-compute-apps CSV; the
-# folder's default table, dmon/pmon/topo/-L captures serve other tests and must only give a
-# ParseError, never another exception.
-READS = {"nvidia-smi": ("q-x_*.xml", "q_*.txt", "query-gpu-csv_*.csv", "query-compute-apps-csv_*.csv")}
+# Captures a tool's parser reads (glob patterns; "*" unless listed): since issue 24 every parser
+# reads every layout its folder holds (nvidia-smi: -q -x, -q, CSV, the default table, topo -m, -L,
+# dmon, pmon), so none is listed.
+READS: dict[str, tuple[str, ...]] = {}  # every tool reads every capture of its folder (error captures aside)
 # Captures of an error message the tool printed: a ParseError naming the tool is the answer.
 ERROR_CAPTURES = ("*error*",)
 NOT_CAPTURES = ("SOURCES*", "README*", "*.md", ".*")
@@ -197,17 +196,20 @@ def check_parser_fuzz(spec: VendorSpec, tool: str, seeds: Sequence[str] = ()) ->
 
 
 def scenario_doc(spec: VendorSpec) -> dict:
-    """The default scenario, with the vendor's own ``scenario.yaml`` (beside its spec)
-    merged in when the default has none of its devices."""
+    """The default scenario with the vendor's own ``scenario.yaml`` (beside its spec, where it
+    has one) in place of the default's groups of that vendor: the vendor's tests run over its own
+    richer node, the others' devices beside it."""
     doc = yaml.safe_load((scenario_mod.BUILTIN_DIR / "default.yaml").read_text(encoding="utf-8"))
-    if not any(g.get("vendor") == spec.name for g in doc.get("devices") or ()):
-        own = spec.data_path("scenario.yaml")
-        if not own.is_file():
-            pytest.skip(f"{spec.name}: no devices in the default scenario and no {own}")
+    own = spec.data_path("scenario.yaml")
+    if own.is_file():
         mine = yaml.safe_load(own.read_text(encoding="utf-8"))
-        doc["devices"] = [*doc.get("devices", []), *mine.get("devices", [])]
-        doc["faults"] = [*(doc.get("faults") or []), *(mine.get("faults") or [])]
+        doc["devices"] = [*(g for g in doc.get("devices") or () if g.get("vendor") != spec.name),
+                          *mine.get("devices", [])]
+        doc["faults"] = [*(f for f in doc.get("faults") or () if f.get("vendor") != spec.name),
+                         *(mine.get("faults") or [])]
         doc["settings"] = {**(doc.get("settings") or {}), **(mine.get("settings") or {})}
+    elif not any(g.get("vendor") == spec.name for g in doc.get("devices") or ()):
+        pytest.skip(f"{spec.name}: no devices in the default scenario and no {own}")
     return doc
 
 
