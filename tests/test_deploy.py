@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -269,12 +270,19 @@ def _pod(name: str, node: str, namespace: str = "ml") -> dict:
             "spec": {"nodeName": node}, "status": {"conditions": []}}
 
 
-def _rule(node: str | None) -> dict:
+_OWN_POOL = object()
+
+
+def _rule(node: str | None, pool: Any = _OWN_POOL, device: str | None = "gpu-2", effect: str = "NoSchedule") -> dict:
+    """A DeviceTaintRule as the agent writes it (annotated with ``node``, selecting ``device`` of
+    ``pool``: the node's own by default; None leaves that selector field out)."""
     meta: dict = {"name": "hetero-exporter-gpu-node-7-0123456789", "labels": {"app.kubernetes.io/managed-by": "hetero-exporter"}}
     if node is not None:
         meta["annotations"] = {"hetero-exporter.io/node": node}
+    selector = {"driver": "gpu.nvidia.com", "pool": node if pool is _OWN_POOL else pool, "device": device}
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": meta,
-            "spec": {"taint": {"key": OWN_TAINT, "value": "device-lost", "effect": "NoSchedule"}}}
+            "spec": {"deviceSelector": {k: v for k, v in selector.items() if v is not None},
+                     "taint": {"key": OWN_TAINT, "value": "device-lost", "effect": effect}}}
 
 
 def test_node_restriction_confines_pod_signals_and_device_taints_to_its_own_node(rendered):
@@ -307,6 +315,39 @@ def test_node_restriction_confines_pod_signals_and_device_taints_to_its_own_node
     assert not rule("UPDATE", _rule("gpu-node-7"), old=_rule(None))  # a rule someone else made
     assert rule("DELETE", None, old=_rule("gpu-node-7"))
     assert not rule("DELETE", None, old=_rule("gpu-node-8"))
+
+
+def test_node_restriction_refuses_what_one_stolen_node_token_could_do_to_others(rendered):
+    """Issue 25, item 3: with gpu-node-7's token, a DeviceTaintRule (annotated as its own) on
+    another node's pool, NoExecute included; one selecting every device of a driver (no pool, no
+    device); and Node label writes under node-restriction.kubernetes.io/."""
+    pytest.importorskip("celpy", reason="cel-python evaluates the policy's CEL (pip install cel-python)")
+    objs = _agent_objects(rendered)
+    policy = AdmissionPolicy(one(objs, "ValidatingAdmissionPolicy"))
+    sa = one(objs, "ServiceAccount")["metadata"]
+    agent = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
+
+    def rule(op, new, old=None):
+        return policy.admits(_request(agent, op, "devicetaintrules", node="gpu-node-7", group="resource.k8s.io"),
+                             new, old)
+
+    assert rule("CREATE", _rule("gpu-node-7", effect="NoExecute"))  # its own pool: allowed (opt-in)
+    assert not rule("CREATE", _rule("gpu-node-7", pool="gpu-node-8", effect="NoExecute"))
+    assert not rule("CREATE", _rule("gpu-node-7", pool=None, device=None))  # every device of the driver
+    assert not rule("CREATE", _rule("gpu-node-7", device=None))  # every device of its pool: not one device
+    assert not rule("UPDATE", _rule("gpu-node-7", pool="gpu-node-8"), old=_rule("gpu-node-7"))
+
+    def labels(new, old):
+        request = _request(agent, "UPDATE", "nodes", node="gpu-node-7")
+        return policy.admits(request, {**_node("gpu-node-7"), "metadata": {"name": "gpu-node-7", "labels": new}},
+                             {**_node("gpu-node-7"), "metadata": {"name": "gpu-node-7", "labels": old}})
+
+    restricted = "node-restriction.kubernetes.io/dedicated"
+    assert labels({"hetero-exporter.io/vendor.nvidia": "true"}, {})  # its own labels: allowed
+    assert labels({restricted: "ml"}, {restricted: "ml"})  # kept as it was: allowed
+    assert not labels({restricted: "ml"}, {})  # added
+    assert not labels({restricted: "batch"}, {restricted: "ml"})  # changed
+    assert not labels({}, {restricted: "ml"})  # removed
 
 
 def assert_ingress_only_from(netpol: dict, workload: dict, namespace: str, pod_labels: dict) -> None:
