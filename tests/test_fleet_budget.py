@@ -116,7 +116,9 @@ def test_an_expired_slot_is_taken_over_and_its_old_holder_knows(kube_api, agents
     clock.t += 599
     refused = b.acquire(1, ())
     assert not refused.granted and refused.why == "1 of 1 taint slots are held by gpu-a"
-    clock.t += 2  # gpu-a's agent died: its lease ran out
+    clock.t += 2  # by gpu-a's clock its lease ran out; gpu-b has watched it for 0 s: still live
+    assert not b.acquire(1, ()).granted
+    clock.t += 599  # gpu-a's agent died: no renewal seen by gpu-b for a whole lease
     took = b.acquire(1, ())
     assert took.granted and took.why.startswith("taint slot 0 taken")
     lease = kube_api.get(LEASES, NS, f"{SLOT_PREFIX}0")
@@ -155,16 +157,18 @@ def test_renew_writes_at_most_once_per_third_of_the_lease(kube_api, agents, cloc
 def test_renew_after_a_takeover_says_the_slot_is_lost(kube_api, agents, clock):
     a = agents("gpu-a")
     assert a.acquire(1, ()).granted
-    clock.t += 700
-    assert agents("gpu-b").acquire(1, ()).granted
+    b = agents("gpu-b")
+    assert not b.acquire(1, ()).granted  # gpu-b starts watching the slot
+    clock.t += 700  # no renewal seen for longer than the lease
+    assert b.acquire(1, ()).granted
     assert a.renew() == "this node holds no taint slot"  # its PUT got 409, the read shows gpu-b
     assert slots(kube_api) == {f"{SLOT_PREFIX}0": "gpu-b"}
 
 
 def test_a_slot_deleted_between_read_and_takeover_is_created_again(kube_api, agents):
-    seed_slot(kube_api, 0, "gpu-x", T0 - 3600)  # expired, gpu-x no longer tainted
+    seed_slot(kube_api, 0, "gpu-x", T0 - 3600)  # expired, gpu-x no longer a node of the cluster
     kube_api.before_next(lambda: kube_api.delete(LEASES, NS, f"{SLOT_PREFIX}0"), methods=["PUT"], path="leases")
-    r = agents("gpu-a").acquire(1, ())
+    r = agents("gpu-a").acquire(1, (), nodes={"gpu-a"})
     assert r.granted and slots(kube_api) == {f"{SLOT_PREFIX}0": "gpu-a"}
     assert [(w.method, w.status) for w in kube_api.writes(path="leases")] == [("PUT", 404), ("POST", 201)]
 
@@ -336,10 +340,11 @@ def test_hostile_slots_are_taken_over_by_resource_version_never_crash(kube_api, 
     kube_api.create(LEASES, NS, {"metadata": {"name": f"{SLOT_PREFIX}007", "labels": {
         "app.kubernetes.io/managed-by": "hetero-exporter", f"{DOMAIN}/budget": "taint"}},
         "spec": {"holderIdentity": "evil", "renewTime": micro_time(T0), "leaseDurationSeconds": 600}})
+    nodes = {f"gpu-{i}" for i in range(10)}  # "evil" is no node of the cluster
     for i in range(5):
-        r = agents(f"gpu-{i}").acquire(5, ())
+        r = agents(f"gpu-{i}").acquire(5, (), nodes=nodes)
         assert r.granted and r.why.startswith(f"taint slot {i} taken"), r
-    assert not agents("gpu-9").acquire(5, ()).granted
+    assert not agents("gpu-9").acquire(5, (), nodes=nodes).granted
     held = slots(kube_api)
     assert all(held[f"{SLOT_PREFIX}{i}"] == f"gpu-{i}" for i in range(5))
     assert held[f"{SLOT_PREFIX}007"] == "evil"  # not a slot name: ignored, left alone
@@ -393,3 +398,42 @@ def test_check_gives_the_plan_a_budget_decided_by_the_slots(kube_api, agents):
 def test_lease_seconds_is_checked(kube_api, agents):
     with pytest.raises(ValueError, match="lease_seconds"):
         agents("gpu-a", lease_seconds=0)
+
+
+# --------------------------------------------------------------------------- issue 25, item 4
+
+
+@pytest.mark.parametrize("skew", [660.0, -660.0])
+def test_a_skewed_clock_never_takes_a_slot_another_agent_holds(kube_api, agents, clock, skew):
+    """gpu-b's wall clock is 11 minutes ahead (or behind): gpu-a's renewTime looks long expired
+    (or in the future) to it. Expiry is measured on gpu-b's own clock since it saw the slot move."""
+    a = agents("gpu-a")
+    skewed = Clock(clock.t + skew)
+    b = agents("gpu-b", clock=skewed)
+    nodes = {"gpu-a", "gpu-b"}
+    assert a.acquire(1, (), nodes=nodes).granted  # gpu-a is tainting now (not yet on its Node)
+    for i in range(20):  # 20 reconciles, 10 s apart: gpu-a renews every lease/3 = 200 s
+        tainted = {"gpu-a"} if i >= 5 else set()  # its taint lands after a few cycles
+        assert not b.acquire(1, tainted, nodes=nodes).granted
+        clock.t += 10
+        skewed.t += 10
+        a.renew()
+    assert slots(kube_api) == {f"{SLOT_PREFIX}0": "gpu-a"}
+
+
+def test_fifty_slots_of_made_up_holders_starve_no_agent(kube_api, agents):
+    for i in range(50):
+        seed_slot(kube_api, i, f"made-up-{i}", T0)
+    r = agents("gpu-a").acquire(2, (), nodes={"gpu-a", "gpu-b"})
+    assert r.granted and r.why.startswith("taint slot 0 taken"), r
+
+
+def test_a_slot_held_without_the_taint_past_the_grace_is_free(kube_api, agents, clock):
+    a, b = agents("gpu-a"), agents("gpu-b")
+    nodes = {"gpu-a", "gpu-b"}
+    assert a.acquire(1, (), nodes=nodes).granted
+    assert not b.acquire(1, (), nodes=nodes).granted  # gpu-a is tainting now: within the grace
+    for _ in range(15):  # gpu-a keeps renewing but never carries the taint (a broken or hostile agent)
+        clock.t += 10
+        a.renew()
+    assert b.acquire(1, (), nodes=nodes).granted

@@ -7,10 +7,19 @@ server's optimistic concurrency decides who gets one: a create answered AlreadyE
 (PUT with the resourceVersion read) answered 409, means another node won that slot; try the next.
 With ``limit`` slots, at most ``limit`` nodes hold one, whatever the timing. No home-made consensus.
 
-- A slot is held while ``spec.holderIdentity`` names the node and ``renewTime +
-  leaseDurationSeconds`` is in the future. An expired slot is free again (a node that died holding
-  one frees it after ``lease_seconds``), except while its holder still carries the taint: that
-  node still uses the budget, and keeping its slot counts it once, in every agent's view.
+- Another node's slot is held while ``spec.holderIdentity`` names it and its resourceVersion has
+  moved (a renewal) within ``leaseDurationSeconds``, measured on this agent's own monotonic clock
+  since it last saw the resourceVersion change: the Lease's ``renewTime`` is the holder's wall
+  clock, and an agent 11 minutes ahead or behind must neither take a live slot nor keep a dead one
+  (a slot first seen counts as just renewed: the safe side). An expired slot is free again (a node
+  that died holding one frees it after ``lease_seconds`` of silence), except while its holder still
+  carries the taint: that node still uses the budget, and keeping its slot counts it once, in
+  every agent's view.
+- A slot is taken only by a node of the cluster that uses it: one whose holder is no accelerator
+  node (``nodes``, where the caller knows them), or a node that has held it for more than
+  ``untainted_grace`` seconds without carrying the taint, is free (a token that may create Leases
+  cannot starve the fleet with made-up holders). The grace covers the moment between a node's
+  taking its slot and its taint landing.
 - Nodes that carry the taint without a slot (an older agent, a restart that lost its slot) use
   the budget too: only slots ``0 .. k-1`` may be taken, ``k`` the largest with ``k`` + those
   nodes + slots held at ``k`` or above (granted under a larger limit) <= ``limit``. A smaller
@@ -43,6 +52,7 @@ MAX_LEASE_SECONDS = 7 * 86400  # a longer lease is not one of ours: malformed
 MAX_NAMES = 10  # holders named in a refusal
 _SLOT_NAME = re.compile(re.escape(SLOT_PREFIX) + r"(0|[1-9][0-9]{0,5})")
 _ROUNDS = 2  # read and try; once more after losing a race, with what the winners wrote
+UNTAINTED_GRACE_SECONDS = 120.0  # a slot held this long without the taint is not in use
 
 
 class SlotStore(Protocol):
@@ -71,11 +81,12 @@ class Slot:
     index: int
     name: str
     holder: Optional[str]
-    expires: Optional[float]  # Unix seconds
+    expires: Optional[float]  # Unix seconds, by the holder's clock (our own slot only)
     resource_version: Optional[str]
     uid: Optional[str]
     acquire_time: Optional[str]
     transitions: int
+    duration: Optional[int] = None  # leaseDurationSeconds when valid
 
     def live(self, now: float) -> bool:
         return self.holder is not None and self.expires is not None and self.expires > now
@@ -122,15 +133,14 @@ def parse_slot(obj: object, now: float) -> Optional[Slot]:
     spec = spec if isinstance(spec, dict) else {}
     duration = spec.get("leaseDurationSeconds")
     renewed = parse_time(spec.get("renewTime"))
-    expires = None
-    if (isinstance(duration, int) and not isinstance(duration, bool) and 0 < duration <= MAX_LEASE_SECONDS
-            and renewed is not None and renewed <= now + duration):  # renewed in the future: hostile
-        expires = renewed + duration
+    valid = isinstance(duration, int) and not isinstance(duration, bool) and 0 < duration <= MAX_LEASE_SECONDS
+    expires = renewed + duration if valid and renewed is not None else None
     acquired, transitions = spec.get("acquireTime"), spec.get("leaseTransitions")
     return Slot(index=int(m.group(1)), name=name, holder=_text(spec.get("holderIdentity"), 253),
                 expires=expires, resource_version=_text(meta.get("resourceVersion"), 64),
                 uid=_text(meta.get("uid"), 64), acquire_time=acquired if parse_time(acquired) is not None else None,
-                transitions=transitions if isinstance(transitions, int) and 0 <= transitions < 2**31 else 0)
+                transitions=transitions if isinstance(transitions, int) and 0 <= transitions < 2**31 else 0,
+                duration=duration if valid else None)
 
 
 def usable_slots(limit: int, unslotted: int, other_indexes: Collection[int]) -> int:
@@ -162,7 +172,8 @@ class FleetBudget:
     """Taint slots of one node. Not thread-safe: one reconcile loop uses it."""
 
     def __init__(self, leases: SlotStore, node: str, *, domain: str, lease_seconds: int = 600,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, monotonic: Optional[Callable[[], float]] = None,
+                 untainted_grace: float = UNTAINTED_GRACE_SECONDS):
         if not 0 < int(lease_seconds) <= MAX_LEASE_SECONDS:
             raise ValueError(f"lease_seconds: between 1 and {MAX_LEASE_SECONDS}, not {lease_seconds!r}")
         self.leases = leases
@@ -171,6 +182,11 @@ class FleetBudget:
         self.labels = {MANAGED_BY[0]: MANAGED_BY[1], f"{domain}/budget": "taint"}
         self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
         self._clock = clock
+        # elapsed time on this agent's clock: the real monotonic clock, or a test's own clock
+        self._mono = monotonic or (time.monotonic if clock is time.time else clock)
+        self._grace = float(untainted_grace)
+        self._seen: dict[str, tuple[Optional[str], float]] = {}  # slot -> (resourceVersion, when it moved)
+        self._holding: dict[str, tuple[Optional[str], float]] = {}  # slot -> (holder, since when seen holding)
         self._held: Optional[Slot] = None  # the slot as last written by us
         self._next_renew = 0.0  # renew() writes again from then on
         self._renew_note: Optional[str] = None  # what renew() said last, until then
@@ -213,15 +229,43 @@ class FleetBudget:
                               transitions=min(slot.transitions + 1, 2**31 - 1))
             self._wrote(self.leases.replace(name, body), now)
 
+    def _observe(self, slots: dict[int, Slot], mono: float) -> None:
+        """When each slot's resourceVersion last moved and since when its holder holds it, on this
+        agent's clock; slots gone are forgotten (bounded by the listing)."""
+        names = {s.name for s in slots.values()}
+        for table in (self._seen, self._holding):
+            for gone in [n for n in table if n not in names]:
+                del table[gone]
+        for s in slots.values():
+            if self._seen.get(s.name, (None,))[0] != s.resource_version or s.name not in self._seen:
+                self._seen[s.name] = (s.resource_version, mono)
+            if self._holding.get(s.name, (None,))[0] != s.holder or s.name not in self._holding:
+                self._holding[s.name] = (s.holder, mono)
+
+    def _taken(self, s: Slot, mono: float, tainted: Collection[str], nodes: Optional[Collection[str]]) -> bool:
+        """Whether another node's slot uses the budget (module docstring)."""
+        if s.holder is None or s.holder == self.node:
+            return False
+        if nodes is not None and s.holder not in nodes:
+            return False  # no node of the cluster: a made-up holder
+        if s.holder in tainted:
+            return True  # it carries the taint: it uses the budget, live or not
+        moved = self._seen.get(s.name, (None, mono))[1]
+        if s.duration is None or mono - moved >= s.duration:
+            return False  # not renewed within its lease, by our clock
+        return mono - self._holding.get(s.name, (None, mono))[1] <= self._grace
+
     def _mine(self, slots: dict[int, Slot]) -> list[Slot]:
         return [s for _, s in sorted(slots.items()) if s.holder == self.node and s.resource_version]
 
     # ------------------------------------------------------------------ the three calls
 
-    def acquire(self, limit: int, tainted: Collection[str]) -> Acquired:
+    def acquire(self, limit: int, tainted: Collection[str], nodes: Optional[Collection[str]] = None) -> Acquired:
         """Hold a slot (keep ours, else take a free one below the usable count). ``tainted``:
-        the nodes that carry the taint now (read before this call), this one included or not."""
-        now = self._clock()
+        the nodes that carry the taint now (read before this call), this one included or not;
+        ``nodes``: the accelerator nodes of the cluster, where known (a slot of any other holder
+        is free)."""
+        now, mono = self._clock(), self._mono()
         marked = {t for t in tainted if isinstance(t, str)} - {self.node}
         why = ""
         for _ in range(_ROUNDS):
@@ -231,8 +275,8 @@ class FleetBudget:
                 if not _api_error(e):
                     raise
                 return Acquired(False, 0, f"the taint slots could not be read: {e}", error=str(e))
-            others = [s for _, s in sorted(slots.items()) if s.holder not in (None, self.node)
-                      and (s.live(now) or s.holder in marked)]
+            self._observe(slots, mono)
+            others = [s for _, s in sorted(slots.items()) if self._taken(s, mono, marked, nodes)]
             holders = [s.holder for s in others if s.holder]
             unslotted = sorted(marked - set(holders))
             held = len(others) + len(unslotted)
@@ -316,9 +360,10 @@ class FleetBudget:
 
     # ------------------------------------------------------------------ for the plan
 
-    def check(self, cfg: RemedyConfig, total: int, tainted: Collection[str]) -> tuple[Budget, Acquired]:
+    def check(self, cfg: RemedyConfig, total: int, tainted: Collection[str],
+              nodes: Optional[Collection[str]] = None) -> tuple[Budget, Acquired]:
         """``acquire`` under the configured limit of ``total`` accelerator nodes, as the plan's
         Budget (``granted`` decides; ``tainted`` counts the others using the budget), with the
         Acquired for its one-line why."""
-        result = self.acquire(Budget(total=total, tainted=0).limit(cfg), tainted)
+        result = self.acquire(Budget(total=total, tainted=0).limit(cfg), tainted, nodes)
         return Budget(total=total, tainted=result.held_by_others, error=result.error, granted=result.granted), result

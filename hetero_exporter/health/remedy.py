@@ -189,7 +189,7 @@ class Remedy:
         names.add(self.node)
         if self._fleet is None or not take_slot:
             return Budget(total=len(names), tainted=len(tainted))
-        budget, got = self._fleet.check(self.cfg, len(names), tainted)
+        budget, got = self._fleet.check(self.cfg, len(names), tainted, nodes=names)
         self._slot = bool(got.granted) or self._slot
         if not got.granted:
             log.info("health: no fleet-wide taint slot", extra={"node": self.node, "why": got.why})
