@@ -7,6 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetero_exporter.health import pod_signals
 from hetero_exporter.health import policy as policy_mod
 from hetero_exporter.health.pod_signals import PodSignalSettings, plan_pod_signals, settle
 from hetero_exporter.health.rules import Verdict
@@ -168,7 +169,9 @@ def test_a_new_pod_with_the_same_name_is_a_new_episode():
 def test_pods_are_bounded():
     many = {2: [("ns", f"p{i}", None) for i in range(1100)]}
     p = _plan(_snap(many), _verdicts(g2=[XID79]), {})
-    assert len(p.conditions) == 1024 and len(p.book) == 1024
+    # 1024 pods signalled at most, MAX_PODS_PER_CYCLE of them per cycle (issue 25: write storms)
+    assert len(p.conditions) == pod_signals.MAX_PODS_PER_CYCLE == len(p.book)
+    assert p.deferred == 1024 - pod_signals.MAX_PODS_PER_CYCLE
     assert any("more than 1024 pods" in line for line in p.explain)
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any, Collection, Mapping, Optional
+from typing import Any, Callable, Collection, Mapping, Optional
 
 from hetero_exporter.health.texts import _event_id, device_name, fault_text
 from hetero_exporter.health.policy import Policy
@@ -44,6 +44,9 @@ RECOVERED_REASON = "AcceleratorRecovered"
 HEALTHY_REASON = "AcceleratorsHealthy"
 
 
+# pods written (condition, event, eviction) in one reconcile, the rest next cycle; at most half the
+# book's outbox (RemedyConfig.outbox_max, 40), which holds each cycle's events until they are sent
+MAX_PODS_PER_CYCLE = 20
 EVICT_BACKOFF_FIRST = 10.0  # seconds after the first failed eviction call
 EVICT_BACKOFF_MAX = 600.0
 
@@ -102,6 +105,8 @@ class PodSignalPlan:
     book: dict[str, dict] = field(default_factory=dict)
     explain: list[str] = field(default_factory=list)
     actions: list[tuple[str, str]] = field(default_factory=list)  # (action, what) for metrics
+    deferred: int = 0  # pods whose signals wait for the next cycle (MAX_PODS_PER_CYCLE)
+    written_pods: int = 0  # pods this plan writes to
 
     @property
     def writes(self) -> bool:
@@ -272,18 +277,39 @@ def plan_pod_signals(node: str, snapshot: NodeSnapshot, verdicts: Mapping[str, V
             book[key] = rec
         elif bad:
             reason, message = _text(bad, by_uuid, failed, policy)
-            book[key] = _failing(p, key, uid, rec, bad, reason, message, cfg, now)
+            _bounded(p, key, rec, book, lambda: _failing(p, key, uid, rec, bad, reason, message, cfg, now))
         elif rec is not None and rec["status"] == "False" and any(u not in by_uuid for u in rec["devices"]):
             # a device it held is not seen this cycle: unknown is not recovered
             p.explain.append(f"pod {key}: {', '.join(u for u in rec['devices'] if u not in by_uuid)} "
                              "not seen this cycle: its condition stays")
             book[key] = rec
         elif rec is not None and rec["status"] == "False":
-            book[key] = _recovering(p, key, uid, rec, by_uuid, cfg, now)
+            _bounded(p, key, rec, book, lambda: _recovering(p, key, uid, rec, by_uuid, cfg, now))
         elif rec is not None and now - (rec["recovered_at"] or 0.0) < RECOVERED_KEEP_SECONDS:
             book[key] = rec  # recovered: the record is kept a while, then dropped
+    if p.deferred:
+        p.explain.append(f"{p.deferred} more pod(s) to signal: {MAX_PODS_PER_CYCLE} per cycle, the rest next cycle")
     p.book = dict(sorted(book.items())[:MAX_PODS])
     return p
+
+
+def _bounded(p: PodSignalPlan, key: str, rec: Optional[dict], book: dict, signal: Callable[[], dict]) -> None:
+    """Plan one pod's signals, unless MAX_PODS_PER_CYCLE pods are written already: then the pod
+    keeps the record it had (none: it is planned as new next cycle) and counts as deferred, so a
+    GPU shared by hundreds of pods is written in bounded steps, each pod once per episode."""
+    mark = (len(p.conditions), len(p.events), len(p.evictions), len(p.actions), len(p.explain))
+    new = signal()
+    if (len(p.conditions), len(p.events), len(p.evictions)) == mark[:3]:
+        book[key] = new  # nothing to write for it this cycle
+        return
+    if p.written_pods < MAX_PODS_PER_CYCLE:
+        p.written_pods += 1
+        book[key] = new
+        return
+    del p.conditions[mark[0]:], p.events[mark[1]:], p.evictions[mark[2]:], p.actions[mark[3]:], p.explain[mark[4]:]
+    p.deferred += 1
+    if rec is not None:
+        book[key] = rec
 
 
 def eviction_backoff(failures: int) -> float:

@@ -243,7 +243,8 @@ class Remedy:
                 self._fleet.renew()  # a held slot outlives quiet cycles (writes only when a third is gone)
             return Outcome(skipped="nothing changed since the last reconcile")
         out = self._reconcile(snapshot, ev, now)
-        complete = out.error is None and out.plan is not None and not out.undelivered
+        deferred = out.plan is not None and out.plan.pod_signals is not None and out.plan.pod_signals.deferred
+        complete = out.error is None and out.plan is not None and not out.undelivered and not deferred
         self._last_sig = sig if complete else None
         if complete:
             self._last_full = now
