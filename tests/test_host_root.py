@@ -339,7 +339,8 @@ def test_a_bad_host_root_exits_2_with_one_line(tmp_path, capsys):
 def test_every_collector_gets_the_host_root_but_a_simulated_node_does_not(tmp_path, monkeypatch):
     monkeypatch.setenv("HOST_ROOT", str(tmp_path))
     cfg = tmp_path / "config.yaml"
-    cfg.write_text("host_exec: chroot\ncollectors:\n  cnmon: {host_root: /elsewhere}\n")
+    # a bus that cannot be read: every default collector runs (a readable one with no accelerator: none)
+    cfg.write_text(f"host_exec: chroot\nsysfs_root: {tmp_path / 'no-sysfs'}\ncollectors:\n  cnmon: {{host_root: /elsewhere}}\n")
     args, extra = build_parser().parse_known_args(["inspect", "--config", str(cfg), "--collector.cnmon"])
     w = Wiring(args, extra)
     monkeypatch.setattr(w, "attribution", lambda: None)
