@@ -46,6 +46,7 @@ class UsageError(Exception):
 
 
 KERNEL_LOG_TOOL = "kernel-log"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # each stops run / the extender cleanly
 KERNEL_LOG_PARSE_LIMIT = 1 << 30  # bytes `parse kernel-log` reads (streamed: memory stays bounded)
 
 
@@ -623,8 +624,8 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         stop.set()
         sampler.request_cycle()  # end the wait between cycles
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    for signum in STOP_SIGNALS:  # SIGHUP as SIGTERM: a closed terminal or a supervisor's hang-up stops cleanly
+        signal.signal(signum, _stop)
     try:
         sampler.run(w.cfg.interval, store.publish, stop)
     finally:
@@ -847,8 +848,8 @@ def cmd_scheduler_extender(args: argparse.Namespace) -> int:
         log.info("stopping", extra={"signal": signal.Signals(signum).name})
         stop.set()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    for signum in STOP_SIGNALS:  # SIGHUP as SIGTERM: a closed terminal or a supervisor's hang-up stops cleanly
+        signal.signal(signum, _stop)
     try:
         while not stop.wait(3600):
             pass
@@ -860,13 +861,13 @@ def cmd_scheduler_extender(args: argparse.Namespace) -> int:
 
 
 def _exit_on_sigterm() -> Any:
-    """Until a command installs its own (run's graceful stop), SIGTERM exits through SystemExit,
-    so finally blocks and atexit remove what simulation wrote. The previous handler, or None
-    off the main thread (where signals cannot be set)."""
+    """Until a command installs its own (run's graceful stop), SIGTERM and SIGHUP exit through
+    SystemExit, so finally blocks and atexit remove what simulation wrote. The previous handlers
+    by signal, or None off the main thread (where signals cannot be set)."""
     def _exit(signum: int, _frame: Any) -> None:
         raise SystemExit(128 + signum)
-    try:
-        return signal.signal(signal.SIGTERM, _exit)
+    try:  # a hang-up cleans up as SIGTERM does (no config reload: documented)
+        return {signum: signal.signal(signum, _exit) for signum in (signal.SIGTERM, signal.SIGHUP)}
     except ValueError:
         return None
 
@@ -930,8 +931,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         raise SystemExit(stop.code) from None
     finally:
-        if restore_sigterm is not None:
-            signal.signal(signal.SIGTERM, restore_sigterm)
+        for signum, handler in (restore_sigterm or {}).items():
+            signal.signal(signum, handler)
         _remove_simulation_workdirs()
 
 

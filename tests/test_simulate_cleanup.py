@@ -54,7 +54,7 @@ def test_run_that_cannot_listen_leaves_no_workdir(tmp_path, monkeypatch, capsys)
     assert signal.getsignal(signal.SIGTERM) == before  # the command's SIGTERM handler is undone
 
 
-def _signal_when_workdir_appears(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
+def _signal_when_workdir_appears(tmp_path: Path, *argv: str, signum: int = signal.SIGTERM) -> subprocess.CompletedProcess:
     env = dict(os.environ, TMPDIR=str(tmp_path))
     p = subprocess.Popen([sys.executable, "-m", "hetero_exporter", *argv, "--log-format", "text"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -64,7 +64,7 @@ def _signal_when_workdir_appears(tmp_path: Path, *argv: str) -> subprocess.Compl
                 break
             time.sleep(0.01)
         assert left(tmp_path), "the command made no work directory"
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(signum)
         out, err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
@@ -109,3 +109,17 @@ def test_a_sigterm_wrapped_by_python_on_its_way_up_still_exits_as_the_signal(mon
     monkeypatch.setattr(cli, "cmd_inspect", lambda args, extra: (_ for _ in ()).throw(RuntimeError("a bug")))
     with pytest.raises(RuntimeError):  # any other error is not hidden
         cli.main(["inspect", "--log-level", "error"])
+
+
+def test_sighup_at_start_and_when_ready_cleans_up_as_sigterm(tmp_path):
+    """Issue 25, item 14: SIGHUP killed the agent without its clean-up (a child process and a work
+    directory left behind); it now stops it as SIGTERM does, before and after run is serving."""
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(SLOW)
+    r = _signal_when_workdir_appears(tmp_path, "inspect", "--simulate", str(scenario), signum=signal.SIGHUP)
+    assert r.returncode == 128 + signal.SIGHUP, r.stderr
+    assert not left(tmp_path) and "Traceback" not in r.stderr
+    r = _signal_when_workdir_appears(tmp_path, "run", "--simulate", str(scenario), "--listen", "127.0.0.1:0",
+                                     signum=signal.SIGHUP)
+    assert r.returncode in (0, 128 + signal.SIGHUP), r.stderr
+    assert not left(tmp_path) and "Traceback" not in r.stderr, r.stderr[-4000:]

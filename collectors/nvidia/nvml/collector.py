@@ -664,7 +664,11 @@ def create(options: CollectorOptions) -> Any:
     stands in (its readings say so in their quality source); ``fallback: false`` in the
     collector's settings turns that off."""
     if options.scenario is not None:
-        from hetero_exporter.collectors.nvidia.nvml.fake import FakeNvml
+        try:  # the fake stands in for NVML but raises pynvml's own error types
+            from hetero_exporter.collectors.nvidia.nvml.fake import FakeNvml
+        except ImportError as e:
+            raise Unavailable(f"simulating NVIDIA GPUs needs nvidia-ml-py ({e}); "
+                              "pip install 'hetero-exporter[nvidia]' (or '.[all]')") from None
         return NvmlCollector(FakeNvml(options.scenario, options.clock), options.clock, **_settings(options))
     try:
         import pynvml
