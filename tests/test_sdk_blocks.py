@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from conftest import shared_fixtures
-import pytest
+import re
 
+import pytest
+from conftest import shared_fixtures
+
+from hetero_exporter import registry
 from hetero_exporter.collectors.ascend.npu_smi import parse as P
 from hetero_exporter.sdk import blocks
+from hetero_exporter.sdk.contract import ParseError
 
 
 def test_multi_line_health_fields_belong_to_their_key():
@@ -40,17 +44,27 @@ def test_every_real_detail_capture_reads(path):
     kind = P.detect(text).split()[-1]
     if kind == "proc-mem":
         pytest.skip("not key : value")
+    if kind == "topo":
+        # -t topo is a link matrix (a header of NPUn names, a row per NPU, a Legend), read by
+        # the npu-smi topo parser through sdk.tables.parse_matrix, not by the key : value
+        # reader: that one refuses it, and the tool's parser reads it to links between the
+        # NPUs its header names
+        with pytest.raises(ParseError):
+            P.parse_detail(text, kind)
+        topo = registry.parser("npu-smi")(text).data
+        header = [int(n) for n in re.findall(r"NPU(\d+)", text.strip().splitlines()[0])]
+        assert list(topo.npus) == header and topo.links
+        assert all(a != b and {a, b} <= set(header) for a, b, _ in topo.links)
+        return
     assert P.parse_detail(text, kind).to_dict()
 
 
 # --------------------------------------------------------------------------- fuzzing
-import re  # noqa: E402
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from cli_fakes import mutated  # noqa: E402
-from hetero_exporter.sdk.contract import ParseError  # noqa: E402
 
 _KV = [p.read_text() for p in shared_fixtures("npu-smi", "info-t-*")][:12] or [
     "Card 0\nProduct Name : X\nPower :\n    Usage : 1 W\n"]
