@@ -166,7 +166,9 @@ class Request:
 
 # --------------------------------------------------------------------------- quantities
 
-_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+# ASCII digits only: "٣" (Arabic-Indic three) is a digit to \d, not to the API server
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+MAX_DEVICES_PER_POD = 1024  # no node has more; a larger count is a typo or an attack, refused with a reason
 _SUFFIX = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
@@ -255,6 +257,9 @@ def _resources(spec: Mapping[str, Any]) -> _Accelerators:
                 if name not in acc.names:
                     acc.names += (str(name),)
                 n = _whole(qty, f"{where}['{name}']")
+                if rs.unit != "memory_mib" and n > MAX_DEVICES_PER_POD:
+                    raise RequestError(f"{where}['{name}']: {qty!r:.40} is more devices than any node has "
+                                       f"(at most {MAX_DEVICES_PER_POD})")
                 t = totals.setdefault(rs.group, [0, 0, 0, 0])
                 if rs.unit == "memory_mib":
                     acc.memory_bytes = max(acc.memory_bytes or 0, n * 2**20)
