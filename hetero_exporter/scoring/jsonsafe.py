@@ -162,6 +162,8 @@ def dumps(doc: Any) -> bytes:
     if _ENCODER is not None:
         try:
             return _ENCODER.encode(doc)
-        except (TypeError, OverflowError):
-            pass  # a value msgspec will not write (an int beyond 64 bits): json writes it
+        except (TypeError, OverflowError, UnicodeEncodeError):
+            # a value msgspec will not write: an int beyond 64 bits, a lone surrogate ("\udc00", which
+            # a request's \u escape can carry and UTF-8 cannot hold): json writes it, escaped
+            pass
     return json.dumps(doc, separators=(",", ":")).encode()
