@@ -476,3 +476,14 @@ def test_a_server_left_running_at_exit_is_stopped_quietly():
         r = subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, timeout=60)
         assert r.returncode == 3
         assert "Exception ignored" not in r.stderr and "unclosed" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("version", [b"9.9", b"2.0", b"0.9"])
+def test_an_http_version_other_than_1x_is_answered_505(make_server, version):
+    """Issue 25, item 16: ``HTTP/9.9`` was answered 200."""
+    srv = make_server()
+    with socket.create_connection(srv.address, timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/" + version + b"\r\nHost: x\r\n\r\n")
+        answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 505 "), answer[:80]
+    assert get(srv.address)[0] == 200  # HTTP/1.1 still served

@@ -640,6 +640,9 @@ class _Connection(asyncio.BufferedProtocol):
                 self.close(graceful=True)
 
     def _on_head(self, event: h11.Request) -> None:
+        if event.http_version not in (b"1.0", b"1.1"):  # h11 parses any HTTP/d.d; we speak 1.x only
+            self._fail(505, f"HTTP/{event.http_version.decode('ascii', 'replace')} is not supported (HTTP/1.1 is)")
+            return
         size = len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
         if size > self.limits.header_bytes:  # h11 checks only what is still incomplete
             self._fail(431, "request headers too large")
