@@ -296,7 +296,7 @@ def load(path: Optional[str]) -> Config:
         return Config()
     try:
         text = v.read_text(path, MAX_CONFIG_BYTES, "config")
-        doc = yaml.safe_load(text)
+        doc = v.load_yaml(text)
     except OSError as e:
         raise ConfigError("", f"cannot read config {path}: {e.strerror}") from None
     except ValidationError as e:

@@ -40,6 +40,7 @@ DEFAULT_REFERENCE = "A100-SXM4-80GB"
 # magnitude); override it with your own rates under ``finops.prices``.
 DEFAULT_PRICES: Mapping[str, float] = {DEFAULT_REFERENCE: 2.0}
 FINOPS_KEYS = {"currency", "reference", "prices"}
+MAX_CURRENCY = 16  # ISO 4217 codes are 3 letters; a label value, so bounded
 
 Owner = tuple[str, str, str]  # (namespace, pod, container)
 
@@ -91,7 +92,9 @@ def parse(doc: Any) -> FinOps:
         raise FinOpsError(f"unknown keys finops.{unknown}; known: {sorted(FINOPS_KEYS)}")
     currency = doc.get("currency", DEFAULT_CURRENCY)
     if not isinstance(currency, str) or not currency.strip():
-        raise FinOpsError(f"finops.currency must be a non-empty string, got {currency!r}")
+        raise FinOpsError(f"finops.currency must be a non-empty string, got {currency!r:.40}")
+    if len(currency.strip()) > MAX_CURRENCY:
+        raise FinOpsError(f"finops.currency: {len(currency)} characters long, at most {MAX_CURRENCY} (a code like USD)")
     reference = doc.get("reference", DEFAULT_REFERENCE)
     if not isinstance(reference, str) or not reference.strip():
         raise FinOpsError(f"finops.reference must be a profile model, got {reference!r}")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import re
+
+import yaml
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar, Union
 
 T = TypeVar("T")
@@ -210,3 +212,35 @@ def read_text(path: str, limit: int, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValidationError("", f"{what} {path} is not UTF-8 text (byte {e.start})", "UTF-8 text") from None
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """SafeLoader that refuses duplicate keys (yaml.v2's UnmarshalStrict does): the second of two
+    equal keys silently winning is how a config ends up meaning what nobody wrote."""
+
+
+def _no_duplicates(loader: Any, node: Any, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # "<<: *anchor": keys it brings in may be overridden by the mapping's own
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(None, None, "a key is not a plain value", key_node.start_mark)
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML of a config, web config or scenario file; yaml.YAMLError on bad YAML or a duplicate key."""
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass

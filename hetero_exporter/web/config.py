@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
+from hetero_exporter import validate as v
 from hetero_exporter.web.server import WebSettings
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def load(path: str) -> WebSettings:
     if len(text) > _MAX_FILE:
         raise WebConfigError(f"{where}: larger than {_MAX_FILE} characters")
     try:
-        doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        doc = v.load_yaml(text)
     except yaml.YAMLError as e:
         raise WebConfigError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None
     return parse(doc, os.path.dirname(os.path.abspath(path)), where)
@@ -505,23 +506,3 @@ class BasicAuth:
                 cache.popitem(last=False)
         return ok
 
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (yaml.v2's UnmarshalStrict does)."""
-
-
-def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            duplicate = key in seen
-            seen.add(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError(None, None, "a key is not a plain value", key_node.start_mark)
-        if duplicate:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
