@@ -312,3 +312,20 @@ def test_cli_exits_2_with_one_line_naming_the_field(tmp_path, command):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "tls_server_config.key_file" in lines[0]
+
+
+def test_an_unknown_user_costs_as_many_bcrypt_rounds_as_the_dearest_known_one(monkeypatch):
+    """Issue 25, item 12: a known user's wrong password took 100 ms, an unknown user's 55 (a
+    cost-12 hash against the cost-10 decoy): user names could be enumerated by timing. The decoy
+    now has the users' cost; measured by the rounds bcrypt is asked for, not by a clock."""
+    bcrypt = pytest.importorskip("bcrypt")
+    from hetero_exporter.web.config import BasicAuth
+    known = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=12))
+    auth = BasicAuth({"alice": known})
+    seen = []
+    real = bcrypt.checkpw
+    monkeypatch.setattr(bcrypt, "checkpw", lambda pw, h: (seen.append(h[:7]), real(pw, h))[1])
+    import base64
+    for user in ("alice", "mallory"):
+        assert not auth.verify("Basic " + base64.b64encode(f"{user}:wrong".encode()).decode())
+    assert seen[0] == seen[1] == known[:7]  # "$2b$12$": the same cost for both

@@ -435,8 +435,26 @@ class _Reloading:
 
 # --------------------------------------------------------------------------- basic auth
 
-# bcrypt of "fakepassword" (exporter-toolkit's): unknown users cost a hash too (no timing oracle)
+# bcrypt of "fakepassword" (exporter-toolkit's): unknown users cost a hash too (no timing oracle);
+# where users' hashes cost more than 10 rounds a decoy of that cost is made at load (BasicAuth)
 _DECOY = b"$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
+_COST = re.compile(rb"^\$2[abxy]?\$(\d\d)\$")
+
+
+def _cost(hashed: bytes) -> int:
+    m = _COST.match(hashed)
+    return int(m.group(1)) if m else 10
+
+
+def decoy_for(users: dict[str, bytes]) -> bytes:
+    """A hash of the highest cost among ``users``' (an unknown user then costs what the dearest
+    known one does: a wrong password for a known user must not take longer than for a made-up
+    one, or user names can be told apart by timing)."""
+    cost = max((_cost(h) for h in users.values()), default=10)
+    if cost == _cost(_DECOY):
+        return _DECOY
+    import bcrypt
+    return bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(rounds=min(max(cost, 4), 31)))
 
 
 class BasicAuth:
@@ -447,6 +465,7 @@ class BasicAuth:
 
     def __init__(self, users: dict[str, bytes], cache_size: int = 100):
         self._users = users
+        self._decoy = decoy_for(users) if users else _DECOY
         self._size = cache_size
         self._ok: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._bad: collections.OrderedDict[bytes, None] = collections.OrderedDict()
@@ -470,7 +489,7 @@ class BasicAuth:
         return user.decode("utf-8", "surrogateescape"), password
 
     def _key(self, user: str, password: bytes) -> bytes:
-        hashed = self._users.get(user, _DECOY)
+        hashed = self._users.get(user, self._decoy)
         return hashlib.sha256(b"\0".join((user.encode("utf-8", "surrogateescape"), hashed, password))).digest()
 
     def cached(self, authorization: Optional[str]) -> Optional[bool]:
@@ -494,7 +513,7 @@ class BasicAuth:
         import bcrypt
         with self._bcrypt_lock:
             try:
-                ok = bcrypt.checkpw(password, self._users.get(user, _DECOY))
+                ok = bcrypt.checkpw(password, self._users.get(user, self._decoy))
             except ValueError:  # a password over bcrypt's 72 bytes never matches (as Go's bcrypt)
                 ok = False
         ok = ok and user in self._users
