@@ -239,11 +239,28 @@ def test_extra_headers_and_rate_limit(pki):
                         "rate_limit:\n  burst: 2\n  interval: 1h\n")
     srv = MetricsServer("127.0.0.1:0", CollectorRegistry(auto_describe=False), lambda: None, web=web).start()
     try:
-        status, headers = plain_get(srv.address, "/healthz")
+        status, headers = plain_get(srv.address, "/")
         assert status == 200 and headers["x-frame-options"] == "deny"
         assert headers["content-security-policy"] == "default-src 'none'"
+        assert plain_get(srv.address, "/")[0] == 200
+        assert plain_get(srv.address, "/")[0] == 429
+        # issue 25, item 11: kubelet's probes are not limited by the flood (a 429 there restarts
+        # a healthy agent)
+        assert [plain_get(srv.address, p)[0] for p in ("/healthz", "/readyz") * 10].count(429) == 0
+    finally:
+        srv.stop()
+
+
+def test_an_authenticated_scraper_is_not_limited_by_unauthenticated_traffic(pki):
+    web = settings(pki, f"basic_auth_users:\n  prometheus: '{HASH}'\nrate_limit:\n  burst: 2\n  interval: 1h\n")
+    srv = MetricsServer("127.0.0.1:0", CollectorRegistry(auto_describe=False), lambda: None, web=web).start()
+    try:
+        good = auth_header("prometheus", PASSWORD)
+        assert plain_get(srv.address, "/", good)[0] == 200  # verified once (takes a token)
+        flood = [plain_get(srv.address, "/")[0] for _ in range(20)]
+        assert flood.count(429) >= 18  # the anonymous are limited
+        assert [plain_get(srv.address, "/", good)[0] for _ in range(10)] == [200] * 10
         assert plain_get(srv.address, "/healthz")[0] == 200
-        assert plain_get(srv.address, "/healthz")[0] == 429
     finally:
         srv.stop()
 
