@@ -60,6 +60,7 @@ import logging
 import os
 import re
 import select
+import stat
 import threading
 import time
 from collections import OrderedDict, deque
@@ -76,10 +77,26 @@ KMSG = "/dev/kmsg"
 SYSLOG = "syslog"  # --kernel-log value: the ring buffer through syslog(2) (SyslogSource)
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 STATE_FILE = "kernel-log.state.json"
+MAX_STATE_BYTES = 4096  # the cursor file is a line of JSON
 READ_SIZE = 8192  # one /dev/kmsg record with its dictionary fits (CONSOLE_EXT_LOG_MAX)
 MAX_LINE = 64 * 1024  # a text-log line longer than this is cut
 RESET_CODES = frozenset({"reset", "device-reset", "gpu-reset"})
 BOOT_MARKER = "Linux version "
+
+
+def _read_small_file(path: str, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit`` (ValueError past it, or for a FIFO, device or
+    link: a state file pointed at /dev/zero or made a FIFO must neither hang nor fill memory)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"over {limit} bytes")
+    return data
 
 
 def read_boot_id(path: str = BOOT_ID_FILE) -> Optional[str]:
@@ -126,6 +143,10 @@ class KmsgSource:
             self._f = self._opener()
             return
         self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if not stat.S_ISCHR(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            self._fd = None
+            raise OSError(errno.EINVAL, f"{self.path} is not the kernel's log device (a character device)")
         try:
             self._poll = select.poll()
             self._poll.register(self._fd, select.POLLIN)
@@ -285,8 +306,13 @@ class FileSource:
 
     def open(self, cursor: Optional[Mapping[str, Any]] = None) -> None:
         self.close()
-        f = open(self.path, "rb")  # noqa: SIM115 - kept open while following
-        st = os.fstat(f.fileno())
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the open
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # /dev/zero behind a symlink would spin a core
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file (a text log, or /dev/kmsg / syslog as the source)")
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")  # kept open while following
         self._f, self._inode, self._partial = f, st.st_ino, b""
         if cursor and cursor.get("inode") == st.st_ino and 0 <= int(cursor.get("offset", -1)) <= st.st_size:
             self._offset = int(cursor["offset"])
@@ -435,11 +461,10 @@ class Follower:
         if not path:
             return
         try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
+            doc = json.loads(_read_small_file(path, MAX_STATE_BYTES))
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:
             log.warning("kernel log state unreadable; starting from the buffer's start",
                         extra={"path": path, "error": str(e)})
             return
@@ -839,11 +864,24 @@ class KernelLogFaults:
 def iter_lines(stream: Any, limit_bytes: int, name: str) -> Iterator[str]:
     """Lines of a binary stream, decoded; ValueError naming the limit past ``limit_bytes``."""
     total = 0
-    for raw in stream:
+    while True:
+        # a line is cut at MAX_LINE before it is buffered: 3 GB of NUL bytes with no newline is
+        # read in bounded pieces, never held whole
+        raw = stream.readline(MAX_LINE)
+        if not raw:
+            return
         total += len(raw)
         if total > limit_bytes:
             raise ValueError(f"{name}: more than {limit_bytes} bytes ({limit_bytes >> 20} MiB), the limit "
                              "of parse kernel-log")
+        if len(raw) == MAX_LINE and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):  # the rest of an over-long line: skipped
+                raw = stream.readline(MAX_LINE)
+                total += len(raw)
+                if total > limit_bytes:
+                    raise ValueError(f"{name}: more than {limit_bytes} bytes ({limit_bytes >> 20} MiB), the "
+                                     "limit of parse kernel-log")
+            continue
         yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
