@@ -779,7 +779,6 @@ class KernelLogFaults:
                 addr = pciaddr.normalize(d.identity.pci_address)
                 if addr:
                     self._known[addr] = d.identity
-        by_uuid = {d.identity.uuid: d for d in snapshot.devices}
         by_pci: dict[str, str] = {}
         by_bus: dict[str, str] = {}
         for d in snapshot.devices:  # placeholders too: PCI presence's stand-ins for lost devices
@@ -798,14 +797,16 @@ class KernelLogFaults:
         resolved: list[tuple[Pending, list[str]]] = []
         for p in batch:
             ev = p.event
+            addr = pciaddr.normalize(ev.pci_address) if ev.pci_address else None
+            at_addr = (by_pci.get(addr) or by_bus.get(addr.rsplit(".", 1)[0])) if addr else None
             if ev.node_level:
                 targets = by_vendor.get(ev.vendor, [])
-            elif ev.uuid and (ev.uuid in by_uuid or not ev.pci_address):
-                targets = [ev.uuid]
+            elif at_addr:
+                # the device the collectors report at that address: a uuid the log put on the
+                # address (a "GPU at PCI:... : GPU-..." line) never overrides what they report
+                targets = [at_addr]
             else:
-                addr = pciaddr.normalize(ev.pci_address) if ev.pci_address else None
-                uuid = by_pci.get(addr) or by_bus.get(addr.rsplit(".", 1)[0]) if addr else None
-                targets = [uuid] if uuid else ([ev.uuid] if ev.uuid else [])
+                targets = [ev.uuid] if ev.uuid else []
             if targets:
                 resolved.append((p, targets))
             elif len(self._held) < self._max_unresolved:

@@ -80,6 +80,9 @@ class Record:
     time: Optional[str] = None  # as printed (dmesg seconds, dmesg -T date, journal date, kmsg µs)
     seq: Optional[int] = None  # /dev/kmsg sequence number
     priority: Optional[int] = None  # syslog level 0..7 where the format says it
+    # False where the format says the line is not the kernel's (a /dev/kmsg record of another
+    # facility: `logger --kmsg`, a syslog line of another tag): never a fault, it can be forged
+    kernel: bool = True
 
 
 _KMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),[^;,]*(?:,[^;]*)?;(.*)", re.S)
@@ -92,6 +95,9 @@ _DECODE_ISO = re.compile(rf"({_ISO})\s(.*)", re.S)
 _JOURNAL = re.compile(r"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?)"
                       r" \S+ kernel: ?(.*)", re.S)
 _JOURNAL_ISO = re.compile(rf"({_ISO}) \S+ kernel: ?(.*)", re.S)
+# a syslog / journal line of any other tag ("host myapp[123]: ..."): user space, not the kernel
+_SYSLOG_OTHER = re.compile(r"(?:(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
+                           rf"|{_ISO}) \S+ [^\s:\[]+(?:\[\d+\])?: ?(.*)", re.S)
 _LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "notice": 5, "info": 6, "debug": 7}
 
 
@@ -122,9 +128,9 @@ def _split(raw: str, line: int) -> Optional[Record]:
     if _CONT.match(raw):
         return None  # /dev/kmsg dictionary continuation (SUBSYSTEM=, DEVICE=)
     m = _KMSG.fullmatch(raw)
-    if m:
+    if m:  # the priority's facility bits (>> 3): 0 is the kernel's, anything else user space
         return Record(line=line, text=m.group(4), time=m.group(3), seq=int(m.group(2)),
-                      priority=int(m.group(1)) & 7)
+                      priority=int(m.group(1)) & 7, kernel=int(m.group(1)) >> 3 == 0)
     m = _DMESG.fullmatch(raw)
     if m:
         return Record(line=line, text=m.group(2), time=m.group(1))
@@ -134,6 +140,9 @@ def _split(raw: str, line: int) -> Optional[Record]:
     m = _JOURNAL.fullmatch(raw) or _JOURNAL_ISO.fullmatch(raw)
     if m:
         return Record(line=line, text=_inner_stamp(m.group(2)), time=m.group(1))
+    m = _SYSLOG_OTHER.fullmatch(raw)
+    if m:
+        return Record(line=line, text=m.group(1), kernel=False)
     m = _DECODE.fullmatch(raw)
     if m:
         priority = _LEVELS.get(m.group(2))
@@ -144,7 +153,7 @@ def _split(raw: str, line: int) -> Optional[Record]:
             if mm:
                 t, rest = mm.group(1), mm.group(2)
                 break
-        return Record(line=line, text=rest, time=t, priority=priority)
+        return Record(line=line, text=rest, time=t, priority=priority, kernel=m.group(1) == "kern")
     return Record(line=line, text=raw.strip() if raw[:1].isspace() else raw)
 
 
@@ -410,8 +419,8 @@ class Matcher:
     # ---- matching
     def match(self, record: Record) -> list[Event]:
         text = record.text
-        if not text:
-            return []
+        if not text or not record.kernel:
+            return []  # only the kernel's records count: user space can write any text
         out: list[Event] = []
         for vr in self.vendor_rules:
             if not vr.wants(text):
