@@ -609,6 +609,9 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     if w.kernel_log is not None:
         from hetero_exporter.exposition.collector import KernelLogCollector
         reg.register(KernelLogCollector(w.kernel_log.status))
+    from hetero_exporter.exposition.collector import ToolProcessesCollector
+    from hetero_exporter.sdk import runner as tool_runner
+    reg.register(ToolProcessesCollector(tool_runner.killed_total))
     health = w.health_loop(reg)
     store.subscribe(health.offer)
     health.start()

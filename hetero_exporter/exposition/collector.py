@@ -220,6 +220,21 @@ class SnapshotCollector:
         yield age
 
 
+class ToolProcessesCollector:
+    """Vendor-tool calls' leftovers killed past their deadline; ``killed()`` is sdk.runner's
+    ``killed_total`` (injected: exposition sees no sdk). Exported at 0 from the start."""
+
+    def __init__(self, killed: Callable[[], int]):
+        self._killed = killed
+
+    def describe(self) -> Iterable[PromMetric]:
+        return []
+
+    def collect(self) -> Iterator[PromMetric]:
+        yield CounterMetricFamily(N.TOOL_PROCESSES_KILLED.family, N.TOOL_PROCESSES_KILLED.help,
+                                  value=float(self._killed()))
+
+
 class KernelLogCollector:
     """The kernel log follower's self-metrics; ``status()`` is ``kernel_log.Follower.status``
     (a plain mapping: up, records, events {(vendor, code): n}, dropped {reason: n}, lag_seconds)."""

@@ -120,6 +120,9 @@ COLLECTOR_ERRORS = Metric("accelerator_collector_errors_total", "counter",
 COLLECTOR_ERROR_INFO = Metric("accelerator_collector_error_info", "gauge",
                               "Why the collector's last cycle failed; always 1, absent on success.",
                               ("collector", "kind", "reason"))
+TOOL_PROCESSES_KILLED = Metric("accelerator_tool_processes_killed_total", "counter",
+                               "Processes of vendor-tool calls killed past the deadline outside the call's "
+                               "process group (a daemon the tool forked with setsid).", ())
 SNAPSHOT_AGE = Metric("accelerator_snapshot_age_seconds", "gauge",
                       "Seconds since the snapshot being served was taken.", ())
 HEALTH_ACTIONS = Metric("accelerator_health_actions_total", "counter",

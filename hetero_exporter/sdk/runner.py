@@ -77,11 +77,67 @@ def _env(extra: Optional[Mapping[str, str]], passthrough: Sequence[str] = ()) ->
     return env
 
 
+_killed = 0  # processes of timed-out calls killed outside the call's own process group
+
+
+def killed_total() -> int:
+    """Processes killed because they outlived a call's deadline in another session (a daemon the
+    tool forked with setsid, still holding the call's output pipe); the agent exports it."""
+    with _counter_lock:
+        return _killed
+
+
+def _pipe_holders(inodes: set[int], proc_root: str = "/proc") -> list[int]:
+    """Pids (not ours) holding one of these pipes: what is left of a call once its process group
+    is gone. Read only on a timeout: a /proc walk, bounded by the number of processes."""
+    wanted = {f"pipe:[{i}]" for i in inodes}
+    me = os.getpid()
+    found = []
+    try:
+        pids = [p for p in os.listdir(proc_root) if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        if int(pid) == me:
+            continue
+        fd_dir = os.path.join(proc_root, pid, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(os.path.join(fd_dir, fd)) in wanted:
+                    found.append(int(pid))
+                    break
+            except OSError:
+                continue
+    return found
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the call's process group, then whatever still holds its output pipes (a daemon that
+    left the group with setsid would otherwise outlive every deadline and pile up each cycle)."""
+    global _killed
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    inodes = set()
+    for f in (proc.stdout, proc.stderr):
+        try:
+            inodes.add(os.fstat(f.fileno()).st_ino)
+        except (OSError, ValueError, AttributeError):
+            continue
+    for pid in _pipe_holders(inodes) if inodes else ():
+        try:
+            if os.getpgid(pid) == proc.pid:
+                continue  # of the group just killed, still dying
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+        with _counter_lock:
+            _killed += 1
 
 
 def _launch(exe: str, env: Mapping[str, str], chroot: Optional[str]) -> list[str]:
