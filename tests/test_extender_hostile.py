@@ -261,7 +261,9 @@ def test_long_names_are_clipped_in_logs_and_explain(caplog):
     assert len(ext._host_json) == 1  # only the real node name is kept
     records = [r for r in caplog.records if getattr(r, "trace", None) in ("t1", "t2")]
     assert len(records) == 2 and all(len(json.dumps(r.__dict__, default=str)) < 4_000 for r in records)
-    assert ext.ring_bytes < 20_000
+    # the names are clipped; what the ring holds is the one decoded node state per call (issue 25:
+    # counted at its annotation's size, no longer at 100 B)
+    assert ext.ring_bytes < 20_000 + 2 * len(GOOD)
 
 
 def test_long_names_from_the_cache_are_clipped_too():
@@ -276,12 +278,13 @@ def test_long_names_from_the_cache_are_clipped_too():
 
 
 def test_the_explain_ring_is_bounded_in_bytes():
-    ext = Extender(Scorer(), traces=256, ring_bytes=150_000)
+    ring = 8_000_000  # 150 decoded nodes a call: ~2.3 MB each, counted at their annotations' size
+    ext = Extender(Scorer(), traces=256, ring_bytes=ring)
     body = json.dumps({"Pod": pod(), "Nodes": {"items": [node(f"node-{i:04d}-" + "z" * 100, GOOD)
                                                          for i in range(150)]}}).encode()
     for i in range(25):
         ext.prioritize(body, f"t{i}")
-        assert ext.ring_bytes <= 150_000
+        assert ext.ring_bytes <= ring
     kept = [t["trace"] for t in ext.explain(None)["traces"]]
     assert kept[0] == "t24" and 1 < len(kept) < 25
     assert ext.explain("t0") is None and len(ext.explain("t24")["nodes"]) == 150

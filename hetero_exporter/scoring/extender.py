@@ -42,9 +42,13 @@ REASON_LIMIT = 600  # characters of a FailedNodes reason (the full one is in /ex
 LOG_TEXT_LIMIT = 600  # characters of a request description or error in a log line
 RING_BYTES = 8 * 2**20  # the /explain ring's estimated size; the oldest calls go first
 NODE_BYTES = 100  # estimated memory a kept call holds per node, besides its name (names mode: shared states)
-# body mode: the call keeps the node states decoded from its request alive, about the request's own
-# size (measured: 14.5 KB of objects per node from 16 KB of JSON); counted as the body's length
-DECODED_PER_BODY_BYTE = 1.0
+# body mode: the call keeps the node states decoded from its request alive, about the size of the
+# annotation text they came from (measured: 14.5 KB of objects per node from 16 KB of Node JSON)
+DECODED_PER_TEXT_BYTE = 1.0
+# the body-mode table of decoded nodes (every distinct name a caller sends): least recently used
+# out past either bound; ~1.1 x the annotation bytes in memory (measured), so ~140 MiB at most
+DECODED_NODES = 20_000
+DECODED_BYTES = 128 << 20
 
 
 class BadRequest(ValueError):
@@ -121,7 +125,8 @@ class Extender:
         self.clock = clock
         self.metrics = metrics or ExtenderMetrics()
         # nodes-in-request mode: decode on change only
-        self.decoded: NodeTable = self.metrics.node_table(scorer, annotation, precompute=False)
+        self.decoded: NodeTable = self.metrics.node_table(scorer, annotation, precompute=False,
+                                                          limit=DECODED_NODES, max_bytes=DECODED_BYTES)
         self.metrics.tables["request"] = self.decoded
         if table is not None:
             self.metrics.tables["watch"] = table
@@ -165,8 +170,9 @@ class Extender:
             raise BadRequest("ExtenderArgs.Nodes must be a NodeList object with an items list")
         return pod, nodes, None
 
-    def _node_states(self, items: list) -> tuple[list[str], list[NodeState]]:
-        names, states = [], []
+    def _node_states(self, items: list) -> tuple[list[str], list[NodeState], int]:
+        """(names, states, bytes of annotation text decoded into them: what the states weigh)."""
+        names, states, text_bytes = [], [], 0
         for i, item in enumerate(items):
             meta = item.get("metadata") if isinstance(item, dict) else None
             name = meta.get("name") if isinstance(meta, dict) else None
@@ -178,19 +184,20 @@ class Extender:
             if len(name) > NAME_CHARS:  # not a node Kubernetes can have: fails, never cached
                 states.append(_misnamed(name))
                 continue
-            states.append(self.decoded.state_for(name, text if isinstance(text, str) else None))
-        return names, states
+            text = text if isinstance(text, str) else None
+            text_bytes += len(text) if text else 0
+            states.append(self.decoded.state_for(name, text))
+        return names, states, text_bytes
 
-    def _remember(self, ev: Evaluation, body_bytes: int = 0) -> None:
+    def _remember(self, ev: Evaluation, decoded_bytes: int = 0) -> None:
         """Keep ``ev`` for /explain, names clipped, dropping the oldest beyond the bounds.
-        ``body_bytes``: the request's size, which in body mode stands for the states it holds."""
+        ``decoded_bytes``: in body mode, the annotation text its node states were decoded from."""
         lengths = list(map(len, ev.names))  # in C: /prioritize over 5,000 names stays cheap
         if max(lengths, default=0) > NAME_CHARS:
             ev = dataclasses.replace(ev, names=[clip_name(n) for n in ev.names])
             lengths = list(map(len, ev.names))
         cost = _ring_cost(ev, sum(lengths))
-        if ev.mode == "nodes":
-            cost += int(body_bytes * DECODED_PER_BODY_BYTE)
+        cost += int(decoded_bytes * DECODED_PER_TEXT_BYTE)
         key = (ev.trace, ev.verb)
         with self._lock:
             old = self._traces.pop(key, None)
@@ -213,9 +220,10 @@ class Extender:
         except RequestError as e:
             req, error = None, f"pod request unreadable: {e}"
         given: Optional[list[NodeState]] = None
+        decoded_bytes = 0
         if nodes is not None:
             mode, source = "nodes", self.decoded
-            node_names, given = self._node_states(nodes.get("items") or [])
+            node_names, given, decoded_bytes = self._node_states(nodes.get("items") or [])
         else:
             mode, source = "names", self.table
             node_names = list(names or [])
@@ -223,7 +231,7 @@ class Extender:
         verdicts = self._verdicts(req, error, source, node_names, given)
         ev = Evaluation(trace, verb, mode, pod_name(pod.get("metadata")), req, error, node_names, verdicts.states,
                         verdicts, self.clock(), (req.policy if req and req.policy else self.scorer.policy))
-        self._remember(ev, len(body))
+        self._remember(ev, decoded_bytes)
         self.metrics.count_decisions(verb, verdicts.counts())
         return ev, nodes
 

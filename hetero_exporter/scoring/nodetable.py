@@ -36,13 +36,19 @@ class NodeTable:
     request: only what the pod asks is searched)."""
 
     def __init__(self, scorer: Scorer, annotation: str = ANNOTATION, limit: int = 200_000,
-                 precompute: bool = True):
+                 precompute: bool = True, max_bytes: Optional[int] = None):
         self.scorer = scorer
         self.precompute = precompute
         self._rows = columns.Rows() if columns is not None else None
         self.shapes = columns.ShapeCache() if columns is not None else None
         self.annotation = annotation
         self.limit = limit
+        # with max_bytes: least recently used out, past ``limit`` nodes or ``max_bytes`` of annotation
+        # text (a decoded state takes about its text's size: the body-mode table, whose names come
+        # from any caller, must not grow with every name it is ever sent)
+        self.max_bytes = max_bytes
+        self._sizes: dict[str, int] = {}
+        self.bytes = 0
         self._lock = threading.Lock()
         self._states: dict[str, NodeState] = {}
         # name -> (length, hash) of the annotation text the state was built from: enough to see a
@@ -70,8 +76,14 @@ class NodeTable:
         mark = (-1, 0) if text is None else (len(text), hash(text))
         with self._lock:
             if name in self._states and self._texts.get(name) == mark:
+                if self.max_bytes is not None:  # recently used: to the end of the eviction order
+                    self._states[name] = self._states.pop(name)
                 return self._states[name]
         state = self._decode(name, text)
+        if self.max_bytes is not None:
+            with self._lock:
+                self._put_lru(name, state, mark, mark[0])
+            return state
         with self._lock:
             if len(self._states) >= self.limit and name not in self._states:
                 self._states.clear()  # a bound, not an eviction policy: the cache refills itself
@@ -139,9 +151,20 @@ class NodeTable:
         with self._lock:
             self._drop(name)
 
+    def _put_lru(self, name: str, state: NodeState, mark: tuple[int, int], size: int) -> None:
+        """Insert at the end of the eviction order; drop the least recently used past the bounds."""
+        self._drop(name)
+        self._states[name], self._texts[name], self._sizes[name] = state, mark, size
+        self.bytes += size
+        if self._rows is not None:
+            self._rows.put(name, state, searched=self.precompute)
+        while len(self._states) > 1 and (len(self._states) > self.limit or self.bytes > (self.max_bytes or 0)):
+            self._drop(next(iter(self._states)))
+
     def _drop(self, name: str) -> None:
         self._states.pop(name, None)
         self._texts.pop(name, None)
+        self.bytes -= self._sizes.pop(name, 0)
         if self._rows is not None:
             self._rows.drop(name)
 
