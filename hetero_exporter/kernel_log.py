@@ -78,6 +78,8 @@ SYSLOG = "syslog"  # --kernel-log value: the ring buffer through syslog(2) (Sysl
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 STATE_FILE = "kernel-log.state.json"
 MAX_STATE_BYTES = 4096  # the cursor file is a line of JSON
+MAX_EVENT_CODES = 512  # distinct (vendor, code) counted one by one (a series each); the rest as OTHER_CODES
+OTHER_CODES = "other"
 READ_SIZE = 8192  # one /dev/kmsg record with its dictionary fits (CONSOLE_EXT_LOG_MAX)
 MAX_LINE = 64 * 1024  # a text-log line longer than this is cut
 RESET_CODES = frozenset({"reset", "device-reset", "gpu-reset"})
@@ -605,7 +607,10 @@ class Follower:
             for ev in events:
                 key = (ev.vendor, ev.pci_address, ev.uuid, ev.code, bool(ev.recovery), bool(ev.node_level))
                 self._order += 1
-                self.events[(ev.vendor, str(ev.code))] = self.events.get((ev.vendor, str(ev.code)), 0) + 1
+                code = (ev.vendor, str(ev.code))
+                if code not in self.events and len(self.events) >= MAX_EVENT_CODES:
+                    code = (ev.vendor, OTHER_CODES)  # free-text codes (amdgpu blocks) must not grow it
+                self.events[code] = self.events.get(code, 0) + 1
                 p = self._pending.get(key)
                 if p is not None:
                     p.count += 1

@@ -90,3 +90,17 @@ def test_gigabytes_of_nul_without_a_newline_are_read_in_bounded_pieces():
 def test_a_long_line_is_cut_and_the_next_one_read():
     stream = io.BytesIO(b"x" * (kl.MAX_LINE * 3) + b"\nNVRM: Xid 79\n")
     assert list(kl.iter_lines(stream, 1 << 30, "f")) == ["NVRM: Xid 79"]
+
+
+def test_distinct_fault_codes_are_counted_in_a_bounded_table(tmp_path):
+    """Issue 25, item 7: free-text codes (amdgpu block names, Xid numbers) grew the per-code
+    table (and its metric series) without bound; past MAX_EVENT_CODES they count as "other"."""
+    from hetero_exporter.simulate.kernel_log import RingBuffer
+    ring = RingBuffer(capacity=5000)
+    for i in range(kl.MAX_EVENT_CODES + 300):
+        ring.append(f"NVRM: Xid (PCI:0000:18:00): {1000 + i}, pid=1, a made-up Xid")
+    f = kl.Follower(kl.KmsgSource("fake:/dev/kmsg", opener=ring.open), state_dir=None, boot_id="b",
+                    clock=ManualClock(), max_records_per_second=1e9, max_pending=100_000)
+    f.drain()
+    assert len(f.events) == kl.MAX_EVENT_CODES + 1
+    assert f.events[("nvidia", kl.OTHER_CODES)] == 300
