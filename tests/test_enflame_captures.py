@@ -9,7 +9,6 @@ import pytest
 
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import fields as F
-from hetero_exporter import vendors
 from hetero_exporter.model import NodeSnapshot
 
 MIB = 1 << 20
@@ -28,19 +27,6 @@ EXPECTED = {
     "efsmi-q-d-TEMP-MEMORY-USAGE-PCIE_2x-S60-c035_old-format_mem-size.txt":
         (2, ["0000:0c:00.0", "0000:0f:00.0"], [42976, 42976], None, None),
 }
-
-
-@pytest.fixture(autouse=True)
-def enflame():
-    from hetero_exporter.collectors.enflame import SPEC
-    was = vendors.spec("enflame")
-    if was is None:
-        vendors.register(SPEC)
-    try:
-        yield
-    finally:
-        if was is None:
-            vendors.unregister("enflame")
 
 
 def _parse_any(text):

@@ -9,7 +9,6 @@ import pytest
 
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import fields as F
-from hetero_exporter import vendors
 from hetero_exporter.sdk.contract import ParseError
 
 MIB = 1 << 20
@@ -29,19 +28,6 @@ EXPECTED = {
         (2, ["0000:0c:00.0", "0000:0f:00.0"], [32768, 32768], "ok", 2, None),
     "query-gpu-csv-noheader_mr-v50_mr-v100.csv": (2, [None, None], [16384, 32768], "ok", None, None),
 }
-
-
-@pytest.fixture(autouse=True)
-def iluvatar():
-    from hetero_exporter.collectors.iluvatar import SPEC
-    was = vendors.spec("iluvatar")
-    if was is None:
-        vendors.register(SPEC)
-    try:
-        yield
-    finally:
-        if was is None:
-            vendors.unregister("iluvatar")
 
 
 def _parse_any(text):

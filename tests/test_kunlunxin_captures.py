@@ -9,7 +9,6 @@ import pytest
 
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import fields as F
-from hetero_exporter import vendors
 from hetero_exporter.sdk.contract import ParseError
 
 MIB = 1 << 20
@@ -35,19 +34,6 @@ EXPECTED = {
         (2, ["0000:01:00.0", "0000:06:00.0"], [16384, 8064], "ok", 0, "4.0"),
     "xpu_smi_2x-kunlunxin-r300.txt": (2, ["0000:53:00.0", "0000:56:00.0"], 32768, "ok", 0, "4.31"),
 }
-
-
-@pytest.fixture(autouse=True)
-def kunlunxin():
-    from hetero_exporter.collectors.kunlunxin import SPEC
-    was = vendors.spec("kunlunxin")
-    if was is None:
-        vendors.register(SPEC)
-    try:
-        yield
-    finally:
-        if was is None:
-            vendors.unregister("kunlunxin")
 
 
 def _parse_any(text):
