@@ -39,7 +39,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY = 64 * 2**20
 MAX_BODY = DEFAULT_MAX_BODY  # the former name
 # a 64 MiB body takes seconds even on a slow link; kube-scheduler's own timeout is 5 s by default
-EXTENDER_LIMITS = Limits(max_body_bytes=DEFAULT_MAX_BODY, body_timeout=60.0)
+# kube-scheduler gives up on an extender call after its httpTimeout (5 s by default): a body
+# still arriving after that is answered to nobody, so it holds its slot no longer
+EXTENDER_LIMITS = Limits(max_body_bytes=DEFAULT_MAX_BODY, body_timeout=5.0)
 TEXT = "text/plain; charset=utf-8"
 PROBES = ("/healthz", "/readyz")
 VERBS = {"/filter": "filter", "/prioritize": "prioritize"}

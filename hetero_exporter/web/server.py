@@ -6,7 +6,7 @@ Limits (``Limits``; every one is a bound on what a client can hold):
 
 - ``max_connections`` open connections (clamped to half the process's open-file limit). A new
   connection over the cap makes room by closing, in this order, one that is lingering after an
-  error answer, the one reading its request head for longest (once past
+  error answer, the oldest one still sending a body below ``min_body_rate``, the one reading its request head for longest (once past
   ``evict_slow_head_after``: a slowloris), or the one idle longest (fresh, or keep-alive
   between requests); when none is, the new one gets ``503`` and is closed at once. So a good
   client is served however many slow or idle clients hold slots, and what is left (requests
@@ -16,7 +16,9 @@ Limits (``Limits``; every one is a bound on what a client can hold):
   ``max_pending_body_bytes`` buffered across all connections (``503``).
 - ``header_timeout`` from accept, or from the first byte of a later request (``408``);
   ``idle_timeout`` between keep-alive requests; ``body_timeout`` from the end of the headers
-  to the end of the body (``408``); ``write_timeout`` to hand the whole response to the kernel
+  to the end of the body, and ``min_body_rate`` bytes a second on average from the first
+  second on (``408`` either way: a body trickled at 1 byte/s holds its slot
+  about a second, not ``body_timeout``); ``write_timeout`` to hand the whole response to the kernel
   (a slow reader is dropped); ``tls_handshake_timeout``.
 
 The handler is a plain callable ``handle(Request) -> Response`` run on the pool; an exception
@@ -53,6 +55,7 @@ _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset
          b"Content-Length: 5\r\nRetry-After: 1\r\nConnection: close\r\n\r\nbusy\n")
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _WARN_EVERY = 60.0          # seconds between two "connection cap reached" warnings
+_BODY_GRACE = 1.0           # seconds before a body below min_body_rate is answered 408
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +68,7 @@ class Limits:
     idle_timeout: float = 120.0  # > a 1-minute scrape interval: Prometheus keeps its connection
     body_timeout: float = 30.0
     max_body_bytes: int = 64 * 1024
+    min_body_rate: int = 16 * 1024  # bytes/s averaged since the end of the head
     max_pending_body_bytes: Optional[int] = None  # default: 4 x max_body_bytes
     write_timeout: float = 30.0
     tls_handshake_timeout: float = 10.0
@@ -196,9 +200,10 @@ class HttpServer:
         self._accepting = False
         self._conns: dict["_Connection", None] = {}   # open connections, oldest first
         # evictable connections, each pool oldest first: answered and closing (the first to go),
-        # reading a request head (a slowloris, once slower than evict_slow_head_after), idle
-        # between requests (or fresh, nothing sent yet)
+        # sending a body (once below min_body_rate), reading a request head (a slowloris, once
+        # slower than evict_slow_head_after), idle between requests (or fresh, nothing sent yet)
         self._lingering: dict["_Connection", None] = {}
+        self._bodies: dict["_Connection", float] = {}  # -> when its body began (loop time)
         self._heads: dict["_Connection", float] = {}  # -> when its head began (loop time)
         self._idle: dict["_Connection", None] = {}
         self._pending_body = 0
@@ -331,12 +336,18 @@ class HttpServer:
                         times=self.stats["accept_out_of_resources"])
 
     def _make_room(self) -> bool:
-        """Room for one more connection: close one lingering, else the slowest request head
-        (slower than evict_slow_head_after), else the longest idle; else refuse."""
+        """Room for one more connection: close one lingering, else the oldest slow body sender,
+        else the slowest request head (slower than evict_slow_head_after), else the longest idle;
+        else refuse."""
         if len(self._conns) < self.max_connections:
             return True
+        slow_body = self._slow_body()
         if self._lingering:
             victim = next(iter(self._lingering))
+            victim.abort()
+        elif slow_body is not None:
+            victim = slow_body
+            self.stats["evicted_slow_body"] += 1
             victim.abort()
         elif self._heads and self._loop.time() - next(iter(self._heads.values())) >= self.limits.evict_slow_head_after:
             victim = next(iter(self._heads))
@@ -354,6 +365,14 @@ class HttpServer:
         self.forget(victim)
         return True
 
+    def _slow_body(self) -> Optional["_Connection"]:
+        """The oldest connection sending its body below min_body_rate; None when every body
+        sender is keeping up. No age floor: a flood that reconnects in waves would otherwise hold
+        every slot while its bodies are young, and a real client's body (kube-scheduler sends
+        it in one burst) is either complete or younger than the flood's."""
+        now = self._loop.time()
+        return next((conn for conn, began in self._bodies.items() if conn.body_too_slow(now - began)), None)
+
     def _refuse(self, sock: socket.socket) -> None:
         try:
             if self.web.ssl_context is None:
@@ -368,14 +387,18 @@ class HttpServer:
         self.place(conn, None)
 
     def place(self, conn: "_Connection", pool: Optional[str]) -> None:
-        """Move conn to the end of an eviction pool ("idle", "head", "lingering"), or out of them."""
+        """Move conn to the end of an eviction pool ("idle", "head", "body", "lingering"), or out
+        of them."""
         self._idle.pop(conn, None)
         self._heads.pop(conn, None)
+        self._bodies.pop(conn, None)
         self._lingering.pop(conn, None)
         if pool == "idle":
             self._idle[conn] = None
         elif pool == "head":
             self._heads[conn] = self._loop.time()
+        elif pool == "body":
+            self._bodies[conn] = self._loop.time()
         elif pool == "lingering":
             self._lingering[conn] = None
 
@@ -509,6 +532,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.write_paused = False
         self.closed = False
         self.lingered = 0
+        self.body_began = 0.0
         self.handshake: Optional[asyncio.Future] = None
 
     # ----------------------------------------------------------------- asyncio callbacks
@@ -649,8 +673,9 @@ class _Connection(asyncio.BufferedProtocol):
             return
         self.event = event
         self.state = _BODY
-        self.s.place(self, None)
-        self._arm(self.limits.body_timeout, self._on_request_timeout)
+        self.s.place(self, "body")
+        self.body_began = self.s._loop.time()
+        self._arm(min(_BODY_GRACE, self.limits.body_timeout), self._on_body_check)
         length = dict(event.headers).get(b"content-length")
         if length is not None and int(length) > self.limits.max_body_bytes:
             self.s.stats["too_large"] += 1
@@ -675,6 +700,7 @@ class _Connection(asyncio.BufferedProtocol):
         event = self.event
         assert event is not None
         self.state = _HANDLING
+        self.s.place(self, None)
         self._disarm()
         self.transport.pause_reading()  # backpressure: nothing more is read until we answered
         target = event.target.decode("latin-1")
@@ -787,6 +813,24 @@ class _Connection(asyncio.BufferedProtocol):
     def _on_idle_timeout(self) -> None:
         self.s.stats["idle_timeout"] += 1
         self.close(graceful=True)
+
+    def body_too_slow(self, elapsed: float) -> bool:
+        """Fewer bytes of body than min_body_rate allows for ``elapsed`` seconds (a complete
+        Content-Length body is never too slow)."""
+        return len(self.body) < self.limits.min_body_rate * elapsed
+
+    def _on_body_check(self) -> None:
+        """Once a second while a body is read: 408 below the minimum rate or past body_timeout."""
+        elapsed = self.s._loop.time() - self.body_began
+        if elapsed >= self.limits.body_timeout:
+            self._on_request_timeout()
+        elif self.body_too_slow(elapsed):
+            self.s.stats["slow_body"] += 1
+            log.debug("request body too slow", extra={"server": self.s.name, "peer": str(self.peer),
+                                                      "bytes": len(self.body), "seconds": round(elapsed, 3)})
+            self._fail(408, f"request body slower than {self.limits.min_body_rate} bytes a second")
+        else:
+            self._arm(min(1.0, self.limits.body_timeout - elapsed), self._on_body_check)
 
     def _on_request_timeout(self) -> None:
         self.s.stats["request_timeout"] += 1
