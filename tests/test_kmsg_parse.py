@@ -270,3 +270,54 @@ def test_parse_lines_counts_lines_and_caps_events():
     text = "NVRM: Xid (PCI:0000:3b:00): 48, pid=1\n" * 10
     events, n = kmsg.parse_lines(io.StringIO(text), max_events=3)
     assert (len(events), n) == (3, 10)
+
+
+# --------------------------------------------------------------------------- the matcher's memo
+
+
+def _nvidia_matcher() -> kmsg.Matcher:
+    return kmsg.Matcher([vendors.specs()["nvidia"]])
+
+
+XID13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=x, Graphics Exception"
+
+
+def test_a_repeated_text_is_judged_once_and_replayed_with_its_own_line_and_time():
+    m = _nvidia_matcher()
+    first = m.match(Record(line=1, text=XID13, time="10.0"))
+    again = m.match(Record(line=2, text=XID13, time="11.0"))
+    assert m.evaluated == 1  # the rules ran on the first record only
+    assert [(e.line, e.time, e.code, e.severity) for e in first + again] == [
+        (1, "10.0", "13", first[0].severity), (2, "11.0", "13", first[0].severity)]
+    assert again[0].to_dict() | {"line": 1, "time": "10.0"} == first[0].to_dict()
+
+
+def test_a_replayed_event_carries_the_uuid_learned_since():
+    m = _nvidia_matcher()
+    assert m.match(Record(line=1, text=XID13))[0].uuid is None
+    m.match(Record(line=2, text="NVRM: GPU at PCI:0000:18:00: GPU-aaaa-bbbb"))
+    assert m.match(Record(line=3, text=XID13))[0].uuid == "GPU-aaaa-bbbb"
+
+
+def test_the_duplicate_window_holds_for_replays_and_a_held_back_text_is_not_memoized():
+    m = _nvidia_matcher()
+    xid79 = "NVRM: Xid (PCI:0000:28:00): 79, pid=0, GPU has fallen off the bus."
+    off = "NVRM: GPU at PCI:0000:28:00: GPU has fallen off the bus."
+    assert [e.code for e in m.match(Record(line=1, text=xid79))] == ["79"]
+    assert m.match(Record(line=2, text=off)) == []  # the same fault within 32 lines: held back
+    assert [e.code for e in m.match(Record(line=100, text=off))] == ["79"]  # past the window: an event
+    assert m.match(Record(line=101, text=off)) == []  # and its replay is held back again
+
+
+def test_user_space_text_is_never_answered_from_the_memo():
+    m = _nvidia_matcher()
+    assert m.match(Record(line=1, text=XID13))
+    assert m.match(Record(line=2, text=XID13, kernel=False)) == []
+
+
+def test_the_memo_is_bounded():
+    m = _nvidia_matcher()
+    for n in range(kmsg._MEMO_ENTRIES + 500):
+        m.match(Record(line=n, text=f"NVRM: Xid (PCI:0000:18:00): 13, pid={n}, name=x"))
+    m.match(Record(line=0, text="NVRM: " + "x" * (kmsg._MEMO_TEXT + 1)))
+    assert len(m._memo) == kmsg._MEMO_ENTRIES

@@ -37,7 +37,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from hetero_exporter import model
+from hetero_exporter import model, smallfile
 from hetero_exporter.model import DeviceIdentity
 from hetero_exporter.sdk import pciaddr
 
@@ -268,27 +268,13 @@ def _read(path: str) -> tuple[list[DeviceIdentity], Optional[str], Optional[str]
     """The identities, boot id and machine id of an identity file; ValueError/OSError naming what is wrong.
     The file must be a regular file of this user, writable by no one else (the state dir is a
     host path): whoever else wrote it could name any device."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
+    def owned_by_us(st: os.stat_result) -> None:
         if st.st_uid != os.geteuid():
             raise ValueError(f"owned by uid {st.st_uid}, not by this agent's uid {os.geteuid()}")
         if st.st_mode & 0o022:
             raise ValueError(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
-        chunks, size = [], 0
-        while size <= MAX_BYTES:
-            chunk = os.read(fd, MAX_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > MAX_BYTES:
-        raise ValueError(f"over {MAX_BYTES} bytes")
-    doc = json.loads(b"".join(chunks))
+    data = smallfile.read_regular(path, MAX_BYTES, follow_links=False, check=owned_by_us)
+    doc = json.loads(data)
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
         raise ValueError(f"format: not {FILE_FORMAT!r}")
     if doc.get("version") != FILE_VERSION:

@@ -65,6 +65,11 @@ __all__ = ["Record", "Event", "Matcher", "Rule", "VendorRules", "RulesError", "s
 MAX_LINE_CHARS = 16384  # longer lines are cut (the kernel's own record limit is ~1 KiB)
 _MAX_MESSAGE = 512
 _MAX_DEVICES = 1024  # learned addresses / uuids kept per matcher (bounded whatever the input)
+# Verdicts remembered by message text: a storm repeats a few texts (Xid 13 per SM) hundreds of
+# thousands of times, so a repeat costs a dict look-up, not the rules' regexes (~10 us). Bounded:
+# at most _MEMO_ENTRIES texts of at most _MEMO_TEXT characters (< 2.5 MiB).
+_MEMO_ENTRIES = 4096
+_MEMO_TEXT = 512
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -372,7 +377,10 @@ def load_rules(spec: VendorSpec) -> Optional[VendorRules]:
 class Matcher:
     """Matches records against the vendors' rules; stateful over one log: learns
     ``NVRM: GPU at PCI:0000:9b:00: GPU-<uuid>`` lines (pci -> uuid) and each vendor's device
-    addresses (for rules whose lines name no device). Memory is bounded whatever the input."""
+    addresses (for rules whose lines name no device). Memory is bounded whatever the input.
+
+    ``evaluated`` counts the records whose rules really ran (not a repeat the memo answered, not
+    a record no vendor's needles name): the follower's rate limit charges those."""
 
     def __init__(self, specs: Optional[Iterable[VendorSpec]] = None,
                  *, rules: Optional[Iterable[VendorRules]] = None):
@@ -392,6 +400,13 @@ class Matcher:
         self._uuids: OrderedDict[str, str] = OrderedDict()  # pci -> uuid
         self._devices: dict[str, OrderedDict[str, None]] = {}  # vendor -> pci addresses seen
         self._recent: deque[tuple[int, str, Optional[str], str]] = deque(maxlen=256)
+        # text -> what its rules made; None marks a text whose verdict depends on the matcher's
+        # state (a learn line, a device inferred from the devices seen): never replayed
+        self._memo: OrderedDict[str, Optional[tuple[tuple[Rule, Event], ...]]] = OrderedDict()
+        self.evaluated = 0
+        # the last match's verdict depends on the matcher's state, so the memo must not replay it:
+        # a learn line, a device inferred from those seen, an event the duplicate window held back
+        self._stateful = False
 
     # ---- state
     def uuid_of(self, pci: Optional[str]) -> Optional[str]:
@@ -421,10 +436,17 @@ class Matcher:
         text = record.text
         if not text or not record.kernel:
             return []  # only the kernel's records count: user space can write any text
-        out: list[Event] = []
-        for vr in self.vendor_rules:
-            if not vr.wants(text):
-                continue
+        made = self._memo.get(text)
+        if made is not None:
+            self._memo.move_to_end(text)
+            return self._replay(made, record.line, record.time)
+        wanted = [vr for vr in self.vendor_rules if vr.wants(text)]
+        if not wanted:
+            return []
+        self.evaluated += 1
+        out: list[tuple[Rule, Event]] = []
+        self._stateful = False
+        for vr in wanted:
             for pat in vr.devices:
                 m = pat.search(text)
                 if m:
@@ -432,8 +454,37 @@ class Matcher:
             for rule in vr.rules:
                 ev = self._apply(rule, record)
                 if ev is not None:
-                    out.append(ev)
+                    out.append((rule, ev))
                     break  # one event per record and vendor: the first rule that states it
+        if len(text) <= _MEMO_TEXT and text not in self._memo:
+            self._memo[text] = None if self._stateful else tuple(out)
+            if len(self._memo) > _MEMO_ENTRIES:
+                self._memo.popitem(last=False)
+        return [ev for _rule, ev in out]
+
+    def replay(self, text: str, line: int, time: Optional[str]) -> Optional[list[Event]]:
+        """``match`` of a kernel record with this text, answered from the memo; None when the
+        memo does not know the text (then build the Record and call ``match``). Lets a follower
+        skip making a Record for each of a storm's repeats."""
+        made = self._memo.get(text)
+        if made is None:
+            return None
+        self._memo.move_to_end(text)
+        return self._replay(made, line, time)
+
+    def _replay(self, made: tuple[tuple[Rule, Event], ...], line: int, time: Optional[str]) -> list[Event]:
+        """What the rules made of this text before, for this record (its line, time, the uuid
+        learned since), with the duplicate window applied as _apply does."""
+        out = []
+        for rule, ev in made:  # the device was remembered at first sight (only a single one matters)
+            if rule.duplicate_within and self._duplicate(line, ev.vendor, ev.pci_address, ev.code,
+                                                         rule.duplicate_within):
+                continue
+            self._recent.append((line, ev.vendor, ev.pci_address, ev.code))
+            # the constructor, not dataclasses.replace: a storm replays this ~100,000 times a second
+            out.append(Event(line, time, ev.vendor, ev.pci_address, self.uuid_of(ev.pci_address),
+                             ev.code, ev.fault_class, ev.action, ev.severity, ev.message, ev.source,
+                             ev.node_level, ev.recovery))
         return out
 
     def _apply(self, rule: Rule, record: Record) -> Optional[Event]:
@@ -456,12 +507,14 @@ class Matcher:
                 groups[g] = value
         pci = pciaddr.normalize(groups.get("pci")) if groups.get("pci") else None
         if rule.learn == "uuid":
+            self._stateful = True
             uuid = (groups.get("uuid") or "").strip()
             if pci and uuid:
                 self._learn_uuid(pci, uuid)
                 self._remember(rule.vendor, pci)
             return None
         if pci is None and rule.pci == "only-device":
+            self._stateful = True
             seen = self._devices.get(rule.vendor) or {}
             if len(seen) == 1:
                 pci = next(iter(seen))
@@ -471,6 +524,7 @@ class Matcher:
             return None
         if rule.duplicate_within and self._duplicate(record.line, rule.vendor, pci, code,
                                                      rule.duplicate_within):
+            self._stateful = True
             return None
         table = faults.table(rule.vendor)
         info = table.lookup(code)
