@@ -20,7 +20,7 @@ devices the lines name.
 - A record storm is bounded: the rules are run on at most ``max_records_per_second`` records
   (token bucket; the kernel then overwrites and the loss is counted). A record the rules need not
   run on (no vendor's needle, or a text the matcher has judged before: a storm repeats a few texts)
-  costs 1/50 of a token, so 500,000 repeated benign Xid 13 lines are read in about two seconds and
+  costs 1/50 of a token, so 500,000 repeated benign Xid 13 lines are read in about three seconds and
   the Xid 79 behind them is not 100 s late. Pending events are coalesced by
   (vendor, device, code) in a table of at most ``max_pending`` entries (more are dropped and
   counted, ``queue-full``).
