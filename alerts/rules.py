@@ -40,6 +40,7 @@ FAULT_BURST_WINDOW = "10m"      # ... within this window
 ECC_WINDOW = "30m"
 STALE_SNAPSHOT_SECONDS = 60     # six cycles at the default 10 s interval
 UNATTRIBUTED_RATIO = 0.25       # of the device's memory, held by no reported process
+CERT_EXPIRY_DAYS = 7            # the served TLS certificate expires within this many days
 
 # Device identity for annotations, looked up when the alert fires (the expression itself does
 # not join, so an alert never vanishes because the info series is missing).
@@ -187,6 +188,15 @@ AGENT_RULES = [
          runbook="Read dmesg on the node for a message storm (a flapping device, a looping driver); "
                  "compare with the devices' health. overwritten: the agent was down or too slow; queue-full: "
                  "a storm, raise kernel_log.max_pending if it is legitimate."),
+    Rule("AcceleratorExporterCertificateExpiring",
+         f"{N.TLS_CERTIFICATE_EXPIRY.name} - time() < {CERT_EXPIRY_DAYS} * 86400", "warning",
+         summary="hetero-exporter's TLS certificate on node {{ $labels.node }} expires soon",
+         description="The certificate hetero-exporter serves on node {{ $labels.node }} expires in "
+                     "{{ $value | humanizeDuration }} (negative: already expired); Prometheus and kube-scheduler "
+                     "then refuse the connection and its metrics and health signals stop.",
+         runbook="Renew the Secret mounted for --web.config.file (cert-manager: check the Certificate's status "
+                 "and events); the agent reloads the files without a restart. The agent's log says whether a "
+                 "renewed file failed to load."),
     # The gauge is absent in observe mode (no cluster access expected there), 0 in dry-run/enforce
     # when the agent has no credentials or its requests fail: only the modes that act can fire.
     Rule("AcceleratorHealthKubernetesDown",

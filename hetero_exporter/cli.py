@@ -612,6 +612,9 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     from hetero_exporter.exposition.collector import ToolProcessesCollector
     from hetero_exporter.sdk import runner as tool_runner
     reg.register(ToolProcessesCollector(tool_runner.killed_total))
+    if web is not None and web.certificate_expiry is not None:
+        from hetero_exporter.exposition.collector import TlsCertificateCollector
+        reg.register(TlsCertificateCollector(web.certificate_expiry))
     health = w.health_loop(reg)
     store.subscribe(health.offer)
     health.start()

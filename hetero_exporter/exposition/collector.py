@@ -235,6 +235,22 @@ class ToolProcessesCollector:
                                   value=float(self._killed()))
 
 
+class TlsCertificateCollector:
+    """The served certificate's expiry (``WebSettings.certificate_expiry``), so an alert fires
+    before clients start refusing the agent; absent while the date is unknown."""
+
+    def __init__(self, expiry: Callable[[], Optional[float]]):
+        self._expiry = expiry
+
+    def describe(self) -> Iterable[PromMetric]:
+        return []
+
+    def collect(self) -> Iterator[PromMetric]:
+        not_after = self._expiry()
+        if not_after is not None:
+            yield GaugeMetricFamily(N.TLS_CERTIFICATE_EXPIRY.family, N.TLS_CERTIFICATE_EXPIRY.help, value=not_after)
+
+
 class KernelLogCollector:
     """The kernel log follower's self-metrics; ``status()`` is ``kernel_log.Follower.status``
     (a plain mapping: up, records, events {(vendor, code): n}, dropped {reason: n}, lag_seconds)."""

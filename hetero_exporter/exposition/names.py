@@ -123,6 +123,9 @@ COLLECTOR_ERROR_INFO = Metric("accelerator_collector_error_info", "gauge",
 TOOL_PROCESSES_KILLED = Metric("accelerator_tool_processes_killed_total", "counter",
                                "Processes of vendor-tool calls killed past the deadline outside the call's "
                                "process group (a daemon the tool forked with setsid).", ())
+TLS_CERTIFICATE_EXPIRY = Metric("accelerator_tls_certificate_expiry_timestamp_seconds", "gauge",
+                                "Unix time the served TLS certificate (--web.config.file) expires; absent "
+                                "without TLS or where its dates cannot be read.", ())
 SNAPSHOT_AGE = Metric("accelerator_snapshot_age_seconds", "gauge",
                       "Seconds since the snapshot being served was taken.", ())
 HEALTH_ACTIONS = Metric("accelerator_health_actions_total", "counter",

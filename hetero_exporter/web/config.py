@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import ssl
-import tempfile
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -37,6 +36,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from hetero_exporter import validate as v
+from hetero_exporter.web import certificates
 from hetero_exporter.web.server import WebSettings
 
 log = logging.getLogger(__name__)
@@ -150,10 +150,11 @@ def parse(doc: Any, base_dir: str, where: str = "web config") -> WebSettings:
     context = None
     if tls is not None:
         build = _context_builder(tls, fail)
-        build()  # check now: a bad certificate fails at start, not at the first scrape
+        # built now: a bad certificate fails at start (exit 2), not at the first scrape
         context = _Reloading(build, [p for p in (tls.cert_file, tls.key_file, tls.client_ca_file) if p])
     return WebSettings(ssl_context=context, allowed_sans=tls.allowed_sans if tls else (),
-                       auth=BasicAuth(users) if users else None, headers=headers, rate_limit=rate)
+                       auth=BasicAuth(users) if users else None, headers=headers, rate_limit=rate,
+                       certificate_expiry=(lambda: context.expiry.not_after) if context else None)
 
 
 # --------------------------------------------------------------------------- sections
@@ -340,8 +341,10 @@ def _duration(value: Any, fail: Callable[..., WebConfigError]) -> float:
 
 # --------------------------------------------------------------------------- TLS context
 
-def _context_builder(tls: TlsSettings, fail: Callable[..., WebConfigError]) -> Callable[[], ssl.SSLContext]:
-    def build() -> ssl.SSLContext:
+def _context_builder(tls: TlsSettings,
+                     fail: Callable[..., WebConfigError]) -> Callable[[], tuple[ssl.SSLContext, bytes]]:
+    """build() -> (the context, the certificate chain's PEM it serves)."""
+    def build() -> tuple[ssl.SSLContext, bytes]:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version, ctx.maximum_version = tls.min_version, tls.max_version
         if tls.ciphers:
@@ -350,60 +353,58 @@ def _context_builder(tls: TlsSettings, fail: Callable[..., WebConfigError]) -> C
             ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
         if tls.curve:
             ctx.set_ecdh_curve(tls.curve)
-        _load_chain(ctx, tls, fail)
+        cert = _load_chain(ctx, tls, fail)
         if tls.verify_mode != ssl.CERT_NONE:
             field = "tls_server_config.client_ca_file" if tls.client_ca_file else "tls_server_config.client_ca"
             try:
-                if tls.client_ca_file:
-                    ctx.load_verify_locations(cafile=tls.client_ca_file)
-                else:
-                    ctx.load_verify_locations(cadata=tls.client_ca)
-            except (OSError, ssl.SSLError, ValueError) as e:
+                ca = _pem(tls.client_ca_file, tls.client_ca, "client_ca", fail).decode("ascii")
+                ctx.load_verify_locations(cadata=ca)
+            except (ssl.SSLError, ValueError) as e:
                 raise fail(field, f"cannot load the client CA: {e}") from None
             ctx.verify_mode = tls.verify_mode
-        return ctx
+        return ctx, cert
     return build
 
 
-def _load_chain(ctx: ssl.SSLContext, tls: TlsSettings, fail: Callable[..., WebConfigError]) -> None:
-    for path, key in ((tls.cert_file, "cert_file"), (tls.key_file, "key_file")):
-        if path and not os.access(path, os.R_OK):
-            raise fail(f"tls_server_config.{key}", f"cannot read {path}")
-    scratch = []
+def _pem(path: str, inline: str, name: str, fail: Callable[..., WebConfigError]) -> bytes:
+    """The PEM of ``<name>_file`` (a regular file, capped) or of the inline ``<name>``."""
+    if not path:
+        return inline.encode()
     try:
-        cert, key = tls.cert_file, tls.key_file
-        if not cert or not key:  # inline PEM: ssl loads chains from files only; a private temp file
-            for text in (tls.cert, tls.key):
-                if text:
-                    fd, name = tempfile.mkstemp(prefix="web-config-", suffix=".pem")
-                    with os.fdopen(fd, "w") as f:
-                        f.write(text)
-                    scratch.append(name)
-            names = iter(scratch)
-            cert = cert or next(names)
-            key = key or next(names)
+        return certificates.read_pem(path)
+    except ValueError as e:
+        raise fail(f"tls_server_config.{name}_file", str(e)) from None
+
+
+def _load_chain(ctx: ssl.SSLContext, tls: TlsSettings, fail: Callable[..., WebConfigError]) -> bytes:
+    """Load the certificate chain and key into ctx from the bytes read once; the chain's PEM."""
+    cert, key = _pem(tls.cert_file, tls.cert, "cert", fail), _pem(tls.key_file, tls.key, "key", fail)
+    with certificates.pem_path(cert) as cert_path, certificates.pem_path(key) as key_path:
         try:
-            ctx.load_cert_chain(cert, key)
+            ctx.load_cert_chain(cert_path, key_path)
         except ssl.SSLError as e:
             raise fail("tls_server_config.key_file" if tls.key_file else "tls_server_config.key",
                        f"certificate and key do not load as a pair: {e}") from None
         except OSError as e:
             raise fail("tls_server_config.cert_file", f"cannot load: {e}") from None
-    finally:
-        for name in scratch:
-            os.unlink(name)
+    return cert
 
 
 class _Reloading:
-    """Calls return the current context, rebuilt when a certificate file changed (checked at
-    most once a second); a failed rebuild keeps the last good context and logs why."""
+    """Calls return the current context. They run on the serving loop, so they do no I/O but a
+    stat of the files at most once a second: a file that changed is rebuilt on a thread of its
+    own, and the loop goes on serving the last good context meanwhile (and for good when the
+    rebuild fails: logged). ``expiry`` watches the served certificate's dates."""
 
-    def __init__(self, build: Callable[[], ssl.SSLContext], paths: list[str]):
+    def __init__(self, build: Callable[[], tuple[ssl.SSLContext, bytes]], paths: list[str]):
         self._build, self._paths = build, paths
-        self._lock = threading.Lock()
         self._stamp = self._stamps()
-        self._ctx = build()
+        self.expiry = certificates.Expiry()
+        self._ctx, cert = build()
+        self.expiry.update(cert)
         self._checked = time.monotonic()
+        self._reloading = False
+        self.reloads = 0  # rebuilds that succeeded
 
     def _stamps(self) -> tuple:
         out = []
@@ -417,20 +418,29 @@ class _Reloading:
 
     def __call__(self) -> ssl.SSLContext:
         now = time.monotonic()
-        if now - self._checked < 1.0:
+        if now - self._checked < 1.0 or self._reloading:
             return self._ctx
-        with self._lock:
-            self._checked = now
-            stamp = self._stamps()
-            if stamp != self._stamp:
-                self._stamp = stamp
-                try:
-                    self._ctx = self._build()
-                    log.info("TLS certificates reloaded")
-                except WebConfigError as e:
-                    log.warning("TLS certificates changed but do not load; keeping the previous ones",
-                                extra={"error": str(e)})
+        self._checked = now
+        stamp = self._stamps()
+        if stamp != self._stamp:
+            self._stamp = stamp
+            self._reloading = True
+            threading.Thread(target=self._reload, name="tls-reload", daemon=True).start()
+        else:
+            self.expiry.check()
         return self._ctx
+
+    def _reload(self) -> None:
+        try:
+            self._ctx, cert = self._build()
+            self.expiry.update(cert)
+            self.reloads += 1
+            log.info("TLS certificates reloaded")
+        except WebConfigError as e:
+            log.warning("TLS certificates changed but do not load; keeping the previous ones",
+                        extra={"error": str(e)})
+        finally:
+            self._reloading = False
 
 
 # --------------------------------------------------------------------------- basic auth

@@ -32,15 +32,17 @@ import asyncio
 import atexit
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import errno
 import http
 import logging
 import resource
+import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence, TypeVar, Union
 
 import h11
 
@@ -121,6 +123,7 @@ class WebSettings:
     auth: Optional[Authenticator] = None
     headers: tuple[tuple[str, str], ...] = ()
     rate_limit: Optional[tuple[int, float]] = None    # (burst, seconds per request)
+    certificate_expiry: Optional[Callable[[], Optional[float]]] = None  # -> served cert's notAfter, Unix s
 
 
 _INTERNAL = Response(500, b"internal error\n")
@@ -183,8 +186,9 @@ class HttpServer:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server((host, port), family=family, backlog=128)
         self._address = self._sock.getsockname()[:2]
-        self._loop = asyncio.new_event_loop()
-        _running.add(self)  # from here on, a loop to close at exit even if start() never runs
+        with _stop_signals_held():  # a loop half made by a signal fails in its __del__, loudly
+            self._loop = asyncio.new_event_loop()
+            _running.add(self)  # from here on, a loop to close at exit even if start() never runs
         try:
             self._init_rest(limits, name)
         except BaseException:  # a signal (SystemExit) or an error half-way: nothing left open
@@ -455,6 +459,23 @@ class HttpServer:
             log.exception("error serving request", extra={"server": self.name, "method": req.method,
                                                            "path": req.path})
             return _INTERNAL
+
+
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """SIGTERM, SIGINT and SIGHUP held back for the block (delivered after it): their handlers
+    raise SystemExit, which in the middle of asyncio.new_event_loop() leaves an object without
+    its self-pipe that prints a traceback when collected."""
+    held = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    try:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _clamp_to_fd_limit(cap: int) -> int:
