@@ -23,7 +23,7 @@ import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.exposition.cache import Exposition
 from hetero_exporter.exposition.collector import KernelLogCollector, SnapshotCollector, build_families
 from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, NodeSnapshot,

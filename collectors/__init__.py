@@ -1,6 +1,6 @@
 """Vendor packages, installed as ``hetero_exporter.collectors``: one package per vendor.
 
-Each package's ``__init__.py`` declares its ``SPEC`` (hetero_exporter.sdk.spec.VendorSpec);
+Each package's ``__init__.py`` declares its ``SPEC`` (hetero_exporter.model.spec.VendorSpec);
 each tool has ``parse.py`` (pure), ``collector.py`` (quality table + hooks over the SDK or the
 binding) and ``fake.py`` (the simulated backend). Only a vendor's own package imports its
 binding, lazily, so a missing binding disables that vendor only; vendor packages do not import

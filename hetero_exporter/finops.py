@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.model import DeviceSample, NodeSnapshot
 
 DEFAULT_CURRENCY = "USD"

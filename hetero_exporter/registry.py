@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hetero_exporter import vendors
-from hetero_exporter.sdk.spec import CollectorEntry
+from hetero_exporter.model.spec import CollectorEntry
 
 ENTRY_POINT_GROUP = vendors.ENTRY_POINT_GROUP
 

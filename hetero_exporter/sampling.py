@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import Collector, ParseError, Unavailable
 from hetero_exporter.sdk.identity import RemovalLog
-from hetero_exporter.fields import MEMORY_TOTAL
+from hetero_exporter.model.fields import MEMORY_TOTAL
 from hetero_exporter.model import (CollectorStatus, DeviceSample, Fault, Health, NodeSnapshot,
                                    Profile, Reading)
 

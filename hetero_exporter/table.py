@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.model import DeviceSample, NodeSnapshot
 
 GIB = 1 << 30

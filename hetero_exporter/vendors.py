@@ -18,7 +18,7 @@ import logging
 from importlib import metadata
 from typing import Any, Optional
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 __all__ = ["CollectorEntry", "ResourceName", "ToolSpec", "VendorSpec", "specs", "spec", "names",
            "pci_vendors", "pci_ignored", "resource_domains", "id_prefixes", "ENTRY_POINT_GROUP", "register", "load"]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.amd.amd_smi import collector as amd_smi
 from hetero_exporter.collectors.amd.amd_smi import fake
 from hetero_exporter.collectors.amd.amd_smi.parse import parse_output

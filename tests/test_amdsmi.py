@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.collectors.amd.amdsmi import collector as amdsmi
 from hetero_exporter.collectors.amd.amdsmi.fake import ENERGY_RESOLUTION_UJ, FakeAmdSmi, binding_types

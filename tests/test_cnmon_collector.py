@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_fakes import in_process_runner
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.sdk import runner as vendor_cli
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.collectors.cambricon.cnmon import collector as C

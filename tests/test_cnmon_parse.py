@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cli_fakes import mutated, only_parse_errors
 from conftest import shared_fixture, shared_fixtures
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.cli import main as cli_main
 from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.collectors.cambricon.cnmon import collector as C

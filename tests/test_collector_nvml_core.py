@@ -7,7 +7,7 @@ import yaml
 
 pynvml = pytest.importorskip("pynvml")
 
-from hetero_exporter import fields as F  # noqa: E402
+from hetero_exporter.model import fields as F  # noqa: E402
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable  # noqa: E402
 from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402
 from hetero_exporter.simulate import ManualClock  # noqa: E402

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.sdk.contract import CollectorOptions
 from hetero_exporter.collectors.nvidia import common as C
 from hetero_exporter.collectors.nvidia.nvidia_smi import collector as nvidia_smi

@@ -11,7 +11,7 @@ import yaml
 
 from agent_proc import Agent
 from conftest import shared_fixture, shared_fixtures
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.sdk.contract import CollectorOptions
 from hetero_exporter.collectors.amd.rocm_smi import collector as rocm_smi
 from hetero_exporter.model import snapshot_from_json

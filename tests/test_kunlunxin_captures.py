@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import shared_fixture, shared_fixtures
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.sdk.contract import ParseError
 
 MIB = 1 << 20

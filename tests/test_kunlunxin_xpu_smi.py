@@ -12,7 +12,7 @@ import yaml
 import test_vendor_contract as contract
 from cli_fakes import alive
 from conftest import shared_fixture, shared_fixtures
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import registry, vendors
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
 from hetero_exporter.sdk.runner import CliError, CliTimeout

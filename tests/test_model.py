@@ -150,13 +150,14 @@ def test_decoding_arbitrary_json_raises_only_schema_error(doc):
 def test_compiled_decoder_agrees_with_the_explaining_decoder(doc):
     """from_dict takes a fast path; it must accept and build exactly what _decode does."""
     from hetero_exporter import model
+    from hetero_exporter.model import codec
     try:
-        slow = model._decode(model.NodeSnapshot, doc, "$")
+        slow = codec._decode(model.NodeSnapshot, doc, "$")
     except SchemaError:
         slow = SchemaError
     try:
-        fast = model._compiled(model.NodeSnapshot)(doc)
-    except model._Invalid:
+        fast = codec._compiled(model.NodeSnapshot)(doc)
+    except codec._Invalid:
         fast = SchemaError
     assert fast == slow
 

@@ -12,7 +12,8 @@ import yaml
 
 import test_vendor_contract as contract
 from conftest import shared_fixture, shared_fixtures
-from hetero_exporter import cli, fields as F, registry, vendors
+from hetero_exporter import cli, registry, vendors
+from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.mthreads import SPEC
 from hetero_exporter.model import snapshot_from_json
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError

@@ -13,7 +13,7 @@ import yaml
 
 from cli_fakes import alive as _alive
 from cli_fakes import in_process_runner
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.sdk import runner as vendor_cli
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
 from hetero_exporter.collectors.ascend.npu_smi import collector as N

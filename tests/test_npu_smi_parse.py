@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import shared_fixture, shared_fixtures
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.cli import main as cli_main
 from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.collectors.ascend.npu_smi import collector as N

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_fakes import in_process_runner
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.ascend.npu_smi import collector as N
 from hetero_exporter.collectors.ascend.npu_smi import parse as P
 from hetero_exporter.collectors.ascend.npu_smi import fake

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cli_fakes import in_process_runner
 from conftest import ROOT
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import sampling
 from hetero_exporter.sdk.contract import CollectorOptions
 from hetero_exporter.collectors.cambricon.cnmon import collector as cnmon

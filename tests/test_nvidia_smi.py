@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import shared_fixture, shared_fixtures
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
 from hetero_exporter.collectors.nvidia import common as C

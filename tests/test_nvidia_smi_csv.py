@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.nvidia.nvidia_smi.parse import (CSV_TOOL, parse, parse_apps,
                                                                 parse_csv_devices)
 from hetero_exporter.sdk.contract import ParseError

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hetero_exporter import cli
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.nvidia import common as C
 from hetero_exporter.collectors.nvidia.nvidia_smi import dmon, listing, pmon, table, topo
 from hetero_exporter.collectors.nvidia.nvidia_smi.collector import layout, parse

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 pynvml = pytest.importorskip("pynvml")
 
-from hetero_exporter import fields as F  # noqa: E402
+from hetero_exporter.model import fields as F  # noqa: E402
 from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
 from hetero_exporter.collectors.nvidia import common as C  # noqa: E402
 from hetero_exporter.collectors.nvidia.nvidia_smi import collector as nvidia_smi

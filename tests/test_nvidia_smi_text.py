@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.nvidia.nvidia_smi.parse import TEXT_TOOL, parse, parse_text_devices
 from hetero_exporter.sdk.contract import ParseError
 from tests.conftest import shared_fixture, shared_fixtures

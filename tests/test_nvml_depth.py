@@ -15,7 +15,7 @@ pynvml = pytest.importorskip("pynvml")
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
-from hetero_exporter import fields as F  # noqa: E402
+from hetero_exporter.model import fields as F  # noqa: E402
 from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
 from hetero_exporter.collectors.nvidia import common as C  # noqa: E402
 from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402

@@ -39,7 +39,7 @@ def wheel(tmp_path_factory):
 
 
 def test_wheel_contains_collectors_and_data(wheel):
-    for name in ("hetero_exporter/model.py", "hetero_exporter/collectors/nvidia/nvml/collector.py",
+    for name in ("hetero_exporter/model/types.py", "hetero_exporter/collectors/nvidia/nvml/collector.py",
                  "hetero_exporter/collectors/nvidia/nvml/fake.py", "hetero_exporter/profiles/profiles.yaml",
                  "hetero_exporter/simulate/scenarios/default.yaml",
                  "hetero_exporter/health/faults.py"):

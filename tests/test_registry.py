@@ -65,7 +65,7 @@ def test_a_registered_spec_reaches_every_core_reader():
     from hetero_exporter.scoring.nodes import is_fabric
     from hetero_exporter.scoring.resources import device_resource, parse_resource
     from hetero_exporter.sdk.cli_collector import CliCalls, find_tool, tool_spec
-    from hetero_exporter.sdk.spec import ResourceName, ToolSpec, VendorSpec
+    from hetero_exporter.model.spec import ResourceName, ToolSpec, VendorSpec
     from hetero_exporter.simulate import kubelet
     from hetero_exporter.simulate.scenario import _uuid
 

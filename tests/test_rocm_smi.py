@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter import cli
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.sdk import runner as vendor_cli
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.collectors.amd.rocm_smi import collector as rocm_smi

@@ -35,7 +35,7 @@ from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.model import KINDS, METHODS, NodeSnapshot, snapshot_to_json
 from hetero_exporter.sampling import CollectorSpec, Sampler
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
-from hetero_exporter.sdk.spec import CollectorEntry, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, VendorSpec
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate import scenario as scenario_mod
 

@@ -1,6 +1,6 @@
 """AMD Instinct GPUs: the amdsmi library (ROCm 6+), ``rocm-smi`` on CLI-only nodes."""
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _DP = "ROCm k8s-device-plugin README (amd.com/gpu; partitions as amd.com/<partition resource>)"
 

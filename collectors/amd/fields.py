@@ -1,7 +1,7 @@
-"""Reading field names of AMD GPUs beyond the common ones (hetero_exporter/fields.py), shared
+"""Reading field names of AMD GPUs beyond the common ones (hetero_exporter/model/fields.py), shared
 by the amdsmi (library) and amd_smi (CLI) collectors so both name a reading alike."""
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 
 MEDIA_UTILIZATION = "media_utilization_ratio"
 TEMP_EDGE = "temperature_edge_celsius"

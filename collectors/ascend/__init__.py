@@ -2,7 +2,7 @@
 
 import re
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _DP = "Ascend device plugin (MindCluster) docs: huawei.com/Ascend910, huawei.com/Ascend310P, vNPU huawei.com/Ascend910-4c"
 _HAMI = "HAMi Ascend device support: huawei.com/Ascend910B3 (per chip), huawei.com/Ascend910B3-memory (MiB)"

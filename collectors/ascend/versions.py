@@ -16,7 +16,7 @@ import os
 import re
 from typing import Optional
 
-from hetero_exporter.sdk.spec import VersionInfo
+from hetero_exporter.model.spec import VersionInfo
 
 _INSTALL = "usr/local/Ascend"
 # (glob below the root, what it is), first found wins

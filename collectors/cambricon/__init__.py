@@ -1,6 +1,6 @@
 """Cambricon MLUs through ``cnmon``."""
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _DP = "Cambricon device plugin README (cambricon.com/mlu; sMLU/env-share: cambricon.com/mlu.smlu.vcore ...)"
 

@@ -9,7 +9,7 @@ is unknown (None): the driver version is not the runtime's.
 
 from __future__ import annotations
 
-from hetero_exporter.sdk.spec import VersionInfo
+from hetero_exporter.model.spec import VersionInfo
 from hetero_exporter.sdk.versions import read_version, write_version_file
 
 CANDIDATES = ("usr/local/neuware/version.txt", "usr/local/neuware/version", "usr/local/neuware/VERSION")

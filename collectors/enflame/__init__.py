@@ -20,7 +20,7 @@ live under /opt/tops (TopsRider's default prefix, lib in /opt/tops/lib); /usr/lo
 kept for hand installs.
 """
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _DP = ("Enflame device plugin / exporter (podresources: enflameDeviceResourceName = \"enflame.com/gcu\"); "
        "HAMi pkg/device/enflame config flag enflame-gcu-resource-name default enflame.com/gcu")

@@ -11,7 +11,7 @@ runtime version is unknown (None): never the driver version.
 
 from __future__ import annotations
 
-from hetero_exporter.sdk.spec import VersionInfo
+from hetero_exporter.model.spec import VersionInfo
 from hetero_exporter.sdk.versions import read_version, write_version_file
 
 CANDIDATES = ("usr/local/topsrider/version", "usr/local/topsrider/version.txt", "usr/local/topsrider/VERSION")

@@ -1,6 +1,6 @@
 """Hygon DCUs through ``hy-smi`` (DTK), Hygon's fork of rocm-smi."""
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _DP = "Hygon DCU device plugin (hygon.com/dcu); HAMi: hygon.com/dcunum, hygon.com/dcumem"
 

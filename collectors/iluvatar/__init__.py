@@ -5,7 +5,7 @@ the ix-device-plugin finds devices through ixml, the NVML-like library, not by i
 """
 
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _DP = ("Deep-Spark/ix-device-plugin (README, pkg/gpuallocator/deviceset.go): iluvatar.ai/gpu, one "
        "device per chip UUID (ixmlDeviceGetUUID), '<uuid>::<n>' replicas under time-slicing; newer "

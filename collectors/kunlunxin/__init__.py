@@ -9,7 +9,7 @@ PCI vendor id 0x1d22: Kunlunxin's XRE troubleshooting guide checks cards with ``
 shows a 0x1d22 device, and it reads ``xpu_smi`` first.
 """
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _HAMI = ("HAMi docs/kunlunxin-support (P800-OAM, vxpu-device-plugin): kunlunxin.com/xpu (physical XPU "
          "count), kunlunxin.com/vxpu (virtual XPU count), kunlunxin.com/vxpu-memory (MiB); HAMi chart "

@@ -11,7 +11,7 @@ version-like number of its first line is taken). Else None: never the driver ver
 
 from __future__ import annotations
 
-from hetero_exporter.sdk.spec import VersionInfo
+from hetero_exporter.model.spec import VersionInfo
 from hetero_exporter.sdk.versions import read_version, write_version_file
 
 CANDIDATES = ("usr/local/xpu/version", "usr/local/xpu/version.txt")

@@ -5,7 +5,7 @@ the MetaX manufacturer to PCI vendor "9999" (_ManufacturerPciVendorIDMap, next t
 1e3e, Moore Threads 1ed5, Cambricon cabc, Hygon 1d94).
 """
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _HAMI = ("HAMi charts/hami/values.yaml devices.metax.resourceCountName 'metax-tech.com/gpu' "
          "(pkg/device/metax/device.go, whole GPUs, topology-aware scoring) and docs/metax-support.md "

@@ -14,7 +14,7 @@ unknown``). Neither found: None, never the driver version.
 
 from __future__ import annotations
 
-from hetero_exporter.sdk.spec import VersionInfo
+from hetero_exporter.model.spec import VersionInfo
 from hetero_exporter.sdk.versions import below, read_version, write_version_file
 
 CANDIDATES = ("opt/maca/Version.txt", "opt/maca/version.txt", "opt/hpcc/Version.txt")

@@ -1,6 +1,6 @@
 """Moore Threads GPUs (MTT S80 / S3000 / S4000 / S5000) through ``mthreads-gmi``."""
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 # Whole devices: the Moore Threads device plugin advertises mthreads.com/gpu (HAMi's Helm values
 # list it as the vendor's resourceName with pciVendorID 1ed5; kubeflow/dlrover

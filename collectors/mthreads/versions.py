@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 
-from hetero_exporter.sdk.spec import VersionInfo
+from hetero_exporter.model.spec import VersionInfo
 from hetero_exporter.sdk.versions import below, version_text
 
 VERSION_JSON = "usr/local/musa/version.json"

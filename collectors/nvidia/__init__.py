@@ -1,7 +1,7 @@
 """NVIDIA GPUs: NVML (nvidia-ml-py) with events, processes, topology and MIG; ``nvidia-smi -q -x``
 as the fallback and for ``parse nvidia-smi``."""
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _DP = "NVIDIA k8s-device-plugin README (nvidia.com/gpu, MIG strategy 'mixed', time-slicing 'renameByDefault')"
 _HAMI = "HAMi docs: nvidia.com/gpumem (MiB per device)"

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric as PromMetric
 from prometheus_client.samples import Sample
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import finops as finops_mod
 from hetero_exporter.exposition import names as N
 from hetero_exporter.model import HEALTH_STATES, NodeSnapshot

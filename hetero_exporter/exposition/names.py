@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 
 
 @dataclass(frozen=True)

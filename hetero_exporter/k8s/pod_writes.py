@@ -1,7 +1,7 @@
 """Pod reads and writes for the health remedy's pod signals, as plain JSON dicts.
 
 - ``patch_status``: a strategic merge patch on ``pods/status``; ``status.conditions`` merge by
-  ``type``, so only our condition (``hetero-exporter.io/AcceleratorHealthy``) changes and the
+  ``type``, so only our condition (``<domain>/AcceleratorHealthy``) changes and the
   kubelet's stay.
 - ``evict``: the Eviction API (policy/v1), which honours PodDisruptionBudgets: ``"evicted"``
   (201), ``"blocked"`` (429 with a DisruptionBudget cause; ``.message`` names the budget),

@@ -32,7 +32,7 @@ import subprocess
 import threading
 from typing import Mapping, Optional, Sequence
 
-from hetero_exporter.sdk.spec import ToolSpec
+from hetero_exporter.model.spec import ToolSpec
 
 HOST_ROOT_ENV = "HOST_ROOT"
 EXEC_MODES = ("ld_library_path", "chroot")

@@ -55,7 +55,7 @@ import yaml
 from hetero_exporter import vendors
 from hetero_exporter.health import faults
 from hetero_exporter.sdk import pciaddr
-from hetero_exporter.sdk.spec import VendorSpec
+from hetero_exporter.model.spec import VendorSpec
 
 log = logging.getLogger(__name__)
 

@@ -70,7 +70,7 @@ def _hook_module(vendor: str):
 def discover(vendor: str, host_root: str = "/"):
     """The vendor's ``VendorSpec.versions`` hook run below ``host_root``, as a VersionInfo
     (empty when the vendor declares none)."""
-    from hetero_exporter.sdk.spec import VersionInfo
+    from hetero_exporter.model.spec import VersionInfo
     module, attr = _hook_module(vendor)
     if module is None:
         return VersionInfo()

@@ -26,7 +26,7 @@ import re
 import time
 from typing import Any, Callable, Mapping, Optional, Union
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.collectors.amd import versions
 from hetero_exporter.collectors.amd.identity import device_uuid

@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.amd.identity import simulated_unique_id
 from hetero_exporter.sdk.fake_tool import fake_main, install_tool
 

@@ -41,7 +41,7 @@ import logging
 import os
 from typing import Any, Callable, Mapping, Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.collectors.amd import versions
 from hetero_exporter.collectors.amd.identity import device_uuid

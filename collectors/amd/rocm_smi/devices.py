@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Mapping, Optional, Sequence
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.collectors.amd.identity import device_uuid
 from hetero_exporter.collectors.amd.rocm_smi.parse import (Card, Hop, Report, frequency, hex_id, is_na, number,

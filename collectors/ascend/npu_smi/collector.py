@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.sdk import values

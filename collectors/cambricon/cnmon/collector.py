@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault,

@@ -25,7 +25,7 @@ import dataclasses
 import logging
 from typing import Any, Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample,
                                    Quality, Reading)

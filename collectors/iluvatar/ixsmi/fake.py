@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional, Sequence
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.sdk.fake_tool import tool_entry
 
 from .parse import CSV_FIELDS, MIB, TOOL

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Sequence
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample, Quality, Reading
 from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault, worst_state

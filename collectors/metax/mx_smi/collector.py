@@ -38,7 +38,7 @@ import logging
 import time
 from typing import Any, Mapping, Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot, ProcessSample,
                                    Quality, Reading)

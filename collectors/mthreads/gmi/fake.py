@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.sdk.fake_tool import tool_entry
 
 from .parse import MIB, TOOL

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.nvidia.nvidia_smi import monitor
 from hetero_exporter.collectors.nvidia.nvidia_smi.layout_common import VENDOR, placeholder_uuid, reading, snapshot
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Health, NodeSnapshot, Quality, Reading

@@ -28,7 +28,7 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any, Callable, Iterable, Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.collectors.nvidia import common as C

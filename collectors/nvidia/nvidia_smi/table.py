@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.collectors.nvidia import common as C
 from hetero_exporter.collectors.nvidia.nvidia_smi.layout_common import VENDOR, placeholder_uuid, reading, snapshot

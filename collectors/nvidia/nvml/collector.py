@@ -38,7 +38,7 @@ import os
 import threading
 from typing import Any, Callable, Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.cli_collector import fall_back
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.nvidia.nvml.funnel import UNSUPPORTED, Funnel
 from hetero_exporter.model import DeviceIdentity, Quality, Reading
 

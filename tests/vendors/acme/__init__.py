@@ -7,7 +7,7 @@ with ``vendors.register(SPEC)``; a real third-party vendor would name ``SPEC`` u
 entry-point group ``hetero_exporter.collectors`` instead.
 """
 
-from hetero_exporter.sdk.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
 
 _DP = "fictional: the Acme device plugin would advertise acme.example/gpu (whole devices)"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, Quality, Reading
 from hetero_exporter.sdk.cli_collector import CliCollector, build, reading, table_fault, worst_state

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from hetero_exporter import fields as F
+from hetero_exporter.model import fields as F
 from hetero_exporter.sdk.fake_tool import fake_main, install_tool
 
 from .parse import COLUMNS, MIB, TOOL
