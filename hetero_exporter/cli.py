@@ -35,6 +35,7 @@ from hetero_exporter.sdk.capture import DEFAULT_MAX_BYTES as CAPTURE_MAX_BYTES, 
 from hetero_exporter.model import NodeSnapshot, SchemaError, snapshot_to_json, to_dict
 from hetero_exporter.sampling import CollectorSpec, Sampler
 from hetero_exporter.validate import ValidationError
+from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 
 log = logging.getLogger("hetero_exporter")
 
@@ -765,7 +766,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
 def _add_scoring(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="binpack", choices=("binpack", "spread"),
                    help="placement policy of pods that do not name one (default binpack)")
-    p.add_argument("--domain", default="hetero-exporter.io",
+    p.add_argument("--domain", default=DEFAULT_DOMAIN,
                    help="annotation domain: <domain>/devices on nodes, <domain>/request on pods")
     p.add_argument("--fresh-seconds", type=float, default=180.0,
                    help="annotations younger than this are fully trusted (default 180)")
@@ -813,7 +814,7 @@ def cmd_scheduler_extender(args: argparse.Namespace) -> int:
         raise UsageError(f"--metrics-listen expects HOST:PORT, got {args.metrics_listen!r}") from None
     scorer = _scorer(args)
     metrics = ExtenderMetrics()
-    annotation = f"{args.domain}/devices"
+    annotation = Keys(args.domain).devices
     cluster = connect(args.kubeconfig)
     table, cache = None, None
     if cluster.enabled:

@@ -188,7 +188,7 @@ DNS_SUBDOMAIN = r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?"
 
 
 def dns_subdomain(path: str, value: Any) -> str:
-    """A lower-case DNS subdomain (an annotation domain such as ``hetero-exporter.io``)."""
+    """A lower-case DNS subdomain (an annotation domain, model.keys.DEFAULT_DOMAIN by default)."""
     return string(path, value, pattern=DNS_SUBDOMAIN, max_length=253)
 
 

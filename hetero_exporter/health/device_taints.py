@@ -35,6 +35,7 @@ from hetero_exporter.health.texts import device_name, fault_text, label_value
 from hetero_exporter.health.policy import Policy
 from hetero_exporter.health.rules import Verdict
 from hetero_exporter.model import DeviceSample
+from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 
 API_VERSION = "resource.k8s.io/v1"
 KIND = "DeviceTaintRule"
@@ -59,13 +60,13 @@ class DeviceTaintSettings:
     (evicts pods without a toleration) instead of NoSchedule; ``degraded``: degraded devices
     get an informational ``None`` taint."""
 
-    domain: str = "hetero-exporter.io"
+    domain: str = DEFAULT_DOMAIN
     no_execute: bool = False
     degraded: bool = False
 
     @property
     def taint_key(self) -> str:
-        return f"{self.domain}/accelerator-unhealthy"
+        return Keys(self.domain).taint
 
 
 @dataclass(frozen=True)
@@ -257,14 +258,14 @@ def _wanted_rules(node: str, slices: Sequence[dict], verdicts: Mapping[str, Verd
 
 
 def _rule(w: _Wanted, node: str, cfg: DeviceTaintSettings) -> dict:
+    keys = Keys(cfg.domain)
     return {
         "apiVersion": API_VERSION, "kind": KIND,
         "metadata": {"name": w.name,
-                     "labels": {MANAGED_BY: MANAGER, f"{cfg.domain}/node": label_value(node)},
+                     "labels": {MANAGED_BY: MANAGER, keys.node: label_value(node)},
                      # the full node name (the label is cut to 63 characters): the admission
                      # policy (deploy/base/node-restriction.yaml) admits only rules of the caller's node
-                     "annotations": {f"{cfg.domain}/node": node, f"{cfg.domain}/device": w.uuid,
-                                     f"{cfg.domain}/message": w.message}},
+                     "annotations": {keys.node: node, keys.device: w.uuid, keys.message: w.message}},
         "spec": {"deviceSelector": {"driver": w.driver, "pool": w.pool, "device": w.device},
                  "taint": {"key": cfg.taint_key, "value": w.value, "effect": w.effect}},
     }
@@ -277,8 +278,9 @@ def _ours(rule: Mapping, node: str, cfg: DeviceTaintSettings) -> Optional[str]:
     if labels.get(MANAGED_BY) != MANAGER:
         return "not labelled as made by this agent"
     name = _str(json_at(rule, "metadata", "name"))
-    if labels.get(f"{cfg.domain}/node") != label_value(node) or not name.startswith(_name_prefix(node)):
-        return f"made for node {labels.get(f'{cfg.domain}/node')!r}"
+    made_for = labels.get(Keys(cfg.domain).node)
+    if made_for != label_value(node) or not name.startswith(_name_prefix(node)):
+        return f"made for node {made_for!r}"
     return None
 
 
@@ -292,7 +294,7 @@ def _retire(p: DeviceTaintPlan, rule: Mapping, name: str, verdicts: Mapping[str,
             cfg: DeviceTaintSettings) -> None:
     """One of our rules that no wanted rule names: deleted, unless its device still wants a taint
     and no slice lists it now (the DRA driver restarting, say): a failed device stays tainted."""
-    device = _str(json_at(rule, "metadata", "annotations", f"{cfg.domain}/device"))
+    device = _str(json_at(rule, "metadata", "annotations", Keys(cfg.domain).device))
     still = _want(verdicts.get(device), cfg) is not None and device in devices
     if still and device not in wanted_uuids:
         p.explain.append(f"DeviceTaintRule {name} kept: {device} is still unhealthy but no slice lists it now")

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Callable, Collection, Optional, Protocol
 
 from hetero_exporter.health.plan import Budget, RemedyConfig
+from hetero_exporter.model.keys import Keys
 
 SLOT_PREFIX = "hetero-exporter-taint-slot-"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "hetero-exporter")
@@ -179,7 +180,7 @@ class FleetBudget:
         self.leases = leases
         self.node = node
         self.lease_seconds = int(lease_seconds)
-        self.labels = {MANAGED_BY[0]: MANAGED_BY[1], f"{domain}/budget": "taint"}
+        self.labels = {MANAGED_BY[0]: MANAGED_BY[1], Keys(domain).budget: "taint"}
         self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
         self._clock = clock
         # elapsed time on this agent's clock: the real monotonic clock, or a test's own clock

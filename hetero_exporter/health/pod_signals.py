@@ -34,6 +34,7 @@ from hetero_exporter.health.texts import _event_id, device_name, fault_text
 from hetero_exporter.health.policy import Policy
 from hetero_exporter.health.rules import Verdict
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
+from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 
 MAX_DEVICES = 256
 MAX_PODS = 1024
@@ -54,14 +55,14 @@ EVICT_BACKOFF_MAX = 600.0
 class PodSignalSettings:
     """``conditions``/``events``: write them; ``evict``: opt-in eviction of pods on a failed device."""
 
-    domain: str = "hetero-exporter.io"
+    domain: str = DEFAULT_DOMAIN
     conditions: bool = True
     events: bool = True
     evict: bool = False
 
     @property
     def condition_type(self) -> str:
-        return f"{self.domain}/AcceleratorHealthy"
+        return Keys(self.domain).pod_condition
 
 
 @dataclass(frozen=True)

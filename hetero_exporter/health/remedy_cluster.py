@@ -21,6 +21,7 @@ from hetero_exporter.k8s.client import Cluster, K8sError
 from hetero_exporter.k8s.dra import Dra
 from hetero_exporter.k8s.pod_writes import PodWrites
 from hetero_exporter.model import DeviceSample, NodeSnapshot
+from hetero_exporter.model.keys import Keys
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class ClusterSide:
         if not self._dra_served():
             return None, ()
         try:
-            rules = tuple(self._dra.rules(f"{MANAGED_BY},{self.cfg.domain}/node={label_value(self.node)}"))
+            rules = tuple(self._dra.rules(f"{MANAGED_BY},{Keys(self.cfg.domain).node}={label_value(self.node)}"))
             if self._slice_cache is not None and self._slice_cache.served and self._slice_cache.synced:
                 slices = tuple(self._slice_cache.slices())
             else:

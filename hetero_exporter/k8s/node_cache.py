@@ -1,4 +1,4 @@
-"""Watch-backed cache of the nodes' ``hetero-exporter.io/devices`` annotation, for the scheduler
+"""Watch-backed cache of the nodes' ``<domain>/devices`` annotation, for the scheduler
 extender's nodeCacheCapable mode.
 
 One thread lists the nodes (in pages, ``limit``/``continue``) and hands every node's annotation to
@@ -24,10 +24,11 @@ from typing import Any, Callable, Iterable, Optional, Protocol
 
 from hetero_exporter.k8s.api import Api, WatchExpired, WatchStream
 from hetero_exporter.k8s.client import K8sError
+from hetero_exporter.model.keys import Keys
 
 log = logging.getLogger(__name__)
 
-ANNOTATION = "hetero-exporter.io/devices"
+ANNOTATION = Keys().devices
 MAX_PAGES = 100_000  # bound on one paged list (500 nodes a page)
 NODES = "/api/v1/nodes"
 

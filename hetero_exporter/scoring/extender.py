@@ -29,11 +29,12 @@ from hetero_exporter.scoring import explain, jsonsafe
 from hetero_exporter.scoring.metrics import ExtenderMetrics
 from hetero_exporter.scoring.nodes import NodeState
 from hetero_exporter.scoring.nodetable import NodeTable
-from hetero_exporter.scoring.request import (DEFAULT_DOMAIN, NAME_CHARS, Request, RequestError, clip_name, pod_name,
+from hetero_exporter.scoring.request import (NAME_CHARS, Request, RequestError, clip_name, pod_name,
                                              request_from_pod)
 from hetero_exporter.scoring.scorer import NO_ACCELERATOR, Decision, Scorer
 from hetero_exporter.scoring.trace import PodTraces, replica_name, replica_of
 from hetero_exporter.scoring.verdicts import DecisionVerdicts, Verdicts
+from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class Extender:
     host name). ``metrics``: where calls and decisions are counted (default a registry of its own)."""
 
     def __init__(self, scorer: Scorer, table: Optional[NodeTable] = None, *,
-                 annotation: str = "hetero-exporter.io/devices", domain: str = DEFAULT_DOMAIN,
+                 annotation: str = Keys().devices, domain: str = DEFAULT_DOMAIN,
                  traces: int = 256, ring_bytes: int = RING_BYTES, clock: Callable[[], float] = time.time,
                  replica: Optional[str] = None, metrics: Optional[ExtenderMetrics] = None):
         self.scorer = scorer

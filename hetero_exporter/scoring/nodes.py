@@ -22,6 +22,7 @@ from hetero_exporter.model import (HOST_LINK_TYPES, SCHEMA_VERSION, DeviceSample
 from hetero_exporter.scoring import jsonsafe
 from hetero_exporter.scoring.resources import device_resource
 from hetero_exporter.scoring.versions import VersionKey, version_key
+from hetero_exporter.model.keys import Keys
 
 try:  # the extender extra: the scorer's fields of an annotation decoded in C (see _light_snapshot)
     import msgspec
@@ -452,7 +453,7 @@ def _light_snapshot(text: str) -> Optional[Any]:
     return snap if int(snap.schema) == SCHEMA_VERSION else None
 
 
-def from_annotation(name: str, text: Optional[str], annotation: str = "hetero-exporter.io/devices") -> NodeState:
+def from_annotation(name: str, text: Optional[str], annotation: str = Keys().devices) -> NodeState:
     """The state of a node from its annotation text; an unreadable, oversized or out-of-bounds
     annotation gives a state whose ``error`` says why (never an exception)."""
     if text is None:

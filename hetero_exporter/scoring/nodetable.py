@@ -15,6 +15,7 @@ from hetero_exporter.scoring.nodes import NodeState, from_annotation
 from hetero_exporter.scoring.request import Request
 from hetero_exporter.scoring.scorer import Decision, Scorer
 from hetero_exporter.scoring.verdicts import Verdicts
+from hetero_exporter.model.keys import Keys
 
 try:  # numpy (the extender extra): decisions for all nodes at once, by request shape
     from hetero_exporter.scoring import columns
@@ -25,7 +26,7 @@ except ModuleNotFoundError as e:  # pragma: no cover - without it the extender d
 
 log = logging.getLogger(__name__)
 
-ANNOTATION = "hetero-exporter.io/devices"
+ANNOTATION = Keys().devices
 
 
 class NodeTable:

@@ -13,8 +13,9 @@ from typing import Any, Mapping, Optional
 
 from hetero_exporter.scoring import explain
 from hetero_exporter.scoring.nodes import NodeState, from_annotation, from_document
-from hetero_exporter.scoring.request import DEFAULT_DOMAIN, RequestError, request_from_pod
+from hetero_exporter.scoring.request import RequestError, request_from_pod
 from hetero_exporter.scoring.scorer import Scorer
+from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 
 
 def pod_of(doc: Any) -> Any:
@@ -37,7 +38,7 @@ def _state(name: str, doc: Any, annotation: str) -> NodeState:
     return from_document(name, doc)
 
 
-def node_states(doc: Any, annotation: str = f"{DEFAULT_DOMAIN}/devices") -> list[tuple[str, NodeState]]:
+def node_states(doc: Any, annotation: str = Keys().devices) -> list[tuple[str, NodeState]]:
     """(name, state) of every node in a NODES.json document (see the module docstring)."""
     if isinstance(doc, Mapping) and isinstance(doc.get("items"), list):  # NodeList
         out = []
@@ -71,7 +72,7 @@ def node_states(doc: Any, annotation: str = f"{DEFAULT_DOMAIN}/devices") -> list
 def score(pod: Any, nodes: Any, scorer: Scorer, now: float, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
     """The decision on every node, as ``/explain`` shows it. RequestError: the pod's request."""
     req = request_from_pod(pod_of(pod), domain)
-    pairs = node_states(nodes, f"{domain}/devices")
+    pairs = node_states(nodes, Keys(domain).devices)
     names = [n for n, _ in pairs]
     states: list[Optional[NodeState]] = [s for _, s in pairs]
     decisions = [scorer.decide(req, s) for _, s in pairs]

@@ -1,5 +1,5 @@
 """What a pod asks for: its accelerator extended resources and the vendor-neutral request
-annotation ``<domain>/request`` (default domain ``hetero-exporter.io``).
+annotation ``<domain>/request`` (default domain: model.keys.DEFAULT_DOMAIN).
 
 The annotation is a JSON object; every key is optional::
 
@@ -38,8 +38,8 @@ from hetero_exporter import vendors as vendor_specs
 from hetero_exporter.scoring import jsonsafe
 from hetero_exporter.scoring.resources import parse_resource
 from hetero_exporter.scoring.versions import VersionKey, version_key
+from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 
-DEFAULT_DOMAIN = "hetero-exporter.io"
 TOPOLOGIES = ("same-node", "same-switch", "same-fabric")  # the topology policies, loosest first
 TOPOLOGY_ALIASES = {"same-nvlink-domain": "same-fabric"}  # older names, still accepted
 # every accepted spelling, in the order error messages list them
@@ -362,7 +362,7 @@ def request_from_pod(pod: Any, domain: str = DEFAULT_DOMAIN) -> Request:
     spec = _mapping(pod.get("spec"), "spec")
     name = pod_name(meta)
     annotations = _mapping(meta.get("annotations"), "metadata.annotations")
-    key = f"{domain}/request"
+    key = Keys(domain).request
     ann = _annotation(annotations[key], f"metadata.annotations['{key}']") if key in annotations else {}
     acc = _resources(spec)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from hetero_exporter import validate as v
+from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 
 MODES = ("observe", "dry-run", "enforce")
 CONDITION_TYPE = "AcceleratorUnhealthy"
@@ -25,7 +26,7 @@ class RemedyConfig:
     """``health:`` section of the agent config (see README: Health and Kubernetes)."""
 
     mode: str = "observe"
-    domain: str = "hetero-exporter.io"
+    domain: str = DEFAULT_DOMAIN
     cordon: bool = False  # opt-in: also mark the node unschedulable
     no_execute: bool = False  # opt-in: also a NoExecute taint (evicts pods without a toleration)
     inventory: bool = True  # the devices annotation and the selection labels
@@ -74,8 +75,12 @@ class RemedyConfig:
         return cfg
 
     @property
+    def keys(self) -> Keys:
+        return Keys(self.domain)
+
+    @property
     def taint_key(self) -> str:
-        return f"{self.domain}/accelerator-unhealthy"
+        return self.keys.taint
 
     @property
     def device_taint_key(self) -> str:
@@ -84,19 +89,19 @@ class RemedyConfig:
 
     @property
     def pod_condition_type(self) -> str:
-        return f"{self.domain}/AcceleratorHealthy"
+        return self.keys.pod_condition
 
     @property
     def devices_annotation(self) -> str:
-        return f"{self.domain}/devices"
+        return self.keys.devices
 
     @property
     def book_annotation(self) -> str:
-        return f"{self.domain}/agent-state"
+        return self.keys.agent_state
 
     @property
     def present_label(self) -> str:
-        return f"{self.domain}/accelerator"
+        return self.keys.accelerator
 
     @property
     def effects(self) -> tuple[str, ...]:

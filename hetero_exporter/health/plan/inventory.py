@@ -14,6 +14,7 @@ from hetero_exporter import model
 from hetero_exporter.health.plan.config import RemedyConfig
 from hetero_exporter.health.texts import label_value
 from hetero_exporter.model import DeviceSample, NodeSnapshot
+from hetero_exporter.model.keys import Keys
 
 _KEPT_READINGS = ("memory_free_bytes", "utilization_ratio")  # what the scorer reads when space is short
 
@@ -79,22 +80,23 @@ def selection_labels(snapshot: NodeSnapshot, domain: str) -> dict[str, str]:
     for d in snapshot.devices:
         if d.identity.parent is None:
             by_vendor.setdefault(d.identity.vendor, []).append(d)
+    keys = Keys(domain)
     out: dict[str, str] = {}
     if by_vendor:
-        out[f"{domain}/accelerator"] = "true"
+        out[keys.accelerator] = "true"
     for vendor, devs in sorted(by_vendor.items()):
         v = label_value(vendor).lower()
-        out[f"{domain}/{v}"] = "true"
-        out[f"{domain}/{v}.count"] = str(len(devs))
+        out[keys.key(v)] = "true"
+        out[keys.key(f"{v}.count")] = str(len(devs))
         models = sorted({d.identity.model for d in devs if d.identity.model})
         if models:
             common = max(models, key=lambda m: sum(d.identity.model == m for d in devs))
-            out[f"{domain}/{v}.model"] = label_value(common)
+            out[keys.key(f"{v}.model")] = label_value(common)
         drivers = sorted({d.identity.driver_version for d in devs if d.identity.driver_version})
         if drivers:
-            out[f"{domain}/{v}.driver-major"] = label_value(drivers[0].lstrip("v").split(".")[0])
+            out[keys.key(f"{v}.driver-major")] = label_value(drivers[0].lstrip("v").split(".")[0])
         for feat in sorted({f for d in devs if d.profile for f in d.profile.features}):
-            out[f"{domain}/feature.{label_value(feat).lower()}"] = "true"
+            out[keys.key(f"feature.{label_value(feat).lower()}")] = "true"
     return out
 
 
