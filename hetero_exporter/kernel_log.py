@@ -792,6 +792,14 @@ class KernelLogFaults:
             return self._enrich(snapshot)
 
     def _enrich(self, snapshot: NodeSnapshot) -> NodeSnapshot:
+        by_pci, by_bus, by_vendor = self._device_maps(snapshot)
+        resolved = self._resolve(self._held + self.follower.take(), by_pci, by_bus, by_vendor)
+        self._into_ledger(resolved)
+        return self._merged(snapshot)
+
+    def _device_maps(self, snapshot: NodeSnapshot) -> tuple[dict[str, str], dict[str, str], dict[str, list[str]]]:
+        """(PCI address -> uuid, PCI bus -> uuid, vendor -> uuids of its top-level devices); the
+        addresses of devices seen before are remembered (a lost device still has its faults)."""
         tops = [d for d in snapshot.devices if d.identity.parent is None and not d.identity.uuid.startswith("pci-")]
         for d in tops:
             if d.identity.pci_address:
@@ -810,8 +818,12 @@ class KernelLogFaults:
         by_vendor: dict[str, list[str]] = {}
         for d in tops:
             by_vendor.setdefault(d.identity.vendor, []).append(d.identity.uuid)
+        return by_pci, by_bus, by_vendor
 
-        batch = self._held + self.follower.take()
+    def _resolve(self, batch: list[Pending], by_pci: Mapping[str, str], by_bus: Mapping[str, str],
+                 by_vendor: Mapping[str, list[str]]) -> list[tuple[Pending, list[str]]]:
+        """Each pending event with the uuids it is about; an event whose device is not seen yet
+        is held for the next cycle (a bounded number of them: the rest are counted dropped)."""
         self._held = []
         resolved: list[tuple[Pending, list[str]]] = []
         for p in batch:
@@ -832,14 +844,17 @@ class KernelLogFaults:
                 self._held.append(p)  # its device has not been seen yet: try next cycle
             else:
                 self.unresolved_dropped += 1
-        # a recovery after a fault of the same device in one batch waits a cycle, so the rules
-        # see the fault before the reset that cleared it
+        return resolved
+
+    def _into_ledger(self, resolved: list[tuple[Pending, list[str]]]) -> None:
+        """The resolved events into the ledger and the per-(device, code) pairing with the
+        collectors' counts. A recovery after a fault of the same device in one batch waits a
+        cycle, so the rules see the fault before the reset that cleared it."""
         last_fault: dict[str, int] = {}
         for p, targets in resolved:
             if not p.event.recovery:
                 for u in targets:
                     last_fault[u] = max(last_fault.get(u, 0), p.order)
-        touched: dict[tuple[str, str], None] = {}
         for p, targets in resolved:
             if p.event.recovery and any(last_fault.get(u, 0) and last_fault[u] < p.order for u in targets):
                 self._held.append(p)
@@ -854,8 +869,10 @@ class KernelLogFaults:
                 if pairing is None:
                     pairing = self._pairing[(u, code)] = _Pairing(self.dedup_seconds)
                 pairing.add_kmsg(p.last, p.count)
-                touched[(u, code)] = None
 
+    def _merged(self, snapshot: NodeSnapshot) -> NodeSnapshot:
+        """The snapshot with each device's kernel-log faults beside (or counted into) the
+        collectors' faults of the same code."""
         devices = list(snapshot.devices)
         for i, d in enumerate(devices):
             mine = self._ledger.faults(d.identity.uuid)

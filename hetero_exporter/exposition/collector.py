@@ -18,7 +18,7 @@ from prometheus_client.samples import Sample
 from hetero_exporter.model import fields as F
 from hetero_exporter import finops as finops_mod
 from hetero_exporter.exposition import names as N
-from hetero_exporter.model import HEALTH_STATES, NodeSnapshot
+from hetero_exporter.model import HEALTH_STATES, DeviceSample, NodeSnapshot
 
 _EMPTY = ""
 # Every kind sampling.classify (and the sampler's "late" and "busy") can give a failed cycle: each collector's
@@ -68,74 +68,108 @@ class _Families:
 
 def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = None) -> list[PromMetric]:
     """Every family of DESIGN.md's table that the snapshot has data for; the FinOps families
-    (prices, shares) only with ``finops`` settings."""
+    (prices, shares) only with ``finops`` settings. Families come out in the order their
+    sinks are made (the device families first, reading families as first met)."""
     fam = _Families()
-    info, field_status, quality_info = fam.sink(N.DEVICE_INFO), fam.sink(N.FIELD_STATUS), fam.sink(N.QUALITY_INFO)
-    health, reason = fam.sink(N.HEALTH_STATUS), fam.sink(N.HEALTH_REASON)
-    fault_events, fault_last = fam.sink(N.FAULT_EVENTS), fam.sink(N.FAULT_LAST)
-    compute_units, cost_weight = fam.sink(N.COMPUTE_UNITS), fam.sink(N.COST_WEIGHT)
-    proc_mem, proc_util = fam.sink(N.PROCESS_MEMORY), fam.sink(N.PROCESS_UTILIZATION)
-    allocation, unattributed = fam.sink(N.ALLOCATION), fam.sink(N.UNATTRIBUTED_MEMORY)
-    value_sinks: dict[str, Callable[[dict, float], None]] = {}
-    quality_seen: set[tuple] = set()
+    devices = _DeviceFamilies(fam)
     for d in snap.devices:
-        ident = d.identity
-        vendor, uuid = ident.vendor, ident.uuid
-        profile = d.profile
-        info({"vendor": vendor, "uuid": uuid, "index": str(ident.index), "kind": ident.kind,
-              "model": ident.model, "pci_address": _s(ident.pci_address), "numa_node": _s(ident.numa_node),
-              "driver_version": _s(ident.driver_version),
-              "profile": _EMPTY if profile is None else ("estimated" if profile.estimated else profile.model)}, 1)
+        devices.add(d)
+    _inventory_families(fam, snap)
+    _collector_families(fam, snap)
+    if finops is not None:
+        _finops_families(fam, snap, finops)
+    _attribution_families(fam, snap)
+    return fam.ordered()
+
+
+class _DeviceFamilies:
+    """The per-device families of one build: identity, readings and their quality, health,
+    faults, profile, processes, allocations."""
+
+    def __init__(self, fam: "_Families"):
+        self.fam = fam
+        self.info, self.field_status = fam.sink(N.DEVICE_INFO), fam.sink(N.FIELD_STATUS)
+        self.quality_info = fam.sink(N.QUALITY_INFO)
+        self.health, self.reason = fam.sink(N.HEALTH_STATUS), fam.sink(N.HEALTH_REASON)
+        self.fault_events, self.fault_last = fam.sink(N.FAULT_EVENTS), fam.sink(N.FAULT_LAST)
+        self.compute_units, self.cost_weight = fam.sink(N.COMPUTE_UNITS), fam.sink(N.COST_WEIGHT)
+        self.proc_mem, self.proc_util = fam.sink(N.PROCESS_MEMORY), fam.sink(N.PROCESS_UTILIZATION)
+        self.allocation, self.unattributed = fam.sink(N.ALLOCATION), fam.sink(N.UNATTRIBUTED_MEMORY)
+        self.value_sinks: dict[str, Callable[[dict, float], None]] = {}
+        self.quality_seen: set[tuple] = set()
+
+    def add(self, d: DeviceSample) -> None:
+        ident, profile = d.identity, d.profile
+        self.info({"vendor": ident.vendor, "uuid": ident.uuid, "index": str(ident.index), "kind": ident.kind,
+                   "model": ident.model, "pci_address": _s(ident.pci_address), "numa_node": _s(ident.numa_node),
+                   "driver_version": _s(ident.driver_version),
+                   "profile": _EMPTY if profile is None else ("estimated" if profile.estimated else profile.model)},
+                  1)
+        self._readings(d)
+        self._health(d)
+        if profile is not None:
+            self.compute_units({"vendor": ident.vendor, "uuid": ident.uuid}, profile.compute_units)
+            self.cost_weight({"vendor": ident.vendor, "uuid": ident.uuid}, profile.cost_weight)
+        self._processes(d)
+
+    def _readings(self, d: DeviceSample) -> None:
+        vendor, uuid = d.identity.vendor, d.identity.uuid
         for field, reading in d.readings.items():
             q = reading.quality
-            field_status({"vendor": vendor, "uuid": uuid, "field": field, "status": q.status}, 1)
+            self.field_status({"vendor": vendor, "uuid": uuid, "field": field, "status": q.status}, 1)
             qkey = (vendor, field, q.source, q.method, q.window_seconds, q.error_bound)
-            if qkey not in quality_seen:
-                quality_seen.add(qkey)
-                quality_info({"vendor": vendor, "field": field, "source": q.source, "method": q.method,
-                              "window_seconds": _fmt_num(q.window_seconds),
-                              "error_bound": _fmt_num(q.error_bound)}, 1)
+            if qkey not in self.quality_seen:
+                self.quality_seen.add(qkey)
+                self.quality_info({"vendor": vendor, "field": field, "source": q.source, "method": q.method,
+                                   "window_seconds": _fmt_num(q.window_seconds),
+                                   "error_bound": _fmt_num(q.error_bound)}, 1)
             if q.status != "ok" or reading.value is None:
                 continue  # unsupported / error / stale values are absent, never 0
             target = N.metric_for_field(field)
             if target is not None:
                 metric, extra = target
-                add = value_sinks.get(metric.name)
+                add = self.value_sinks.get(metric.name)
                 if add is None:
-                    add = value_sinks[metric.name] = fam.sink(metric)
+                    add = self.value_sinks[metric.name] = self.fam.sink(metric)
                 labels = {"vendor": vendor, "uuid": uuid}
                 labels.update(zip(metric.labels[2:], extra))
                 add(labels, reading.value)
-        state = d.health.state
+
+    def _health(self, d: DeviceSample) -> None:
+        vendor, uuid = d.identity.vendor, d.identity.uuid
         for s in HEALTH_STATES:
-            health({"vendor": vendor, "uuid": uuid, "state": s}, 1.0 if s == state else 0.0)
+            self.health({"vendor": vendor, "uuid": uuid, "state": s}, 1.0 if s == d.health.state else 0.0)
         for r in d.health.reasons:
-            reason({"vendor": vendor, "uuid": uuid, "code": r.code, "reason": r.message or r.fault_class}, 1)
+            self.reason({"vendor": vendor, "uuid": uuid, "code": r.code, "reason": r.message or r.fault_class}, 1)
         for f in d.faults:
             labels = {"vendor": vendor, "uuid": uuid, "code": f.code, "action": f.action}
-            fault_events(labels, f.count)
+            self.fault_events(labels, f.count)
             if f.last_seen is not None:
-                fault_last(labels, f.last_seen)
-        if profile is not None:
-            compute_units({"vendor": vendor, "uuid": uuid}, profile.compute_units)
-            cost_weight({"vendor": vendor, "uuid": uuid}, profile.cost_weight)
+                self.fault_last(labels, f.last_seen)
+
+    def _processes(self, d: DeviceSample) -> None:
+        vendor, uuid = d.identity.vendor, d.identity.uuid
         for p in d.processes:
             labels = {"vendor": vendor, "uuid": uuid, "pid": str(p.pid), "namespace": _s(p.namespace),
                       "pod": _s(p.pod), "container": _s(p.container)}
             if p.memory_bytes is not None:
-                proc_mem(labels, p.memory_bytes)
+                self.proc_mem(labels, p.memory_bytes)
             if p.utilization_ratio is not None:
-                proc_util(labels, p.utilization_ratio)
+                self.proc_util(labels, p.utilization_ratio)
         owners = {(a.namespace, a.pod, a.container) for a in d.allocations}
         for ns, pod, container in sorted(owners):
-            allocation({"vendor": vendor, "uuid": uuid, "namespace": ns, "pod": pod, "container": container}, 1)
+            self.allocation({"vendor": vendor, "uuid": uuid, "namespace": ns, "pod": pod, "container": container}, 1)
         used = d.value(F.MEMORY_USED)
         if used is not None and (d.processes or d.processes_reported) \
                 and all(p.memory_bytes is not None for p in d.processes):
             # what the listed processes do not explain (driver reservations, processes in
             # other PID namespaces, vendor accounting); only where processes are reported
-            unattributed({"vendor": vendor, "uuid": uuid},
-                         max(0.0, used - sum(p.memory_bytes or 0 for p in d.processes)))
+            self.unattributed({"vendor": vendor, "uuid": uuid},
+                              max(0.0, used - sum(p.memory_bytes or 0 for p in d.processes)))
+
+
+def _inventory_families(fam: "_Families", snap: NodeSnapshot) -> None:
+    """Devices the PCI bus expects, the vendors' tools show, and removed ones, per vendor."""
     expected, present = fam.sink(N.DEVICES_EXPECTED), fam.sink(N.DEVICES_PRESENT)
     seen = snap.present()
     for vendor in sorted(set(snap.expected) | set(seen)):
@@ -145,6 +179,10 @@ def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = Non
     removed = fam.sink(N.DEVICES_REMOVED)
     for vendor in sorted(set(snap.expected) | set(seen) | set(snap.removed_total)):
         removed({"vendor": vendor}, snap.removed_total.get(vendor, 0))
+
+
+def _collector_families(fam: "_Families", snap: NodeSnapshot) -> None:
+    """The collectors' self-metrics."""
     success, duration = fam.sink(N.COLLECTOR_SUCCESS), fam.sink(N.COLLECTOR_DURATION)
     last_success, errors = fam.sink(N.COLLECTOR_LAST_SUCCESS), fam.sink(N.COLLECTOR_ERRORS)
     error_info = fam.sink(N.COLLECTOR_ERROR_INFO)
@@ -157,8 +195,10 @@ def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = Non
             errors({"collector": c.name, "kind": kind}, c.errors_total.get(kind, 0))
         if not c.ok:
             error_info({"collector": c.name, "kind": _s(c.error_kind), "reason": _s(c.error)[:200]}, 1)
-    if finops is not None:
-        _finops_families(fam, snap, finops)
+
+
+def _attribution_families(fam: "_Families", snap: NodeSnapshot) -> None:
+    """The attribution sources' self-metrics (cgroups, PodResources, the pod cache)."""
     up, stale = fam.sink(N.ATTRIBUTION_SOURCE_UP), fam.sink(N.ATTRIBUTION_SOURCE_STALE)
     src_last, src_items = fam.sink(N.ATTRIBUTION_SOURCE_LAST_SUCCESS), fam.sink(N.ATTRIBUTION_SOURCE_ITEMS)
     for src in snap.attribution_sources:
@@ -168,7 +208,6 @@ def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = Non
         src_items(labels, src.items)
         if src.last_success is not None:
             src_last(labels, src.last_success)
-    return fam.ordered()
 
 
 def _error_kinds(counted: Mapping[str, int]) -> list[str]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from hetero_exporter.health import faults as fault_tables
 from hetero_exporter.health.policy import CLEAR_EVIDENCE, Policy, ReadingRule
@@ -194,6 +194,7 @@ def _evidence(st: StickyFault, reset_seen: bool, recovery: Optional[bool], back:
 
 
 def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) -> tuple[DeviceState, Verdict]:
+    """One poll of one device: the history ``s`` and this sample -> the new history and the verdict."""
     vendor = d.identity.vendor
     collector = d.health.state
     readable = collector in ("ok", "degraded")
@@ -201,90 +202,14 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
     unreachable = _unreachable(d)
     recovery = _recovery(d, policy)
 
-    # new fault occurrences since the previous poll (cumulative counts grew)
-    counts = dict(s.counts)
-    new: list[Fault] = []
-    for f in d.faults:
-        prev = counts.get(f.code)
-        if prev is None or f.count > prev:
-            new.append(policy.classify(vendor, f))
-        counts[f.code] = f.count
-    reset_seen = any(f.code in policy.reset_codes for f in new) or any(
-        f.code in policy.reset_codes for f in d.health.reasons)
-    counters = dict(s.counters)
-    for name in policy.reset_counters:  # a counter that restarts at a reset went backwards
-        v = d.value(name) if readable else None
-        if v is None:
-            continue
-        prev_counter = counters.get(f"reset:{name}")
-        counters[f"reset:{name}"] = (now, v)
-        if prev_counter is not None and v < prev_counter[1]:
-            reset_seen = True
-
-    # evidence that the recommended action happened clears sticky faults
-    sticky: dict[str, StickyFault] = {}
-    cleared_by: dict[str, str] = {}
-    for code, st in s.sticky.items():
-        why = _evidence(st, reset_seen, recovery, readable)
-        if why is not None:
-            cleared_by[code] = why
-            continue
-        sticky[code] = dataclasses.replace(st, seen_lost=st.seen_lost or unreachable,
-                                           recovery_pending=st.recovery_pending or bool(recovery))
+    counts, new = _new_occurrences(s, d, policy)
+    reset_seen, counters = _reset_seen(s, d, new, readable, now, policy)
+    sticky, cleared_by = _carry_sticky(s, reset_seen, recovery, readable, unreachable)
     cleared = sorted(cleared_by)
-
-    # conditions of this poll
-    critical: dict[str, Fault] = {}
-    warning: dict[str, Fault] = {}
-    for f in d.health.reasons:
-        f = policy.classify(vendor, f)
-        if f.code in policy.reset_codes:
-            continue
-        if lost:
-            critical.setdefault(f.code, dataclasses.replace(f, severity="critical"))
-        elif collector == "degraded":
-            warning.setdefault(f.code, f)
-    for f in new:
-        if f.code in policy.reset_codes or f.severity == "info":
-            continue
-        (critical if f.severity == "critical" else warning).setdefault(f.code, f)
-    active_rules = set()
-    reported = {f.fault_class for f in d.health.reasons}
-    if readable:  # stale or missing readings say nothing about thresholds
-        for rule in policy.readings:
-            if rule.fault_class in reported:
-                continue  # the collector reports this condition itself
-            hit = _check_rule(rule, d, rule.code in s.active_rules, counters, now)
-            if hit is not None:
-                active_rules.add(rule.code)
-                (critical if hit.severity == "critical" else warning).setdefault(hit.code, hit)
-    else:
-        active_rules = set(s.active_rules)
-
-    # sticky faults start on their first occurrence, without debounce: they are events. A
-    # critical fault from the kernel log is sticky whatever its class: the line is printed once,
-    # so it holds until evidence (any kind: a reset, the recovery action cleared, the lost
-    # device readable again, a boot)
-    for code, f in list(critical.items()) + list(warning.items()):
-        cp = policy.class_policy(f)
-        evidence_only = not cp.sticky and f.source == EVIDENCE_SOURCE and code in critical
-        if (cp.sticky or evidence_only) and code not in sticky:
-            level = "failed" if code in critical else "degraded"
-            clear_on = frozenset(CLEAR_EVIDENCE) if evidence_only else cp.clear_on
-            sticky[code] = StickyFault(f, f.first_seen or now, clear_on, level, seen_lost=unreachable,
-                                       recovery_pending=bool(recovery))
-            warning.pop(code, None)
-
-    # warning debounce: k of the last n readable polls
-    window = s.window
-    warnings = dict(s.warnings)
-    if readable or warning:
-        window = (window + (frozenset(warning),))[-policy.n:]
-        warnings.update(warning)
-    seen_in = {c: sum(c in w for w in window) for c in set().union(*window)} if window else {}
-    confirmed = {c for c, n in seen_in.items() if n >= policy.k}
-    pending = {c: n for c, n in seen_in.items() if n < policy.k and c in warning}
-    warnings = {c: f for c, f in warnings.items() if c in seen_in}
+    critical, warning = _conditions(d, new, policy)
+    active_rules = _reading_rules(s, d, readable, counters, now, policy, critical, warning)
+    _start_sticky(critical, warning, sticky, policy, now, unreachable, recovery)
+    window, warnings, confirmed, pending = _debounce(s, warning, readable, policy)
 
     # the raw state of this poll
     failed_reasons = list(critical.values()) + [st.fault for st in sticky.values() if st.level == "failed"]
@@ -299,7 +224,139 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
     else:
         raw = "ok"
 
-    # escalation: entering failed too often
+    offenses = _escalate(s, raw, now, policy, sticky, failed_reasons)
+    state, streak = _hysteresis(s, raw, bool(cleared), bool(critical or warning), bool(critical), policy)
+    reasons = _reasons(s, d, state, failed_reasons, degraded_reasons, sticky, readable, lost, policy)
+    node_level = state == "failed" and any(policy.node_level(f) for f in reasons if f.severity == "critical"
+                                           or f.code in sticky)
+    new_state = DeviceState(window=window, warnings=warnings, active_rules=frozenset(active_rules),
+                            counts=counts, counters=counters, sticky=sticky, state=state,
+                            better_streak=streak, offenses=offenses,
+                            vendor=vendor if d.identity.parent is None else "")
+    return new_state, Verdict(d.identity.uuid, state, reasons, pending, tuple(cleared), node_level, cleared_by)
+
+
+def _new_occurrences(s: DeviceState, d: DeviceSample, policy: Policy) -> tuple[dict[str, int], list[Fault]]:
+    """The faults whose cumulative count grew since the previous poll (classified), and the counts."""
+    counts = dict(s.counts)
+    new: list[Fault] = []
+    for f in d.faults:
+        prev = counts.get(f.code)
+        if prev is None or f.count > prev:
+            new.append(policy.classify(d.identity.vendor, f))
+        counts[f.code] = f.count
+    return counts, new
+
+
+def _reset_seen(s: DeviceState, d: DeviceSample, new: list[Fault], readable: bool, now: float,
+                policy: Policy) -> tuple[bool, dict[str, tuple[float, float]]]:
+    """Whether this poll shows a device reset (a reset code, or a counter that restarts at a
+    reset gone backwards), and the counters' last readings."""
+    reset_seen = any(f.code in policy.reset_codes for f in new) or any(
+        f.code in policy.reset_codes for f in d.health.reasons)
+    counters = dict(s.counters)
+    for name in policy.reset_counters:
+        v = d.value(name) if readable else None
+        if v is None:
+            continue
+        prev_counter = counters.get(f"reset:{name}")
+        counters[f"reset:{name}"] = (now, v)
+        if prev_counter is not None and v < prev_counter[1]:
+            reset_seen = True
+    return reset_seen, counters
+
+
+def _carry_sticky(s: DeviceState, reset_seen: bool, recovery: Any, readable: bool,
+                  unreachable: bool) -> tuple[dict[str, StickyFault], dict[str, str]]:
+    """The sticky faults that go on (evidence that the recommended action happened clears one),
+    and code -> the evidence that cleared it."""
+    sticky: dict[str, StickyFault] = {}
+    cleared_by: dict[str, str] = {}
+    for code, st in s.sticky.items():
+        why = _evidence(st, reset_seen, recovery, readable)
+        if why is not None:
+            cleared_by[code] = why
+            continue
+        sticky[code] = dataclasses.replace(st, seen_lost=st.seen_lost or unreachable,
+                                           recovery_pending=st.recovery_pending or bool(recovery))
+    return sticky, cleared_by
+
+
+def _conditions(d: DeviceSample, new: list[Fault], policy: Policy) -> tuple[dict[str, Fault], dict[str, Fault]]:
+    """This poll's critical and warning conditions (code -> fault): the collector's own report
+    (a lost device's reasons are critical) and the new fault occurrences (info ones are not)."""
+    vendor, collector = d.identity.vendor, d.health.state
+    critical: dict[str, Fault] = {}
+    warning: dict[str, Fault] = {}
+    for f in d.health.reasons:
+        f = policy.classify(vendor, f)
+        if f.code in policy.reset_codes:
+            continue
+        if collector == "failed":
+            critical.setdefault(f.code, dataclasses.replace(f, severity="critical"))
+        elif collector == "degraded":
+            warning.setdefault(f.code, f)
+    for f in new:
+        if f.code in policy.reset_codes or f.severity == "info":
+            continue
+        (critical if f.severity == "critical" else warning).setdefault(f.code, f)
+    return critical, warning
+
+
+def _reading_rules(s: DeviceState, d: DeviceSample, readable: bool, counters: Mapping, now: float,
+                   policy: Policy, critical: dict[str, Fault], warning: dict[str, Fault]) -> set[str]:
+    """The threshold rules over readings that hold now, their faults added to critical/warning.
+    Stale or missing readings say nothing about thresholds: the last active set is kept."""
+    if not readable:
+        return set(s.active_rules)
+    active: set[str] = set()
+    reported = {f.fault_class for f in d.health.reasons}
+    for rule in policy.readings:
+        if rule.fault_class in reported:
+            continue  # the collector reports this condition itself
+        hit = _check_rule(rule, d, rule.code in s.active_rules, counters, now)
+        if hit is not None:
+            active.add(rule.code)
+            (critical if hit.severity == "critical" else warning).setdefault(hit.code, hit)
+    return active
+
+
+def _start_sticky(critical: dict[str, Fault], warning: dict[str, Fault], sticky: dict[str, StickyFault],
+                  policy: Policy, now: float, unreachable: bool, recovery: Any) -> None:
+    """Sticky faults start on their first occurrence, without debounce: they are events. A
+    critical fault from the kernel log is sticky whatever its class: the line is printed once,
+    so it holds until evidence (any kind: a reset, the recovery action cleared, the lost device
+    readable again, a boot). A warning that became sticky leaves the debounce."""
+    for code, f in list(critical.items()) + list(warning.items()):
+        cp = policy.class_policy(f)
+        evidence_only = not cp.sticky and f.source == EVIDENCE_SOURCE and code in critical
+        if (cp.sticky or evidence_only) and code not in sticky:
+            level = "failed" if code in critical else "degraded"
+            clear_on = frozenset(CLEAR_EVIDENCE) if evidence_only else cp.clear_on
+            sticky[code] = StickyFault(f, f.first_seen or now, clear_on, level, seen_lost=unreachable,
+                                       recovery_pending=bool(recovery))
+            warning.pop(code, None)
+
+
+def _debounce(s: DeviceState, warning: Mapping[str, Fault], readable: bool, policy: Policy) -> tuple:
+    """Warnings confirmed when seen in k of the last n readable polls: (window, warnings kept,
+    confirmed codes, pending code -> polls seen)."""
+    window = s.window
+    warnings = dict(s.warnings)
+    if readable or warning:
+        window = (window + (frozenset(warning),))[-policy.n:]
+        warnings.update(warning)
+    seen_in = {c: sum(c in w for w in window) for c in set().union(*window)} if window else {}
+    confirmed = {c for c, n in seen_in.items() if n >= policy.k}
+    pending = {c: n for c, n in seen_in.items() if n < policy.k and c in warning}
+    warnings = {c: f for c, f in warnings.items() if c in seen_in}
+    return window, warnings, confirmed, pending
+
+
+def _escalate(s: DeviceState, raw: str, now: float, policy: Policy, sticky: dict[str, StickyFault],
+              failed_reasons: list[Fault]) -> tuple[float, ...]:
+    """Entering failed too often within the window makes a sticky ``repeat-offender`` fault
+    (added to sticky and failed_reasons); the entries still in the window."""
     offenses = tuple(t for t in s.offenses if now - t <= policy.escalate_window_seconds)
     if raw == "failed" and s.state != "failed":
         offenses += (now,)
@@ -311,23 +368,32 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
             cp = policy.class_policy(f)
             sticky["repeat-offender"] = StickyFault(f, now, cp.clear_on if cp.sticky else frozenset({"boot"}), "failed")
             failed_reasons.append(f)
+    return offenses
 
-    # hysteresis: worse at once; better after recovery_polls polls, or at once on evidence
+
+def _hysteresis(s: DeviceState, raw: str, cleared: bool, seen: bool, critical: bool,
+                policy: Policy) -> tuple[str, int]:
+    """(state, better streak): worse at once; better after recovery_polls clean polls, or at
+    once on evidence (``cleared`` with nothing critical); unknown holds the last verdict."""
     prev = s.state
     if raw == "unknown" and prev != "failed" and prev != "degraded":
-        state, streak = "unknown", 0
-    elif STATE_RANK[raw] >= STATE_RANK[prev] and not (raw == "unknown" and prev in ("failed", "degraded")):
-        state, streak = raw, 0
-    elif cleared and not critical:  # evidence (a reset, the lost device back): no hysteresis
-        state, streak = raw, 0
-    elif raw == "unknown":  # cannot read: hold the last verdict, do not count toward recovery
-        state, streak = prev, s.better_streak
-    elif critical or warning:  # better than before, but the condition was seen: not clean
-        state, streak = prev, 0
-    else:
-        streak = s.better_streak + 1
-        state, streak = (raw, 0) if streak >= policy.recovery_polls else (prev, streak)
+        return "unknown", 0
+    if STATE_RANK[raw] >= STATE_RANK[prev] and not (raw == "unknown" and prev in ("failed", "degraded")):
+        return raw, 0
+    if cleared and not critical:  # evidence (a reset, the lost device back): no hysteresis
+        return raw, 0
+    if raw == "unknown":  # cannot read: hold the last verdict, do not count toward recovery
+        return prev, s.better_streak
+    if seen:  # better than before, but the condition was seen: not clean
+        return prev, 0
+    streak = s.better_streak + 1
+    return (raw, 0) if streak >= policy.recovery_polls else (prev, streak)
 
+
+def _reasons(s: DeviceState, d: DeviceSample, state: str, failed_reasons: list[Fault],
+             degraded_reasons: list[Fault], sticky: Mapping[str, StickyFault], readable: bool, lost: bool,
+             policy: Policy) -> tuple[Fault, ...]:
+    """The verdict's reasons for ``state``, in the policy's order."""
     if state == "failed":
         reasons = failed_reasons or _held(s, sticky)
     elif state == "degraded":
@@ -338,14 +404,7 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
         reasons = ()
     if state in ("failed", "degraded") and not readable and d.health.reasons and not lost:
         reasons = tuple(reasons) + tuple(d.health.reasons)  # say that it is not readable now
-    reasons = _order(reasons, vendor, policy)
-    node_level = state == "failed" and any(policy.node_level(f) for f in reasons if f.severity == "critical"
-                                           or f.code in sticky)
-    new_state = DeviceState(window=window, warnings=warnings, active_rules=frozenset(active_rules),
-                            counts=counts, counters=counters, sticky=sticky, state=state,
-                            better_streak=streak, offenses=offenses,
-                            vendor=vendor if d.identity.parent is None else "")
-    return new_state, Verdict(d.identity.uuid, state, reasons, pending, tuple(cleared), node_level, cleared_by)
+    return _order(reasons, d.identity.vendor, policy)
 
 
 def _held(s: DeviceState, sticky: Mapping[str, StickyFault]) -> tuple[Fault, ...]:
