@@ -81,6 +81,12 @@ def spec(vendor: str) -> Optional[VendorSpec]:
     return specs().get(vendor)
 
 
+def uuid_prefix(vendor: str) -> str:
+    """The prefix of the vendor's device uuids (``GPU-`` for NVIDIA's); '' for an unknown vendor."""
+    s = spec(vendor)
+    return s.uuid_prefix if s is not None else ""
+
+
 def device_resource(vendor: str, model: str) -> str:
     """The extended resource a whole device of ``model`` is allocated as on its node (the spec's
     ``device_resource``: ``nvidia.com/gpu``, ``huawei.com/Ascend910``); '' for an unknown vendor."""

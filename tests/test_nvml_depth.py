@@ -271,7 +271,7 @@ def test_mig_instances_are_devices_with_a_parent():
 def test_a_mig_instance_is_as_healthy_as_its_gpu():
     c, _ = make("nvidia-mig")
     c._nv._scenario.devices[0].values["memory_remap_failed"] = __import__(
-        "hetero_exporter.simulate.scenario", fromlist=["Signal"]).Signal("const", {"value": 1})
+        "hetero_exporter.model.scenario", fromlist=["Signal"]).Signal("const", {"value": 1})
     devices = c.collect()
     assert devices[0].health.state == "failed"
     assert all(m.health.state == "failed" for m in devices[1:5])

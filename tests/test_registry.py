@@ -67,7 +67,7 @@ def test_a_registered_spec_reaches_every_core_reader():
     from hetero_exporter.sdk.cli_collector import CliCalls, find_tool, tool_spec
     from hetero_exporter.model.spec import ResourceName, ToolSpec, VendorSpec
     from hetero_exporter.simulate import kubelet
-    from hetero_exporter.simulate.scenario import _uuid
+    from hetero_exporter.simulate.scenario import from_dict as scenario_from_dict
 
     spec = VendorSpec(
         name="zeta", kind="xpu", display_name="Zeta", package="zeta_not_installed",
@@ -92,7 +92,7 @@ def test_a_registered_spec_reaches_every_core_reader():
         for dev_id in ("abc", "xpu-ABC", "zeta-2"):  # prefix dropped, prefixed, name ending in the index
             got, unmatched = map_allocations([ContainerDevices("ns", "p", "c", "zeta.example/xpu", (dev_id,))], [dev])
             assert [a.device_id for a in got["XPU-abc"]] == [dev_id] and not unmatched
-        assert _uuid("zeta", "s", 0).startswith("XPU-")
+        assert scenario_from_dict({"devices": [{"vendor": "zeta"}]}).devices[0].uuid.startswith("XPU-")
         proc = SimpleNamespace(pod="ns/p", container="c")
         scenario = SimpleNamespace(
             devices=[SimpleNamespace(vendor="zeta", index=3, product="Zeta 100", uuid="XPU-1", pci_address="",

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetero_exporter import cli
+from hetero_exporter.model import scenario as limits
 from hetero_exporter.simulate import scenario as sc
 from hetero_exporter.simulate.scenario import ScenarioError, from_dict
 
@@ -77,14 +78,14 @@ def test_every_shipped_scenario_still_loads(path):
     ({"faults": [{"at": "soon", "vendor": "nvidia", "index": 0, "kind": "xid"}]}, "faults[0].at"),
     ({"faults": [{"vendor": "nvidia", "index": 0, "kind": "xid"}]}, "faults[0]"),
     ({"faults": [{"at": 1, "vendor": "nvidia", "index": 0, "kind": "xid", "when": {1, 2}}]}, "faults[0].when"),
-    ({"faults": [{"at": 1, "vendor": "nvidia", "index": 0, "kind": "xid"}] * (sc.MAX_FAULTS + 1)}, "faults"),
+    ({"faults": [{"at": 1, "vendor": "nvidia", "index": 0, "kind": "xid"}] * (limits.MAX_FAULTS + 1)}, "faults"),
     ({"pods": [{"namespace": "a", "name": "b"}]}, "pods[0]"),
     ({"pods": [{"namespace": "a", "name": "b", "uid": "u", "qos": "gold"}]}, "pods[0].qos"),
     ({"pods": [{"namespace": "a", "name": "b", "uid": "u", "containers": ["c"]}]}, "pods[0].containers"),
     ({"kernel_log": [{"line": "x"}]}, "kernel_log[0]"),
-    ({"kernel_log": [{"at": 1, "line": "x" * (sc.MAX_LINE + 1)}]}, "kernel_log[0].line"),
+    ({"kernel_log": [{"at": 1, "line": "x" * (limits.MAX_LINE + 1)}]}, "kernel_log[0].line"),
     ({"kernel_log": [{"at": 1, "line": "x", "priority": 9}]}, "kernel_log[0].priority"),
-    ({"kernel_log": [{"at": 1, "line": "x"}] * (sc.MAX_KERNEL_LOG_LINES + 1)}, "kernel_log"),
+    ({"kernel_log": [{"at": 1, "line": "x"}] * (limits.MAX_KERNEL_LOG_LINES + 1)}, "kernel_log"),
     ({"settings": {"nvidia": [1]}}, "settings.nvidia"),
     ({"links": [5]}, "links[0]"),
     ({"nmae": "x"}, ""),
@@ -97,12 +98,12 @@ def test_wrong_types_and_sizes_name_their_field(doc, field):
 def test_a_million_devices_is_refused_at_once():
     # it took 41 s and 1.9 GB before the cap; now nothing is built
     line = refused({"devices": [group(count=1000000)]}, "devices[0].count")
-    assert f"from 1 to {sc.MAX_DEVICES_PER_VENDOR}" in line
+    assert f"from 1 to {limits.MAX_DEVICES_PER_VENDOR}" in line
 
 
 def test_a_big_scenario_file_is_refused_unread(tmp_path):
     p = tmp_path / "big.yaml"
-    p.write_text("# padding\n" * (sc.MAX_SCENARIO_BYTES // 10 + 1))
+    p.write_text("# padding\n" * (limits.MAX_SCENARIO_BYTES // 10 + 1))
     with pytest.raises(ScenarioError, match="over the limit"):
         sc.load(str(p))
 
@@ -206,7 +207,7 @@ def test_any_scenario_document_loads_or_gives_one_line(tmp_path_factory, doc):
     except ScenarioError as e:
         assert "\n" not in str(e) and str(e).startswith(str(scenario_file))
         return
-    assert len(s.devices) <= 3 * sc.MAX_DEVICES_PER_VENDOR
+    assert len(s.devices) <= 3 * limits.MAX_DEVICES_PER_VENDOR
     for d in s.devices:  # what the fakes read works on what was accepted
         for name in d.values:
             d.value(name, 12.5)

@@ -45,7 +45,7 @@ class ParseError(ValueError):
 @dataclass(frozen=True)
 class CollectorOptions:
     """What a collector is built with. ``settings`` is the collector's own section of the
-    config file; ``scenario`` is a simulate.scenario.Scenario when simulating."""
+    config file; ``scenario`` is a model.scenario.Scenario when simulating."""
 
     node_name: str = ""
     interval_seconds: float = 10.0

@@ -70,10 +70,11 @@ Answer = Callable[[Any, float, Sequence[str]], tuple[int, str, str]]
 def fake_main(vendor: str, tool: str, answer_fn: Answer, argv: Optional[Sequence[str]] = None,
               detail: Optional[Callable[[Sequence[str]], bool]] = None, error_message: str = "") -> int:
     """Entry point of a fake tool: load the scenario, apply the failure mode, print."""
-    from hetero_exporter.simulate.scenario import load
+    from hetero_exporter import vendors
+    from hetero_exporter.model.scenario import load_file
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        scenario = load(os.environ[ENV_SCENARIO])
+    try:  # the file the agent wrote into the launcher (Scenario.source), read as the agent read it
+        scenario = load_file(os.environ[ENV_SCENARIO], vendors.uuid_prefix)
     except (KeyError, ValueError, OSError) as e:
         sys.stderr.write(f"fake {tool}: cannot load the scenario: {e}\n")
         return 2

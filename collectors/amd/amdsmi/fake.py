@@ -51,7 +51,7 @@ from typing import Any, Optional
 
 from hetero_exporter.collectors.amd import versions
 from hetero_exporter.collectors.amd.identity import simulated_unique_id
-from hetero_exporter.simulate.scenario import DeviceSpec, Scenario
+from hetero_exporter.model.scenario import DeviceSpec, Scenario
 
 # Enums the collector reads, by amdsmi class name (rebuilt from the installed package).
 ENUMS = ("AmdSmiInitFlags", "AmdSmiTemperatureType", "AmdSmiTemperatureMetric", "AmdSmiClkType",

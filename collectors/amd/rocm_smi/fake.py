@@ -36,7 +36,7 @@ import yaml
 from hetero_exporter.collectors.amd.identity import simulated_unique_id
 from hetero_exporter.sdk import versions as sdk_versions
 from hetero_exporter.sdk import fake_tool
-from hetero_exporter.simulate.scenario import DeviceSpec, Scenario
+from hetero_exporter.model.scenario import DeviceSpec, Scenario
 
 MIB = 1 << 20
 MODES = ("ok", "hang", "garbage", "crash", "legacy", *fake_tool.FAILURE_KINDS)

@@ -239,7 +239,7 @@ def render_fault_events(per_chip: Sequence[tuple[Optional[int], Sequence[tuple[s
 @dataclass(frozen=True)
 class FakeChip:
     chip: NpuChip
-    spec: Any  # simulate.scenario.DeviceSpec
+    spec: Any  # model.scenario.DeviceSpec
     codes: tuple[str, ...] = ()
     information: tuple[str, ...] = ()
     events: tuple[tuple[str, int, str], ...] = ()  # current fault events: (event id, severity, name)

@@ -50,7 +50,7 @@ from typing import Any, Optional
 import pynvml
 
 from hetero_exporter.collectors.nvidia.common import CLOCK_REASONS
-from hetero_exporter.simulate.scenario import DeviceSpec, Scenario, parse_size
+from hetero_exporter.model.scenario import DeviceSpec, Scenario, parse_size
 
 # Model field each NVML call reads, so `unsupported: [field]` in a scenario maps to calls.
 _CALL_FIELD = {
