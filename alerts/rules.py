@@ -1,5 +1,5 @@
 """The Prometheus alert and recording rules, written from Python so that metric names come from
-``hetero_exporter.exposition.names`` and are never retyped.
+``hetero_exporter.model.names`` and are never retyped.
 
     python alerts/rules.py           # write alerts/hetero-exporter.rules.yml and deploy/base/prometheusrule.yaml
     python alerts/rules.py --check   # exit 1 when either is out of date
@@ -24,7 +24,7 @@ from typing import Optional
 
 import yaml
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 HERE = Path(__file__).resolve().parent
 RULES_FILE = HERE / "hetero-exporter.rules.yml"

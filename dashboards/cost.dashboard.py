@@ -11,7 +11,7 @@ A shared device's shares sum to at most 1, so it is charged once however many po
 
 from panels import Q, Section, build_dashboard, by_device, sel, stat, table, timeseries
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 IDLE_UTILIZATION = 0.1  # as alerts/rules.py
 ON = "on(node, uuid) group_left()"

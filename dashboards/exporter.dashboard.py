@@ -3,7 +3,7 @@ sources, the kernel-log follower, and the quality of every field (where it comes
 
 from panels import JOB, Q, Section, build_dashboard, external, increase, rate, sel, table, timeseries
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 COL = "{{node}} {{collector}}"
 job = f'job="{JOB}"'

@@ -4,7 +4,7 @@ power and faults. The first dashboard to open."""
 from panels import (Q, Section, build_dashboard, by_device, count_or_zero, in_state, increase, sel, stat,
                     table, timeseries)
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 VM = "{{vendor}} {{model}}"
 

@@ -4,7 +4,7 @@ and the Kubernetes actions the health loop took (taints, conditions, events)."""
 from panels import (Q, Section, TAINT_KEY, build_dashboard, by_device, external, in_state, increase, sel,
                     table, timeseries)
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 DEV = "{{node}} {{vendor}}#{{index}} {{model}}"
 identity = ("model", "index", "pci_address")

@@ -3,7 +3,7 @@ errors, links and processes."""
 
 from panels import DEVICE_LEGEND, Q, Section, build_dashboard, by_device, increase, rate, sel, table, timeseries
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 DEV = DEVICE_LEGEND
 PROC = DEV + " {{namespace}}/{{pod}} pid {{pid}}"

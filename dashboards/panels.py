@@ -1,6 +1,6 @@
 """Shared building blocks of the five dashboards: PromQL selectors, device joins, panels, layout.
 
-Metric names come from ``hetero_exporter.exposition.names``; nothing here spells one. Value
+Metric names come from ``hetero_exporter.model.names``; nothing here spells one. Value
 series carry only ``vendor`` and ``uuid`` (DESIGN.md), so the model filter and the device index
 reach a panel through a join with the device info series (``names.DEVICE_INFO``) on ``(node, uuid)``. ``node`` is
 not emitted by the agent: deploy/ relabels it from the pod's node name, and ``on(node, uuid)``
@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import grafanalib.core as G
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 # The scrape job: deploy/base/servicemonitor.yaml takes it from the Service's
 # app.kubernetes.io/name label (jobLabel), so a kustomize namePrefix does not change it.

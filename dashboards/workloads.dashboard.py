@@ -2,7 +2,7 @@
 
 from panels import Q, Section, build_dashboard, by_device, sel, table, timeseries, weighted
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 NS = "{{namespace}}"
 pod_memory = by_device(sel(N.PROCESS_MEMORY), ("model",))

@@ -1,5 +1,5 @@
 """Metric names and label matchers in PromQL text (dashboards, alert rules, promtool tests), checked
-against ``hetero_exporter.exposition.names``: a retyped or misspelt name or label fails a test
+against ``hetero_exporter.model.names``: a retyped or misspelt name or label fails a test
 before any Prometheus sees it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 ROOT = Path(__file__).resolve().parent.parent
 # Labels every scraped series gets from its target (node: deploy/ relabelling).

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 from conftest import ROOT
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 from promql_names import load, problems
 
 generate = load("dashboards/generate.py")

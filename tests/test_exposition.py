@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from conftest import ROOT, require_tool
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 from hetero_exporter.exposition.collector import SnapshotCollector
 from hetero_exporter.exposition.server import MetricsServer, parse_listen
 from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, Health,

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from hetero_exporter import config, finops
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 from hetero_exporter.exposition.collector import SnapshotCollector, build_families
 from hetero_exporter.model import (Allocation, DeviceIdentity, DeviceSample, NodeSnapshot, ProcessSample,
                                    Profile, Quality, Reading)

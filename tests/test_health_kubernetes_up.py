@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from agent_proc import Agent
 from health_agent import SCENARIOS, HealthAgent
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 from hetero_exporter.k8s.client import off
 
 pytest.importorskip("kubernetes")

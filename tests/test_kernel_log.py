@@ -11,7 +11,7 @@ import os
 import pytest
 
 from hetero_exporter import kernel_log as kl
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 from hetero_exporter.health import policy as policy_mod
 from hetero_exporter.health.verdicts import HealthVerdicts
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot

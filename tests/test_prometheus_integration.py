@@ -20,7 +20,7 @@ import yaml
 
 from agent_proc import Agent
 from conftest import ROOT, require_tool
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 from hetero_exporter.simulate.scenario import BUILTIN_DIR
 from promql_names import load
 from prometheus_proc import PromError, Prometheus

@@ -4,7 +4,7 @@ conditions derived from readings (row-remap pending/failure, retirement pending,
 downgrade, recovery action) with their fault-table entries.
 
 Field names are vendor-neutral (another vendor reporting remapped rows uses the same name);
-exposition/names.py maps them to metrics.
+model/names.py maps them to metrics.
 """
 
 from __future__ import annotations

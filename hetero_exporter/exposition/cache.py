@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Optional
 from prometheus_client import exposition as _prom
 from prometheus_client.exposition import choose_encoder, generate_latest
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 _AGE = N.SNAPSHOT_AGE.family
 _EOF = b"# EOF\n"

@@ -17,7 +17,7 @@ from prometheus_client.samples import Sample
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import finops as finops_mod
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 from hetero_exporter.model import HEALTH_STATES, DeviceSample, NodeSnapshot
 
 _EMPTY = ""

@@ -1,6 +1,6 @@
 """Self-metrics of the health loop, as a prometheus_client collector registered beside the
 snapshot collector: actions by result, the blast-radius budget, node verdict, API reachability.
-Names come from exposition/names.py."""
+Names come from model/names.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Iterator, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from hetero_exporter.exposition import names as N
+from hetero_exporter.model import names as N
 
 RESULTS = ("ok", "error", "conflict", "refused", "dry-run", "exists")
 # The actions DESIGN.md names: each (action, result) is exported at 0 from the start, so dashboards

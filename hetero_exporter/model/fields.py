@@ -1,8 +1,8 @@
 """Names of the readings a DeviceSample may carry, with their base unit.
 
 Collectors key ``DeviceSample.readings`` by these names; exposition maps them to metric
-families (exposition/names.py). A collector may add vendor-specific fields: they travel in
-the JSON model and in ``accelerator_field_status``; give them a metric in exposition/names.py
+families (model/names.py). A collector may add vendor-specific fields: they travel in
+the JSON model and in ``accelerator_field_status``; give them a metric in model/names.py
 when dashboards need them.
 """
 
