@@ -33,12 +33,13 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.model import (Allocation, DeviceIdentity, DeviceSample, NodeSnapshot,
                                    ProcessSample, SourceStatus)
+from hetero_exporter.model.pods import PodInfo  # noqa: F401 (part of this module's API)
 
 log = logging.getLogger(__name__)
 
@@ -361,18 +362,6 @@ class CgroupCache:
 
 
 # --------------------------------------------------------------------------- names and allocations
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    """A pod as the Kubernetes API (or a scenario) describes it. ``containers`` maps a bare
-    container id (no ``containerd://`` prefix) to the container name."""
-
-    uid: str
-    namespace: str
-    name: str
-    containers: Mapping[str, str] = field(default_factory=dict)
-    qos_class: Optional[str] = None
 
 
 class PodDirectory(Protocol):

@@ -20,26 +20,15 @@ reported as unmatched, never guessed.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
 from hetero_exporter import vendors as vendor_specs
 from hetero_exporter.model import Allocation, DeviceIdentity
+from hetero_exporter.model.pods import ContainerDevices  # noqa: F401 (part of this module's API)
 
 _REPLICA = re.compile(r"(?:::|--)\d+$")
 _PCI = re.compile(r"^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
 _TRAILING_INDEX = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9.]+)*?-(\d{1,3})$")
-
-
-@dataclass(frozen=True)
-class ContainerDevices:
-    """One (container, resource) of a PodResources ``List`` answer."""
-
-    namespace: str
-    pod: str
-    container: str
-    resource: str
-    device_ids: tuple[str, ...]
 
 
 def vendor_of(resource: str, extra: Optional[Mapping[str, str]] = None) -> Optional[str]:

@@ -15,8 +15,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from hetero_exporter import profiles, vendors
-from hetero_exporter.attribution import PodInfo
-from hetero_exporter.podresources.mapping import ContainerDevices
+from hetero_exporter.model.pods import ContainerDevices, PodInfo
 
 def _plugin(d: Any) -> Optional[tuple[str, str]]:
     """(resource name, device id) of a scenario device as its vendor's device plugin names it
