@@ -9,7 +9,7 @@ import json
 import pytest
 
 from hetero_exporter import vendors
-from hetero_exporter.health import faults
+from hetero_exporter.sdk import faults
 from hetero_exporter.sdk import kmsg
 from hetero_exporter.sdk.kmsg import Record, split_record
 

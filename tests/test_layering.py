@@ -56,6 +56,24 @@ def test_new_modules_are_covered_without_being_listed(tmp_path):
     assert "hetero_exporter.newcore" in out and out.count("BROKEN") == 3, out[-3000:]
 
 
+@pytest.mark.parametrize("room, source", [
+    ("health/probe.py", "from hetero_exporter import cli\n"),              # a room reaching up
+    ("sdk/probe.py", "from hetero_exporter.health import rules\n"),       # the SDK reaching up
+    ("model/probe.py", "from hetero_exporter import vendors\n"),          # the floor reaching up
+    ("scoring/probe.py", "from hetero_exporter.exposition import cache\n"),  # one room into another
+    ("collectors/enflame/probe.py", "from hetero_exporter import sampling\n"),
+    ("probe.py", ""),                                                       # a module in no layer
+])
+def test_the_layers_contract_covers_a_new_module_in_any_room(tmp_path, room, source):
+    """Issue 26: one layers contract over the whole core; a misplaced import in a new module of
+    any room, or a new top-level module in no layer, breaks it with no edit of .importlinter."""
+    root = _installed_layout(tmp_path)
+    (root / "hetero_exporter" / room).write_text(source)
+    proc = _lint(root, "layers")
+    assert proc.returncode != 0 and "BROKEN" in proc.stdout, proc.stdout[-3000:]
+    assert "probe" in proc.stdout, proc.stdout[-3000:]
+
+
 def test_vendor_specs_load_without_any_binding():
     """The extender reads the specs (resource names, fabrics): loading them imports each vendor
     package's ``__init__`` only, never a binding or a collector module."""

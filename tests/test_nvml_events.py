@@ -16,7 +16,7 @@ pynvml = pytest.importorskip("pynvml")
 from conftest import ROOT, shared_fixtures  # noqa: E402
 from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
 from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402
-from hetero_exporter.health import faults  # noqa: E402
+from hetero_exporter.sdk import faults  # noqa: E402
 from hetero_exporter.model import ACTIONS  # noqa: E402
 from hetero_exporter.sampling import CollectorSpec, Sampler  # noqa: E402
 from hetero_exporter.simulate import ManualClock, load  # noqa: E402

@@ -42,7 +42,7 @@ def test_wheel_contains_collectors_and_data(wheel):
     for name in ("hetero_exporter/model/types.py", "hetero_exporter/collectors/nvidia/nvml/collector.py",
                  "hetero_exporter/collectors/nvidia/nvml/fake.py", "hetero_exporter/profiles/profiles.yaml",
                  "hetero_exporter/simulate/scenarios/default.yaml",
-                 "hetero_exporter/health/faults.py"):
+                 "hetero_exporter/sdk/faults.py"):
         assert name in wheel, name
     for data in ("faults.yaml", "profiles.yaml"):  # the vendors' fault tables and device profiles
         tables = [n for n in wheel if n.startswith("hetero_exporter/collectors/") and n.endswith("/" + data)]

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from conftest import SHARED_ABSENT, shared_root
 from hetero_exporter import registry, vendors
-from hetero_exporter.health import faults as fault_tables
+from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.model import KINDS, METHODS, NodeSnapshot, snapshot_to_json
 from hetero_exporter.sampling import CollectorSpec, Sampler
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError

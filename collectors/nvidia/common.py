@@ -14,7 +14,7 @@ import threading
 from typing import Iterable, Mapping, Optional
 
 from hetero_exporter.sdk.ledger import FaultLedger
-from hetero_exporter.health import faults as fault_tables
+from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.model import Fault, Health, Reading
 
 # ---------------------------------------------------------------- extra reading fields

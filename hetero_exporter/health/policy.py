@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from hetero_exporter.health import faults as fault_tables
+from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.model import ACTIONS, SEVERITIES, Fault
 
 POLICY_FILE = Path(__file__).with_name("policy.yaml")

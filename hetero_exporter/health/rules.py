@@ -28,7 +28,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
-from hetero_exporter.health import faults as fault_tables
+from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.health.policy import CLEAR_EVIDENCE, Policy, ReadingRule
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
 

@@ -7,7 +7,7 @@ import hashlib
 import re
 from typing import Any, Optional
 
-from hetero_exporter.health import faults as fault_tables
+from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.health.policy import Policy
 from hetero_exporter.model import DeviceSample, Fault
 

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from hetero_exporter.attribution import PodInfo
+from hetero_exporter.model.pods import PodInfo
 from hetero_exporter.k8s.api import Api, WatchStream
 from hetero_exporter.k8s.client import K8sError
 from hetero_exporter.k8s.node_cache import ListWatchThread, list_then_watch

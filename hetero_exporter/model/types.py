@@ -103,7 +103,7 @@ class Fault:
     """A vendor fault: code as the vendor prints it, class and recommended action.
 
     ``count`` is cumulative since the agent started; ``first_seen``/``last_seen`` are Unix
-    seconds. ``action`` is one of the action names of health/faults (e.g. ``reboot-node``).
+    seconds. ``action`` is one of the action names of sdk/faults (e.g. ``reboot-node``).
     """
 
     code: str

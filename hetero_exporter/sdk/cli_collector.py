@@ -30,7 +30,7 @@ from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.sdk.identity import IdentityMemory, identity_file
 from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.model.spec import ToolSpec
-from hetero_exporter.health import faults as fault_tables
+from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, ProcessSample, Quality, Reading
 
 Runner = Callable[..., Any]  # runner.run's signature: (argv, timeout, *, env=...) -> CliResult

@@ -36,7 +36,7 @@ Rules file (``collectors/<vendor>/kernel_log.yaml``)::
         pci: only-device        # no address on the line: the vendor's only device seen so far, if one
         duplicate_within: 16    # no event when the same vendor/address/code was emitted within N lines
 
-Severity, class and action come from the vendor's fault table (``health.faults.table``);
+Severity, class and action come from the vendor's fault table (``sdk.faults.table``);
 codes the table does not know get the row named by ``fallback`` or the table's default.
 """
 
@@ -53,7 +53,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 import yaml
 
 from hetero_exporter import vendors
-from hetero_exporter.health import faults
+from hetero_exporter.sdk import faults
 from hetero_exporter.sdk import pciaddr
 from hetero_exporter.model.spec import VendorSpec
 

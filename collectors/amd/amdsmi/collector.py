@@ -51,7 +51,7 @@ from hetero_exporter.sdk.cli_collector import fall_back
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
-from hetero_exporter.health import faults as fault_tables
+from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, ProcessSample,
                                    Quality, Reading)
 

@@ -51,7 +51,7 @@ from hetero_exporter.sdk import values
 from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, Readings, build, table_fault,
                                                       worst_state)
 from hetero_exporter.sdk.schedule import DetailSchedule
-from hetero_exporter.health import faults as fault_tables
+from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.collectors.ascend import versions
 from hetero_exporter.collectors.ascend.npu_smi.parse import (  # noqa: F401 - the parsers are part of this API
     TOOL, TOPO_FABRIC, CardListing, ChipMapping, DetailDoc, FaultEvent, FaultEvents, HealthDetail, NpuChip,
