@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hetero_exporter.attribution import Attributor, PodInfo, StaticPods  # noqa: E402
+from hetero_exporter.sources.attribution import Attributor, PodInfo, StaticPods  # noqa: E402
 from hetero_exporter.model import (Allocation, DeviceIdentity, DeviceSample, NodeSnapshot,  # noqa: E402
                                    ProcessSample, SourceStatus)
 from hetero_exporter.simulate import procfs  # noqa: E402

@@ -118,7 +118,7 @@ def latency(rounds: int) -> list[float]:
 
 def follow_cpu(seconds: float, rate: int = 1000) -> tuple[float, int, int]:
     """(CPU share of one core, records read, events) following a file written at ``rate``/s."""
-    from hetero_exporter import kernel_log as kl
+    from hetero_exporter.sources import kernel_log as kl
     tmp = tempfile.mkdtemp(prefix="kl-cpu-")
     path = os.path.join(tmp, "kern.log")
     open(path, "w").close()
@@ -139,7 +139,7 @@ def follow_cpu(seconds: float, rate: int = 1000) -> tuple[float, int, int]:
 
 
 def kmsg_per_record(n: int = 100_000) -> float:
-    from hetero_exporter import kernel_log as kl
+    from hetero_exporter.sources import kernel_log as kl
     from hetero_exporter.simulate.kernel_log import RingBuffer
     ring = RingBuffer(capacity=n + 1)
     for i in range(n):

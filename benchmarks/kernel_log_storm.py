@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import gc, json, resource, sys, tempfile, threading, time
 sys.path.insert(0, sys.argv[1])
-from hetero_exporter import kernel_log as kl
+from hetero_exporter.sources import kernel_log as kl
 from hetero_exporter.simulate.kernel_log import RingBuffer
 
 def rss_mib():

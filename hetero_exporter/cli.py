@@ -406,19 +406,19 @@ class Wiring:
     def pci_locate(self) -> list[Any]:
         """The enricher giving a device reported without a PCI address its bus address (with PCI
         presence on), first, so attribution and the remedy see it."""
-        from hetero_exporter.health.pci_presence import PciLocate
+        from hetero_exporter.sources.pci_presence import PciLocate
         return [PciLocate(self.pci_scan(), registry.pci_vendors())] if self.pci_presence else []
 
     def pci_scan(self) -> Any:
         """The PCI bus scan: the scenario's when simulating, sysfs otherwise."""
-        from hetero_exporter.health.pci_presence import simulated_scan
+        from hetero_exporter.sources.pci_presence import simulated_scan
         if self.scenario is not None:
             return simulated_scan(self.scenario, self.clock, registry.pci_vendors())
         return lambda: pci.scan(self.cfg.sysfs_root)
 
     def health_enrichers(self) -> list[Any]:
         """PCI presence (missing devices), then the rules' verdicts as each device's health."""
-        from hetero_exporter.health.pci_presence import PciPresence
+        from hetero_exporter.sources.pci_presence import PciPresence
         from hetero_exporter.health.verdicts import HealthVerdicts
         policy, _ = self.health_settings()
         self.verdicts = HealthVerdicts(policy)
@@ -446,7 +446,7 @@ class Wiring:
         """The follower (its own thread; the first read done before the first cycle) and the
         enricher putting its events on the devices; None when off. Simulating, it reads the
         scenario's ring buffer (its ``kernel_log`` lines up to the scenario clock)."""
-        from hetero_exporter import kernel_log as kl
+        from hetero_exporter.sources import kernel_log as kl
         settings = self.kernel_log_settings()
         if not settings.get("enabled", True):
             log.info("kernel log off", extra={"reason": "disabled"})
@@ -479,7 +479,7 @@ class Wiring:
         """The health loop over ``self.verdicts`` (call after sampler()); its metrics go on the
         registry. Without cluster access it only computes (metrics), and says why."""
         from hetero_exporter.health.metrics import HealthMetrics
-        from hetero_exporter.health.pci_presence import UdevWatch
+        from hetero_exporter.sources.pci_presence import UdevWatch
         from hetero_exporter.health.remedy import HealthLoop, Remedy
         from hetero_exporter.k8s import client as k8s_client
         policy, rcfg = self.health_settings()
@@ -516,7 +516,7 @@ class Wiring:
         the scenario, its pods as the pod directory, and a real PodResources gRPC server on a
         socket in the workdir. On a node: ``proc_root`` (hostPID), the watch-backed pod cache
         when Kubernetes is configured, kubelet PodResources when its socket is mounted."""
-        from hetero_exporter.attribution import Attributor, StaticPods
+        from hetero_exporter.sources.attribution import Attributor, StaticPods
         settings = self.cfg.attribution
         if self.scenario is not None:
             from hetero_exporter.simulate import kubelet, procfs
@@ -713,7 +713,7 @@ def _print_parsed(result: Any, as_json: bool) -> None:
 def cmd_parse_kernel_log(args: argparse.Namespace) -> int:
     """``parse kernel-log FILE``: streamed line by line (memory bounded by the events kept),
     at most KERNEL_LOG_PARSE_LIMIT bytes."""
-    from hetero_exporter import kernel_log as kl
+    from hetero_exporter.sources import kernel_log as kl
     from hetero_exporter.sdk.kmsg import parse_lines
     try:  # a regular file (devices and FIFOs refused, sdk/capture.py) or stdin
         stream = sys.stdin.buffer if args.file == "-" else open_capture(

@@ -19,7 +19,7 @@ __all__ = ["CollectorEntry", "collector_entries", "collector_factory", "parsers"
 
 # Parsers that are not a vendor's (TOOL -> "module:function")
 _CORE_PARSERS = {
-    "cgroup": "hetero_exporter.attribution:parse_cgroup",  # /proc/<pid>/cgroup -> CgroupInfo
+    "cgroup": "hetero_exporter.sources.attribution:parse_cgroup",  # /proc/<pid>/cgroup -> CgroupInfo
     "kernel-log": "hetero_exporter.sdk.kmsg:parse_text",  # dmesg / journalctl -k / /dev/kmsg -> events
 }
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import shared_fixture, shared_fixtures
-from hetero_exporter.attribution import (QOS_CLASSES, Attributor, CgroupCache, PodInfo, StaticPods,
+from hetero_exporter.sources.attribution import (QOS_CLASSES, Attributor, CgroupCache, PodInfo, StaticPods,
                                          parse_cgroup, parse_stat_start_time)
 from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.model import (Allocation, DeviceIdentity, DeviceSample, NodeSnapshot, ProcessSample,

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from hetero_exporter import kernel_log as kl
+from hetero_exporter.sources import kernel_log as kl
 from hetero_exporter.model import names as N
 from hetero_exporter.health import policy as policy_mod
 from hetero_exporter.health.verdicts import HealthVerdicts
@@ -245,7 +245,7 @@ def test_unreadable_kmsg_says_why_once_and_reports_down(tmp_path, caplog):
         raise PermissionError(1, "Operation not permitted")
     src = kl.KmsgSource("/dev/kmsg", opener=denied)
     f = kl.Follower(src, state_dir=str(tmp_path), boot_id="b", clock=ManualClock())
-    with caplog.at_level(logging.WARNING, logger="hetero_exporter.kernel_log"):
+    with caplog.at_level(logging.WARNING, logger="hetero_exporter.sources.kernel_log"):
         for _ in range(3):
             assert f.drain() == (0, True)
     said = [r for r in caplog.records if "kernel log off" in r.getMessage()]

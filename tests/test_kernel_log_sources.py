@@ -14,7 +14,7 @@ import json
 import os
 import threading
 
-from hetero_exporter import kernel_log as kl
+from hetero_exporter.sources import kernel_log as kl
 from hetero_exporter.simulate import ManualClock
 
 

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from hetero_exporter import kernel_log as kl
+from hetero_exporter.sources import kernel_log as kl
 from hetero_exporter.sdk.kmsg import parse_lines
 from hetero_exporter.simulate.kernel_log import RingBuffer
 from test_kernel_log import GPU0, GPU1, XID79, follower, snapshot

@@ -9,7 +9,7 @@ import errno
 
 import pytest
 
-from hetero_exporter import kernel_log as kl
+from hetero_exporter.sources import kernel_log as kl
 from hetero_exporter.simulate import ManualClock
 
 XID = b"<4>[ 1234.567890] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from hetero_exporter import pci, registry
-from hetero_exporter.health.pci_presence import PciLocate, locate, simulated_scan
+from hetero_exporter.sources.pci_presence import PciLocate, locate, simulated_scan
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Health, NodeSnapshot
 from hetero_exporter.podresources.mapping import DeviceIndex
 from test_device_taints import Store, _nvidia_slice, _plan, _verdicts

@@ -13,7 +13,7 @@ pytest.importorskip("kubernetes")
 
 from kubeapi import PODS  # noqa: E402
 
-from hetero_exporter.attribution import Attributor  # noqa: E402
+from hetero_exporter.sources.attribution import Attributor  # noqa: E402
 from hetero_exporter.k8s.pods import PodCache, pod_info  # noqa: E402
 from hetero_exporter.model import DeviceIdentity, DeviceSample, NodeSnapshot, ProcessSample  # noqa: E402
 from hetero_exporter.simulate import procfs  # noqa: E402

@@ -59,7 +59,7 @@ def test_a_registered_spec_reaches_every_core_reader():
     from types import SimpleNamespace
 
     from hetero_exporter import profiles, vendors
-    from hetero_exporter.health import pci_presence
+    from hetero_exporter.sources import pci_presence
     from hetero_exporter.model import DeviceIdentity
     from hetero_exporter.podresources.mapping import ContainerDevices, map_allocations, vendor_of
     from hetero_exporter.scoring.nodes import is_fabric

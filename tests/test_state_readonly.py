@@ -116,7 +116,7 @@ def test_a_read_only_memory_reads_the_file_and_never_writes_it(tmp_path):
 
 
 def test_the_kernel_log_cursor_is_not_saved_by_a_read_only_follower(tmp_path):
-    from hetero_exporter import kernel_log as kl
+    from hetero_exporter.sources import kernel_log as kl
     log_path = tmp_path / "kern.log"
     log_path.write_text("Dec  1 10:00:00 host kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n")
     f = kl.Follower(kl.FileSource(str(log_path)), state_dir=str(tmp_path / "st"), boot_id="b",

@@ -34,7 +34,7 @@ from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
 
 STATE_RANK = {"ok": 0, "unknown": 0, "degraded": 1, "failed": 2}
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
-EVIDENCE_SOURCE = "kmsg"  # Fault.source of the kernel log (hetero_exporter/kernel_log.py)
+EVIDENCE_SOURCE = "kmsg"  # Fault.source of the kernel log (hetero_exporter/sources/kernel_log.py)
 STALE_SOURCE = "sampler"  # Fault.source of a device carried over stale (sampling.mark_stale)
 
 

@@ -172,7 +172,7 @@ INTERCONNECT_LINKS = Metric("accelerator_interconnect_links", "gauge",
                             "Device interconnect links by type and state (active, inactive).",
                             DEV + ("link_type", "state"))
 
-# The kernel log follower (issue 14, hetero_exporter/kernel_log.py)
+# The kernel log follower (issue 14, hetero_exporter/sources/kernel_log.py)
 KERNEL_LOG_UP = Metric("accelerator_kernel_log_up", "gauge",
                        "1 when the kernel log (/dev/kmsg or the configured file) is being followed.", ())
 KERNEL_LOG_RECORDS = Metric("accelerator_kernel_log_records_total", "counter",

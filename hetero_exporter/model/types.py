@@ -263,7 +263,7 @@ class NodeSnapshot:
 
         Not counted: a device with nothing read and health failed or unknown. That is PCI
         presence's stand-in for a device on the bus that no tool reports
-        (health/pci_presence.py: no readings, failed), and a device its collector reports lost
+        (sources/pci_presence.py: no readings, failed), and a device its collector reports lost
         under its pinned identity (NVML GPU_IS_LOST, a CLI tool that no longer lists it), so
         ``accelerator_devices_expected > accelerator_devices_present`` says a device is missing.
         A device carried over stale from a late collector still counts: it has (stale)

@@ -2,7 +2,7 @@
 
 Pure: no I/O except reading the vendors' rule files (data beside each fault table,
 ``collectors/<vendor>/kernel_log.yaml``, named by ``VendorSpec.kernel_log``). The /dev/kmsg
-follower, the health integration and the CLI live in ``hetero_exporter/kernel_log.py``.
+follower, the health integration and the CLI live in ``hetero_exporter/sources/kernel_log.py``.
 
 Capture formats (``split_record`` strips their prefix; never raises):
 
