@@ -542,7 +542,7 @@ class Wiring:
                                                          "reason": "disabled" if wanted is False else "socket not mounted"})
             return None
         try:
-            from hetero_exporter.podresources.client import PodResourcesPoller
+            from hetero_exporter.sources.podresources.client import PodResourcesPoller
             if simulated is not None:
                 from hetero_exporter.simulate import kubelet
                 self._closers.append(kubelet.spawn(socket_path, simulated, self.workdir))

@@ -37,7 +37,7 @@ UP_TO_FIRST_SNAPSHOT = textwrap.dedent("""
         w.close()
     watched = %r
     print(json.dumps({"devices": len(snap.devices), "loaded": [m for m in watched if m in sys.modules]}))
-""" % (CLUSTER_CLIENT + GRPC + ("h2", "hpack", "hetero_exporter.podresources.client"),))
+""" % (CLUSTER_CLIENT + GRPC + ("h2", "hpack", "hetero_exporter.sources.podresources.client"),))
 
 
 def _no_cluster_env() -> dict[str, str]:

@@ -12,7 +12,7 @@ import pytest
 from hetero_exporter import pci, registry
 from hetero_exporter.sources.pci_presence import PciLocate, locate, simulated_scan
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Health, NodeSnapshot
-from hetero_exporter.podresources.mapping import DeviceIndex
+from hetero_exporter.sources.podresources.mapping import DeviceIndex
 from test_device_taints import Store, _nvidia_slice, _plan, _verdicts
 from test_identity_persist import _collect_once, _nvml, _scenario
 

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hetero_exporter.model import DeviceIdentity
-from hetero_exporter.podresources import api_pb2
-from hetero_exporter.podresources.client import (PodResourcesError, PodResourcesPoller, list_pod_resources,
+from hetero_exporter.sources.podresources import api_pb2
+from hetero_exporter.sources.podresources.client import (PodResourcesError, PodResourcesPoller, list_pod_resources,
                                                  records_from_response)
-from hetero_exporter.podresources.mapping import ContainerDevices, DeviceIndex, map_allocations, vendor_of
-from hetero_exporter.podresources.server import PodResourcesServer, response_from_records
+from hetero_exporter.sources.podresources.mapping import ContainerDevices, DeviceIndex, map_allocations, vendor_of
+from hetero_exporter.sources.podresources.server import PodResourcesServer, response_from_records
 
 GPU0 = DeviceIdentity("nvidia", "gpu", 0, "GPU-5d3c2a1e-0f6b-4b7a-9a51-3f1e2d4c5b60", pci_address="0000:18:00.0")
 GPU1 = DeviceIdentity("nvidia", "gpu", 1, "GPU-6e4d3b2f-1a7c-4c8b-8b62-4a2f3e5d6c71", pci_address="0000:28:00.0")

@@ -10,11 +10,11 @@ import pytest
 from hyperframe.frame import DataFrame, GoAwayFrame, RstStreamFrame, SettingsFrame
 from hypothesis import given, settings, strategies as st
 
-from hetero_exporter.podresources import h2, wire
-from hetero_exporter.podresources.mapping import ContainerDevices
+from hetero_exporter.sources.podresources import h2, wire
+from hetero_exporter.sources.podresources.mapping import ContainerDevices
 
 grpc = pytest.importorskip("grpc")
-from hetero_exporter.podresources.server import PodResourcesServer, response_from_records  # noqa: E402
+from hetero_exporter.sources.podresources.server import PodResourcesServer, response_from_records  # noqa: E402
 
 RECORDS = [ContainerDevices("ml", "train-0", "trainer", "nvidia.com/gpu", ("GPU-a", "GPU-b")),
            ContainerDevices("ml", "train-0", "sidecar", "amd.com/gpu", ("0000:05:00.0",)),

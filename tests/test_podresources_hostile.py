@@ -22,11 +22,11 @@ from hyperframe.frame import (ContinuationFrame, DataFrame, GoAwayFrame, Headers
                               RstStreamFrame, SettingsFrame, WindowUpdateFrame)
 from hypothesis import given, settings, strategies as st
 
-import hetero_exporter.podresources as podresources_pkg
-from hetero_exporter.podresources import client
-from hetero_exporter.podresources.client import PodResourcesError, PodResourcesPoller, list_pod_resources
-from hetero_exporter.podresources.h2 import CallError, unary_call
-from hetero_exporter.podresources.mapping import ContainerDevices
+import hetero_exporter.sources.podresources as podresources_pkg
+from hetero_exporter.sources.podresources import client
+from hetero_exporter.sources.podresources.client import PodResourcesError, PodResourcesPoller, list_pod_resources
+from hetero_exporter.sources.podresources.h2 import CallError, unary_call
+from hetero_exporter.sources.podresources.mapping import ContainerDevices
 
 METHOD = "/v1.PodResourcesLister/List"
 SETTINGS = SettingsFrame(0).serialize()
@@ -146,7 +146,7 @@ def test_endless_continuation_is_refused_with_memory_bounded(sock_path):
 
 def test_trailers_split_in_headers_and_continuation_are_accepted(sock_path):
     pytest.importorskip("google.protobuf")
-    from hetero_exporter.podresources.server import response_from_records
+    from hetero_exporter.sources.podresources.server import response_from_records
     records = [ContainerDevices("ml", "train-0", "trainer", "nvidia.com/gpu", ("GPU-a", "GPU-b"))]
     message = grpc_message(response_from_records(records).SerializeToString())
 
@@ -199,10 +199,10 @@ def test_a_reset_mid_call_is_one_line(sock_path):
 def test_a_reset_that_persists_warns_once_without_traceback(sock_path, caplog):
     with Peer(sock_path, reset_after_headers):
         poller = PodResourcesPoller(sock_path, interval=3600, timeout=5)
-        with caplog.at_level(logging.DEBUG, logger="hetero_exporter.podresources.client"):
+        with caplog.at_level(logging.DEBUG, logger="hetero_exporter.sources.podresources.client"):
             for _ in range(3):
                 assert not poller.refresh()
-    mine = [r for r in caplog.records if r.name == "hetero_exporter.podresources.client"]
+    mine = [r for r in caplog.records if r.name == "hetero_exporter.sources.podresources.client"]
     assert [r.levelno for r in mine] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
     assert not any(r.exc_info for r in mine)
     assert all("connection reset by the server" in r.error for r in mine)
@@ -435,12 +435,12 @@ def test_missing_h2_says_what_to_install_once(tmp_path, monkeypatch, caplog):
     path.write_bytes(b"")  # present; the call fails before connecting
     monkeypatch.setitem(sys.modules, "h2", None)  # import h2 -> ImportError
     monkeypatch.setitem(sys.modules, "hpack", None)
-    monkeypatch.delitem(sys.modules, "hetero_exporter.podresources.h2", raising=False)
+    monkeypatch.delitem(sys.modules, "hetero_exporter.sources.podresources.h2", raising=False)
     monkeypatch.delattr(podresources_pkg, "h2", raising=False)
     with pytest.raises(PodResourcesError, match=r"pip install 'hetero-exporter\[attribution\]'"):
         list_pod_resources(str(path))
     poller = PodResourcesPoller(str(path), interval=3600)
-    with caplog.at_level(logging.DEBUG, logger="hetero_exporter.podresources.client"):
+    with caplog.at_level(logging.DEBUG, logger="hetero_exporter.sources.podresources.client"):
         assert not poller.refresh() and not poller.refresh()
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "pip install" in warnings[0].error and not warnings[0].exc_info
@@ -457,7 +457,7 @@ def test_an_unforeseen_error_gives_one_traceback_then_debug_lines(tmp_path, monk
 
     monkeypatch.setattr(client, "_list", broken)
     poller = PodResourcesPoller(str(path), interval=3600)
-    with caplog.at_level(logging.DEBUG, logger="hetero_exporter.podresources.client"):
+    with caplog.at_level(logging.DEBUG, logger="hetero_exporter.sources.podresources.client"):
         for _ in range(3):
             assert not poller.refresh()
     assert [(r.levelno, bool(r.exc_info)) for r in caplog.records] == [

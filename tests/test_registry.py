@@ -61,7 +61,7 @@ def test_a_registered_spec_reaches_every_core_reader():
     from hetero_exporter import profiles, vendors
     from hetero_exporter.sources import pci_presence
     from hetero_exporter.model import DeviceIdentity
-    from hetero_exporter.podresources.mapping import ContainerDevices, map_allocations, vendor_of
+    from hetero_exporter.sources.podresources.mapping import ContainerDevices, map_allocations, vendor_of
     from hetero_exporter.scoring.nodes import is_fabric
     from hetero_exporter.scoring.resources import device_resource, parse_resource
     from hetero_exporter.sdk.cli_collector import CliCalls, find_tool, tool_spec

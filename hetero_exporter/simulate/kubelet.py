@@ -54,7 +54,7 @@ def scenario_allocations(scenario: Any) -> list[ContainerDevices]:
 # its grpc-free client (podresources/h2.py) and never loads the grpc runtime itself.
 def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
           wait_seconds: float = 15.0) -> Any:
-    """Start ``python -m hetero_exporter.podresources.server`` serving ``records`` on
+    """Start ``python -m hetero_exporter.sources.podresources.server`` serving ``records`` on
     ``socket_path``; returns a ``stop()`` callable. Raises OSError if it does not listen."""
     import json
     import subprocess
@@ -66,7 +66,7 @@ def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
         os.unlink(socket_path)
     # cwd=workdir: `python -m` puts the cwd first on sys.path, and a source checkout there
     # would shadow the installed package
-    proc = subprocess.Popen([sys.executable, "-m", "hetero_exporter.podresources.server",
+    proc = subprocess.Popen([sys.executable, "-m", "hetero_exporter.sources.podresources.server",
                              "--socket", socket_path, "--records", path, "--parent", str(os.getpid())],
                             cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)

@@ -1,7 +1,7 @@
 """Regenerate ``api_pb2.py`` / ``api_pb2_grpc.py`` from ``api.proto`` with grpcio-tools.
 
-    python -m hetero_exporter.podresources.generate            # rewrite the committed modules
-    python -m hetero_exporter.podresources.generate --out DIR  # write them under DIR instead
+    python -m hetero_exporter.sources.podresources.generate            # rewrite the committed modules
+    python -m hetero_exporter.sources.podresources.generate --out DIR  # write them under DIR instead
 
 The generated modules are committed (the agent needs only grpcio + protobuf at run time, not
 grpcio-tools); tests/test_podresources_codegen.py regenerates them and compares. Their
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent  # the folder holding hetero_exporter/, so imports are package-qualified
-PROTO = "hetero_exporter/podresources/api.proto"
+ROOT = HERE.parents[2]  # the folder holding hetero_exporter/, so imports are package-qualified
+PROTO = "hetero_exporter/sources/podresources/api.proto"
 
 
 def generate(out: Path) -> list[Path]:
@@ -30,13 +30,13 @@ def generate(out: Path) -> list[Path]:
     args = ["grpc_tools.protoc", f"-I{ROOT}", f"--python_out={out}", f"--grpc_python_out={out}", str(ROOT / PROTO)]
     if protoc.main(args) != 0:
         raise SystemExit(f"protoc failed on {PROTO}")
-    target = out / "hetero_exporter" / "podresources"
+    target = out / "hetero_exporter" / "sources" / "podresources"
     return [target / "api_pb2.py", target / "api_pb2_grpc.py"]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, help="write under DIR/hetero_exporter/podresources instead of in place")
+    ap.add_argument("--out", type=Path, help="write under DIR/hetero_exporter/sources/podresources instead of in place")
     args = ap.parse_args(argv)
     if args.out is not None:
         for p in generate(args.out):

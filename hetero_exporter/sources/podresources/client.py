@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter.model import Allocation, DeviceIdentity, SourceStatus
-from hetero_exporter.podresources.mapping import ContainerDevices, map_allocations, vendor_of
+from hetero_exporter.sources.podresources.mapping import ContainerDevices, map_allocations, vendor_of
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def _list(socket_path: str, timeout: float) -> list[ContainerDevices]:
     """One ``List`` call over the socket (h2.py: no grpc runtime in the agent). The HTTP/2
     library is imported here, on the first call, so a node without the socket never loads it."""
     try:
-        from hetero_exporter.podresources import h2, wire
+        from hetero_exporter.sources.podresources import h2, wire
     except ImportError as e:
         raise PodResourcesError(f"the HTTP/2 library '{e.name or e}' is missing ({INSTALL_HINT})") from None
     try:

@@ -16,8 +16,8 @@ from typing import Any, Optional, Sequence
 
 import grpc
 
-from hetero_exporter.podresources import api_pb2, api_pb2_grpc
-from hetero_exporter.podresources.mapping import ContainerDevices
+from hetero_exporter.sources.podresources import api_pb2, api_pb2_grpc
+from hetero_exporter.sources.podresources.mapping import ContainerDevices
 
 
 def response_from_records(records: Sequence[ContainerDevices]) -> Any:
