@@ -23,7 +23,7 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from hetero_exporter import __version__
 from hetero_exporter import config as config_mod
@@ -156,8 +156,26 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the time staleness is judged at (default: now)")
     score.add_argument("--json", action="store_true", help="print the /explain JSON instead of a table")
 
-    sub.add_parser("version", help="print the version")
+    version = sub.add_parser("version", help="print the version")
+    # what each command runs: func(args, extra); the collector flags (--collector.NAME) are
+    # the only unknown arguments a command may take, and only those that collect take them
+    run.set_defaults(func=lambda a, extra: cmd_run(a, extra), collects=True)
+    insp.set_defaults(func=lambda a, extra: cmd_inspect(a, extra), collects=True)
+    hl.set_defaults(func=lambda a, extra: cmd_health(a, extra), collects=True)
+    parse.set_defaults(func=_without_extra(lambda a: cmd_parse(a)), collects=False)
+    ext.set_defaults(func=_without_extra(lambda a: cmd_scheduler_extender(a)), collects=False)
+    score.set_defaults(func=_without_extra(lambda a: cmd_score(a)), collects=False)
+    version.set_defaults(func=_without_extra(lambda a: cmd_version(a)), collects=False)
     return ap
+
+
+def _without_extra(cmd: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace, Sequence[str]], int]:
+    """A command that takes no collector flags: an unknown argument is a usage error."""
+    def call(args: argparse.Namespace, extra: Sequence[str]) -> int:
+        if extra:
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
+        return cmd(args)
+    return call
 
 
 def _collector_flags(extra: Sequence[str]) -> dict[str, bool]:
@@ -903,26 +921,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     logs.setup(getattr(args, "log_format", None) or "json", getattr(args, "log_level", "info"))
-    restore_sigterm = _exit_on_sigterm() if args.command in ("run", "inspect", "health") else None
+    # the commands that collect start vendor tools and simulations: a signal stops them cleanly
+    restore_sigterm = _exit_on_sigterm() if args.collects else None
     try:
         check_flags(args)
-        if args.command == "version":
-            return cmd_version(args)
-        if args.command in ("score", "scheduler-extender"):
-            if extra:
-                raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
-            return cmd_score(args) if args.command == "score" else cmd_scheduler_extender(args)
-        if args.command == "parse":
-            if extra:
-                raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
-            return cmd_parse(args)
-        if args.command == "inspect":
-            return cmd_inspect(args, extra)
-        if args.command == "run":
-            return cmd_run(args, extra)
-        if args.command == "health":
-            return cmd_health(args, extra)
-        raise UsageError(f"unknown command {args.command}")
+        return args.func(args, extra)
     except UsageError as e:
         parser.print_usage(sys.stderr)
         print(f"hetero-exporter: error: {e}", file=sys.stderr)
