@@ -90,6 +90,20 @@ def test_volcano_lists_only_nvidia_gpus():
     assert not _plan({}, failed=["amd-0"], integrations=["volcano"], devices=amd).patch
 
 
+def test_the_vendors_volcano_names_come_from_their_specs():
+    """Issue 26: no vendor literal in the core; a plugin vendor whose spec says its indices are
+    Volcano's is listed like NVIDIA."""
+    import dataclasses
+    from hetero_exporter import vendors
+    zeta = dataclasses.replace(vendors.spec("amd"), name="zeta", volcano_gpu_indices=True)
+    vendors.register(zeta)
+    try:
+        p = _plan({}, failed=["zeta-1"], integrations=["volcano"], devices=_devices("zeta", ["zeta-0", "zeta-1"]))
+        assert p.patch == {VOLCANO_KEY: "1"}
+    finally:
+        vendors.unregister("zeta")
+
+
 def test_hami_colon_format_health_set_false_and_back_only_where_we_set_it():
     ann = {NVIDIA_KEY: HAMI_OLD.replace(",0,true:", ",0,false:", 1)}  # HAMi itself marks the first unhealthy
     p = _plan(ann, failed=[V100[1]], integrations=["hami"])

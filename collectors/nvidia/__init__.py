@@ -21,6 +21,7 @@ SPEC = VendorSpec(
     id_prefixes=("GPU-", "MIG-"),
     plugin_device_id=lambda d: d.uuid,  # the device plugin names GPUs by uuid (GPU-...::N replicas)
     uuid_prefix="GPU-",
+    volcano_gpu_indices=True,
     fabric_links=("nvlink", "nvswitch"),
     # nvidia-smi and libnvidia-ml.so.1 (NVML) come into the container through the NVIDIA
     # container toolkit (runtimeClassName: nvidia, or NVIDIA_VISIBLE_DEVICES=all with

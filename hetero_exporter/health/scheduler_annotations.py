@@ -8,8 +8,8 @@ between cycles and across restarts).
 - Volcano: ``volcano.sh/gpu-unhealthy-ids``, comma-separated GPU indices, which Volcano's device
   share plugin parses with ``strconv.Atoi`` and leaves out of scheduling (volcano-sh/volcano,
   pkg/scheduler/api/devices/nvidia/gpushare: ``getUnhealthyGPUs``). The indices are the NVIDIA
-  device plugin's, so only NVIDIA GPUs go in: on a mixed node another vendor's index 0 would
-  name the wrong GPU.
+  device plugin's, so only the GPUs of a vendor whose spec says ``volcano_gpu_indices`` go in
+  (NVIDIA's): on a mixed node another vendor's index 0 would name the wrong GPU.
 - HAMi: its device plugin registers each device in ``hami.io/node-<type>-register`` (or
   ``hami.io/node-register-<type>``), either a JSON list of objects with ``id`` and ``health``
   (pkg/device/devices.go ``MarshalNodeDevices``/``UnMarshalNodeDevices``; ``health`` is omitted
@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from hetero_exporter import vendors
 from hetero_exporter.health.rules import Verdict
 from hetero_exporter.model import DeviceSample
 
@@ -63,6 +64,12 @@ def _failed(verdicts: Mapping[str, Verdict], devices: Mapping[str, DeviceSample]
             if (v := verdicts.get(u)) is not None and v.state == "failed"}
 
 
+def _volcano_indexed(vendor: str) -> bool:
+    """The vendor's spec says Volcano's annotation names its devices' indices (NVIDIA's does)."""
+    spec = vendors.spec(vendor)
+    return spec is not None and spec.volcano_gpu_indices
+
+
 def _owned(owned: Mapping[str, Any], key: str) -> set[str]:
     ids = owned.get(key) if isinstance(owned, Mapping) else None
     return {str(i) for i in ids[:MAX_DEVICES]} if isinstance(ids, list) else set()
@@ -72,7 +79,8 @@ def _volcano(p: AnnotationPlan, annotations: Mapping[str, str], failed: Mapping[
              prev_owned: set[str], enabled: bool) -> None:
     current = annotations.get(VOLCANO_KEY)
     want = {str(d.identity.index) for d in failed.values()
-            if enabled and d.identity.vendor == "nvidia" and d.identity.kind == "gpu" and d.identity.parent is None}
+            if enabled and _volcano_indexed(d.identity.vendor) and d.identity.kind == "gpu"
+            and d.identity.parent is None}
     if not isinstance(current, str) and current is not None:
         p.explain.append(f"{VOLCANO_KEY} is not a string: leaving it")
         p.owned[VOLCANO_KEY] = sorted(prev_owned)

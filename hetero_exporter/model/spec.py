@@ -110,6 +110,9 @@ class VendorSpec:
     id_prefixes: tuple[str, ...] = ()
     plugin_device_id: Callable[[Any], str] = lambda identity: identity.uuid
     uuid_prefix: str = ""  # how the vendor's uuids start (simulated devices get it)
+    # its device indices are the ones Volcano's gpu-unhealthy-ids node annotation names (the
+    # GPU-share plugin reads the NVIDIA device plugin's indices; another vendor's would collide)
+    volcano_gpu_indices: bool = False
     fabric_links: tuple[str, ...] = ()  # Link.type values of the vendor's own fabric
     tools: tuple[ToolSpec, ...] = ()
     collectors: tuple[CollectorEntry, ...] = ()
