@@ -409,7 +409,7 @@ class Wiring:
 
     def health_settings(self) -> tuple[Any, Any]:
         """(policy, RemedyConfig) from the config's health section and --health-mode."""
-        from hetero_exporter.health import policy as policy_mod
+        from hetero_exporter.health.detect import policy as policy_mod
         from hetero_exporter.health.plan import RemedyConfig
         raw = dict(self.cfg.health)
         policy = policy_mod.load(raw.get("policy"))
@@ -437,7 +437,7 @@ class Wiring:
     def health_enrichers(self) -> list[Any]:
         """PCI presence (missing devices), then the rules' verdicts as each device's health."""
         from hetero_exporter.sources.pci_presence import PciPresence
-        from hetero_exporter.health.verdicts import HealthVerdicts
+        from hetero_exporter.health.detect.verdicts import HealthVerdicts
         policy, _ = self.health_settings()
         self.verdicts = HealthVerdicts(policy)
         out: list[Any] = []
@@ -496,9 +496,9 @@ class Wiring:
     def health_loop(self, metrics_registry: Any) -> Any:
         """The health loop over ``self.verdicts`` (call after sampler()); its metrics go on the
         registry. Without cluster access it only computes (metrics), and says why."""
-        from hetero_exporter.health.metrics import HealthMetrics
+        from hetero_exporter.health.act.metrics import HealthMetrics
         from hetero_exporter.sources.pci_presence import UdevWatch
-        from hetero_exporter.health.remedy import HealthLoop, Remedy
+        from hetero_exporter.health.act.remedy import HealthLoop, Remedy
         from hetero_exporter.k8s import client as k8s_client
         policy, rcfg = self.health_settings()
         metrics = HealthMetrics()
@@ -668,8 +668,8 @@ def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
     import dataclasses
 
     from hetero_exporter.health import plan as plan_mod
-    from hetero_exporter.health import report
-    from hetero_exporter.health.remedy import Remedy, empty_node
+    from hetero_exporter.health.act import report
+    from hetero_exporter.health.act.remedy import Remedy, empty_node
     from hetero_exporter.k8s import client as k8s_client
     from hetero_exporter.k8s.client import K8sError
     w = Wiring(args, extra)

@@ -194,13 +194,13 @@ POLICY: dict[str, Check] = {
 
 def _policy_overrides(path: str, value: Any) -> dict:
     """``health.policy``: overrides of the shipped policy (its keys, each of its shape)."""
-    from hetero_exporter.health import policy as policy_mod
+    from hetero_exporter.health.detect import policy as policy_mod
     table = {k: POLICY.get(k, v.plain) for k in policy_mod._shipped()}
     return _section(path, value, table)
 
 
 def _health(path: str, value: Any) -> dict:
-    from hetero_exporter.health import policy as policy_mod
+    from hetero_exporter.health.detect import policy as policy_mod
     from hetero_exporter.health.plan import RemedyConfig
     doc = _section(path, value, _health_table())
     try:

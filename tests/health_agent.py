@@ -13,11 +13,11 @@ import pytest
 
 from hetero_exporter import registry
 from hetero_exporter.sdk.contract import CollectorOptions
-from hetero_exporter.health import policy as policy_mod
-from hetero_exporter.health.metrics import HealthMetrics
+from hetero_exporter.health.detect import policy as policy_mod
+from hetero_exporter.health.act.metrics import HealthMetrics
 from hetero_exporter.health.plan import RemedyConfig
-from hetero_exporter.health.remedy import HealthLoop, Remedy
-from hetero_exporter.health.verdicts import HealthVerdicts
+from hetero_exporter.health.act.remedy import HealthLoop, Remedy
+from hetero_exporter.health.detect.verdicts import HealthVerdicts
 from hetero_exporter.k8s.client import connect
 from hetero_exporter.model import Allocation, NodeSnapshot
 from hetero_exporter.sampling import CollectorSpec, Sampler

@@ -1,4 +1,4 @@
-"""health/black_hole.py: a node that rejects accelerator pods, from pods as the kubelet leaves them
+"""health/plan/black_hole.py: a node that rejects accelerator pods, from pods as the kubelet leaves them
 after an admission failure and from status.allocatable."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetero_exporter.health.black_hole import BlackHoleSettings, detect_black_hole
-from hetero_exporter.health.rules import Verdict
+from hetero_exporter.health.plan.black_hole import BlackHoleSettings, detect_black_hole
+from hetero_exporter.health.detect.rules import Verdict
 
 NODE = "gpu-node-7"
 NOW = datetime.datetime(2026, 12, 1, 10, 10, tzinfo=datetime.timezone.utc).timestamp()

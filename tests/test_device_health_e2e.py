@@ -136,7 +136,7 @@ def test_without_dra_the_node_signals_work_and_it_says_so_once(tmp_path, caplog)
     try:
         api.seed_node(agent.node)
         api.seed_pod("ml", "train-0", agent.node)
-        with caplog.at_level(logging.INFO, logger="hetero_exporter.health.remedy_cluster"):
+        with caplog.at_level(logging.INFO, logger="hetero_exporter.health.act.remedy_cluster"):
             agent.run(0, 120)
         said = [r for r in caplog.records if "does not serve DRA" in r.getMessage()]
         assert len(said) == 1

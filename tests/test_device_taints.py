@@ -1,4 +1,4 @@
-"""health/device_taints.py: DeviceTaintRules for failed devices, over ResourceSlices shaped like
+"""health/plan/device_taints.py: DeviceTaintRules for failed devices, over ResourceSlices shaped like
 the ones NVIDIA's and AMD's DRA drivers publish."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetero_exporter.health import policy as policy_mod
-from hetero_exporter.health.device_taints import (MANAGED_BY, DeviceTaintSettings, pci_key, plan_device_taints,
+from hetero_exporter.health.detect import policy as policy_mod
+from hetero_exporter.health.plan.device_taints import (MANAGED_BY, DeviceTaintSettings, pci_key, plan_device_taints,
                                                   rule_name)
-from hetero_exporter.health.rules import Verdict
+from hetero_exporter.health.detect.rules import Verdict
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault
 
 POLICY = policy_mod.load()

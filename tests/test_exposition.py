@@ -150,7 +150,7 @@ def test_the_zeroed_error_kinds_are_every_kind_the_sampler_gives():
 
 
 def test_health_actions_are_exported_at_zero_for_every_action_and_result():
-    from hetero_exporter.health.metrics import ACTIONS, RESULTS, HealthMetrics
+    from hetero_exporter.health.act.metrics import ACTIONS, RESULTS, HealthMetrics
     assert set(ACTIONS) == {"taint", "untaint", "condition", "event", "cordon", "device-taint", "pod-condition"}
     metrics = HealthMetrics()
     reg = CollectorRegistry(auto_describe=False)

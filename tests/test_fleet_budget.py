@@ -13,7 +13,7 @@ pytest.importorskip("kubernetes")
 
 from kubeapi import LEASES  # noqa: E402
 
-from hetero_exporter.health.fleet_budget import (  # noqa: E402
+from hetero_exporter.health.act.fleet_budget import (  # noqa: E402
     SLOT_PREFIX, FleetBudget, micro_time, parse_slot, parse_time, refusal, usable_slots)
 from hetero_exporter.health.plan import RemedyConfig  # noqa: E402
 from hetero_exporter.k8s.client import Cluster, K8sError  # noqa: E402

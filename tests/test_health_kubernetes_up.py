@@ -38,7 +38,7 @@ def test_acting_modes_without_cluster_access_export_kubernetes_up_0(mode):
 def test_an_unusable_cluster_is_no_access_either():
     agent = HealthAgent("health-xid79.yaml", None, mode="enforce")
     try:
-        from hetero_exporter.health.remedy import Remedy
+        from hetero_exporter.health.act.remedy import Remedy
         remedy = Remedy(off("no KUBECONFIG"), agent.node, agent.policy, agent.cfg, agent.metrics)
         assert not remedy.writes and f"{UP} 0.0" in _text(agent)
     finally:

@@ -1,4 +1,4 @@
-"""health/rules.py: pure verdicts from snapshot histories (and health/policy.py)."""
+"""health/detect/rules.py: pure verdicts from snapshot histories (and health/detect/policy.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetero_exporter.health import policy as policy_mod
-from hetero_exporter.health import rules
+from hetero_exporter.health.detect import policy as policy_mod
+from hetero_exporter.health.detect import rules
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, Quality, Reading
 
 POLICY = policy_mod.load()

@@ -12,8 +12,8 @@ import pytest
 
 from hetero_exporter.sources import kernel_log as kl
 from hetero_exporter.model import names as N
-from hetero_exporter.health import policy as policy_mod
-from hetero_exporter.health.verdicts import HealthVerdicts
+from hetero_exporter.health.detect import policy as policy_mod
+from hetero_exporter.health.detect.verdicts import HealthVerdicts
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot
 from hetero_exporter.simulate.clock import ManualClock
 from hetero_exporter.simulate.kernel_log import RingBuffer

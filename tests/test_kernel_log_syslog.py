@@ -94,7 +94,7 @@ def test_the_flag_selects_the_syslog_source(tmp_path):
     args = cli.build_parser().parse_args(["inspect", "--kernel-log", "syslog", "--log-format", "text"])
     w = cli.Wiring(args, [])
     try:
-        w.kernel_log_faults(__import__("hetero_exporter.health.policy", fromlist=["load"]).load(None))
+        w.kernel_log_faults(__import__("hetero_exporter.health.detect.policy", fromlist=["load"]).load(None))
         assert isinstance(w.kernel_log.source, kl.SyslogSource)
     finally:
         w.close()

@@ -58,7 +58,7 @@ def test_new_modules_are_covered_without_being_listed(tmp_path):
 
 @pytest.mark.parametrize("room, source", [
     ("health/probe.py", "from hetero_exporter import cli\n"),              # a room reaching up
-    ("sdk/probe.py", "from hetero_exporter.health import rules\n"),       # the SDK reaching up
+    ("sdk/probe.py", "from hetero_exporter.health.detect import rules\n"),  # the SDK reaching up
     ("model/probe.py", "from hetero_exporter import vendors\n"),          # the floor reaching up
     ("scoring/probe.py", "from hetero_exporter.exposition import cache\n"),  # one room into another
     ("collectors/enflame/probe.py", "from hetero_exporter import sampling\n"),
@@ -72,6 +72,20 @@ def test_the_layers_contract_covers_a_new_module_in_any_room(tmp_path, room, sou
     proc = _lint(root, "layers")
     assert proc.returncode != 0 and "BROKEN" in proc.stdout, proc.stdout[-3000:]
     assert "probe" in proc.stdout, proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("module, source", [
+    ("probe.py", ""),                                                  # in none of detect, plan, act
+    ("detect/probe.py", "from hetero_exporter.health.plan import config\n"),  # detection reaching up
+    ("plan/probe.py", "from hetero_exporter.health.act import remedy\n"),     # a plan reaching into act
+])
+def test_health_is_detect_plan_act_and_a_new_module_is_covered(tmp_path, module, source):
+    """Issue 26: two contracts listed health modules by hand, so a new health/x.py importing
+    the health loop passed them all; health's own layers are exhaustive now."""
+    root = _installed_layout(tmp_path)
+    (root / "hetero_exporter" / "health" / module).write_text(source)
+    proc = _lint(root, "health-detect-plan-act")
+    assert proc.returncode != 0 and "BROKEN" in proc.stdout and "probe" in proc.stdout, proc.stdout[-3000:]
 
 
 def test_vendor_specs_load_without_any_binding():

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from conftest import ROOT
-from hetero_exporter.health.device_taints import DeviceTaintSettings
+from hetero_exporter.health.plan.device_taints import DeviceTaintSettings
 from hetero_exporter.health.plan.config import RemedyConfig
-from hetero_exporter.health.pod_signals import PodSignalSettings
+from hetero_exporter.health.plan.pod_signals import PodSignalSettings
 from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 
 

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 from hetero_exporter import pci
 from hetero_exporter import registry
-from hetero_exporter.health import policy as policy_mod
-from hetero_exporter.health import rules
+from hetero_exporter.health.detect import policy as policy_mod
+from hetero_exporter.health.detect import rules
 from hetero_exporter.sources.pci_presence import PciPresence, UdevWatch, compare, simulated_scan
 from hetero_exporter.model import CollectorStatus, DeviceIdentity, DeviceSample, NodeSnapshot
 from hetero_exporter.simulate import ManualClock

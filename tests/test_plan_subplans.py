@@ -11,11 +11,11 @@ import sys
 import pytest
 
 from hetero_exporter.health import plan as plan_pkg
-from hetero_exporter.health import policy as policy_mod
+from hetero_exporter.health.detect import policy as policy_mod
 from hetero_exporter.health.plan import (Book, Budget, ClusterView, Plan, RemedyConfig, announce, bookkeeping,
                                          plan, plan_condition, plan_cordon, plan_inventory, plan_taint,
                                          rfc3339, with_node_actions)
-from hetero_exporter.health.rules import NodeVerdict, Verdict
+from hetero_exporter.health.detect.rules import NodeVerdict, Verdict
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot
 
 POLICY = policy_mod.load()

@@ -1,4 +1,4 @@
-"""health/pod_signals.py: pods on a failed device get a condition, an event, opt-in eviction."""
+"""health/plan/pod_signals.py: pods on a failed device get a condition, an event, opt-in eviction."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetero_exporter.health import pod_signals
-from hetero_exporter.health import policy as policy_mod
-from hetero_exporter.health.pod_signals import PodSignalSettings, plan_pod_signals, settle
-from hetero_exporter.health.rules import Verdict
+from hetero_exporter.health.plan import pod_signals
+from hetero_exporter.health.detect import policy as policy_mod
+from hetero_exporter.health.plan.pod_signals import PodSignalSettings, plan_pod_signals, settle
+from hetero_exporter.health.detect.rules import Verdict
 from hetero_exporter.model import Allocation, DeviceIdentity, DeviceSample, Fault, NodeSnapshot, ProcessSample
 
 POLICY = policy_mod.load()

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from health_agent import HealthAgent
-from hetero_exporter.health import pod_signals
+from hetero_exporter.health.plan import pod_signals
 from hetero_exporter.model import Allocation, NodeSnapshot
 
 pytest.importorskip("kubernetes")

@@ -19,8 +19,9 @@ from hetero_exporter import cli  # noqa: E402
 from hetero_exporter.collectors.ascend.npu_smi import collector as npu_smi  # noqa: E402
 from hetero_exporter.collectors.ascend.npu_smi import fake as npu_fake  # noqa: E402
 from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402
-from hetero_exporter.health import plan, rules  # noqa: E402
-from hetero_exporter.health import policy as policy_mod  # noqa: E402
+from hetero_exporter.health import plan  # noqa: E402
+from hetero_exporter.health.detect import rules  # noqa: E402
+from hetero_exporter.health.detect import policy as policy_mod  # noqa: E402
 from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, Health,  # noqa: E402
                                    NodeSnapshot, Quality, Reading)
 from hetero_exporter.sampling import mark_stale  # noqa: E402

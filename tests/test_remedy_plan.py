@@ -9,8 +9,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetero_exporter.health import policy as policy_mod
-from hetero_exporter.health import rules
+from hetero_exporter.health.detect import policy as policy_mod
+from hetero_exporter.health.detect import rules
 from hetero_exporter.health.plan import Book, RemedyConfig, inventory, label_value, plan, selection_labels
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Health, Link, NodeSnapshot, Quality, Reading,
                                    snapshot_from_doc)

@@ -1,4 +1,4 @@
-"""health/scheduler_annotations.py: Volcano's unhealthy GPU ids and HAMi's device register,
+"""health/plan/scheduler_annotations.py: Volcano's unhealthy GPU ids and HAMi's device register,
 merged with what others wrote and undone on recovery."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetero_exporter.health.rules import Verdict
-from hetero_exporter.health.scheduler_annotations import VOLCANO_KEY, plan_scheduler_annotations
+from hetero_exporter.health.detect.rules import Verdict
+from hetero_exporter.health.plan.scheduler_annotations import VOLCANO_KEY, plan_scheduler_annotations
 from hetero_exporter.model import DeviceIdentity, DeviceSample
 
 # the two V100s of HAMi's docs/develop/protocol.md example (the ':'-separated register format)

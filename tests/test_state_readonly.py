@@ -21,9 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hetero_exporter import cli
 from hetero_exporter.exposition.collector import SnapshotCollector
-from hetero_exporter.health import policy as policy_mod
+from hetero_exporter.health.detect import policy as policy_mod
 from hetero_exporter.health.plan import RemedyConfig
-from hetero_exporter.health.remedy import Remedy
+from hetero_exporter.health.act.remedy import Remedy
 from hetero_exporter.k8s.client import connect
 from hetero_exporter.model import DeviceIdentity, NodeSnapshot
 from hetero_exporter.sdk.contract import CollectorOptions

@@ -50,7 +50,7 @@ fault occurrences with ``source: "kmsg"``, like the vendor APIs' events.
 - Recovery only on evidence: a recovery event (a reset that succeeded) is recorded as a reset
   code for its device (the rules clear the faults whose policy clears on reset); the device
   readable again after being lost, and a new boot id, are the rules' own evidence. The rules
-  keep a critical kmsg fault sticky until one of them (health/rules.py).
+  keep a critical kmsg fault sticky until one of them (health/detect/rules.py).
 """
 
 from __future__ import annotations

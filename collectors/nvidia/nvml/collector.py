@@ -23,7 +23,7 @@ action, NVLink state and traffic, processes (nvml_processes), MIG instances as c
 devices (nvml_mig), topology links (nvml_topology) and an event thread for XIDs
 (nvml_events). Health is a faithful report, not a policy: failed while a critical fault is
 active (lost GPU, a critical XID within the last ``event_hold_seconds``, a recovery action
-the driver asks for), degraded for warnings; health/rules.py builds verdicts on top.
+the driver asks for), degraded for warnings; health/detect/rules.py builds verdicts on top.
 
 The first cycle (the only one of ``inspect``) registers the event set before its reads and
 drains every pending event into the snapshot before building it, so an XID that came while it

@@ -3,7 +3,7 @@ with its verdicts, the agent's own bookkeeping on the Node, and the configuratio
 
 ``plan(...) -> Plan``: a strategic-merge patch for the Node (taints, cordon, labels, the inventory and
 bookkeeping annotations), a strategic-merge patch for the ``AcceleratorUnhealthy`` condition,
-the events to send, and a line of explanation per decision. health/remedy.py applies it;
+the events to send, and a line of explanation per decision. health/act/remedy.py applies it;
 ``hetero-exporter health --dry-run`` prints it.
 
 The plan is composed (compose.py) from typed sub-plans, each a pure function in its own module:
@@ -26,7 +26,7 @@ from hetero_exporter.health.plan.config import (CONDITION_TYPE, DEFAULT_BUDGET_N
 from hetero_exporter.health.plan.cordon import CordonPlan, plan_cordon
 from hetero_exporter.health.plan.inventory import InventoryPlan, inventory, plan_inventory, selection_labels
 from hetero_exporter.health.plan.taint import TaintPlan, plan_taint
-from hetero_exporter.health.texts import (_event_id, device_name, event_id, fault_text, label_value,
+from hetero_exporter.health.detect.texts import (_event_id, device_name, event_id, fault_text, label_value,
                                               parse_rfc3339, rfc3339)
 
 __all__ = [

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from hetero_exporter.health.texts import device_name, event_id, fault_text
-from hetero_exporter.health.policy import Policy
-from hetero_exporter.health.rules import NodeVerdict, Verdict
+from hetero_exporter.health.detect.texts import device_name, event_id, fault_text
+from hetero_exporter.health.detect.policy import Policy
+from hetero_exporter.health.detect.rules import NodeVerdict, Verdict
 from hetero_exporter.model import DeviceSample, NodeSnapshot
 
 

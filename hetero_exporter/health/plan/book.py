@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from hetero_exporter import model
-from hetero_exporter.health.rules import StickyFault
+from hetero_exporter.health.detect.rules import StickyFault
 from hetero_exporter.model import Fault
 
 BOOK_VERSION = 1

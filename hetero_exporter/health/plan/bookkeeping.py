@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from hetero_exporter.health.plan.book import Book, sticky_to_json
 from hetero_exporter.health.plan.config import RemedyConfig
-from hetero_exporter.health.rules import StickyFault
+from hetero_exporter.health.detect.rules import StickyFault
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Optional
 
 from hetero_exporter.health.plan.book import Book
 from hetero_exporter.health.plan.config import RemedyConfig
-from hetero_exporter.health.rules import NodeVerdict
+from hetero_exporter.health.detect.rules import NodeVerdict
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Budget:
     tainted: int
     error: Optional[str] = None  # the count could not be taken: refuse (safe side)
     checked: bool = True  # False: a report without cluster access (nothing is written)
-    # decided fleet-wide through Lease slots (health/fleet_budget.py): True = this node holds a
+    # decided fleet-wide through Lease slots (health/act/fleet_budget.py): True = this node holds a
     # slot, False = none is free (then ``tainted`` counts the slots held by others)
     granted: Optional[bool] = None
 

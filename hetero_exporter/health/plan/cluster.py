@@ -9,11 +9,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from hetero_exporter.health import black_hole, device_taints, pod_signals, scheduler_annotations
+from hetero_exporter.health.plan import black_hole, device_taints, pod_signals, scheduler_annotations
 from hetero_exporter.health.plan.config import RemedyConfig
-from hetero_exporter.health.texts import event_id
-from hetero_exporter.health.policy import Policy
-from hetero_exporter.health.rules import NodeVerdict, Verdict
+from hetero_exporter.health.detect.texts import event_id
+from hetero_exporter.health.detect.policy import Policy
+from hetero_exporter.health.detect.rules import NodeVerdict, Verdict
 from hetero_exporter.model import DeviceSample, NodeSnapshot
 
 

@@ -20,8 +20,8 @@ from hetero_exporter.health.plan.config import RemedyConfig
 from hetero_exporter.health.plan.cordon import CordonPlan, plan_cordon
 from hetero_exporter.health.plan.inventory import InventoryPlan, plan_inventory
 from hetero_exporter.health.plan.taint import TaintPlan, plan_taint
-from hetero_exporter.health.policy import Policy
-from hetero_exporter.health.rules import NodeVerdict, StickyFault, Verdict
+from hetero_exporter.health.detect.policy import Policy
+from hetero_exporter.health.detect.rules import NodeVerdict, StickyFault, Verdict
 from hetero_exporter.model import NodeSnapshot
 
 
@@ -38,8 +38,8 @@ class Plan:
     budget_refused: bool = False
     budget: Optional[Budget] = None  # the budget asked (None: the taint did not need it)
     book: Book = field(default_factory=Book)
-    # The per-device outputs of issue 15: compose fills them from health/device_taints.py,
-    # health/pod_signals.py, health/scheduler_annotations.py and health/black_hole.py.
+    # The per-device outputs of issue 15: compose fills them from health/plan/device_taints.py,
+    # health/plan/pod_signals.py, health/plan/scheduler_annotations.py and health/plan/black_hole.py.
     device_taints: Any = None  # DeviceTaintPlan
     pod_signals: Any = None  # PodSignalPlan
     scheduler_annotations: Any = None  # AnnotationPlan

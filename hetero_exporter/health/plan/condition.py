@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from hetero_exporter.health.plan.config import CONDITION_TYPE, RemedyConfig
-from hetero_exporter.health.texts import device_name, fault_text, parse_rfc3339, rfc3339
-from hetero_exporter.health.policy import Policy
-from hetero_exporter.health.rules import NodeVerdict, Verdict
+from hetero_exporter.health.detect.texts import device_name, fault_text, parse_rfc3339, rfc3339
+from hetero_exporter.health.detect.policy import Policy
+from hetero_exporter.health.detect.rules import NodeVerdict, Verdict
 from hetero_exporter.model import Fault, NodeSnapshot
 
 MAX_MESSAGE = 1024  # characters of the condition message
@@ -28,7 +28,7 @@ def plan_condition(conditions: Sequence[Any], snapshot: NodeSnapshot, verdicts: 
                    nv: NodeVerdict, policy: Policy, cfg: RemedyConfig, now: float,
                    refused: bool = False, node_faults: Sequence[Any] = ()) -> ConditionPlan:
     """``conditions``: the node's status.conditions; ``refused``: the budget refused the taint;
-    ``node_faults``: black-hole faults (health/black_hole.py NodeFault: reason, message)."""
+    ``node_faults``: black-hole faults (health/plan/black_hole.py NodeFault: reason, message)."""
     status, reason, message = _state(snapshot, verdicts, nv, policy, refused, node_faults)
     current = next((c for c in conditions if isinstance(c, dict) and c.get("type") == CONDITION_TYPE), None)
     same = current is not None and (current.get("status"), current.get("reason"), current.get("message")) == (

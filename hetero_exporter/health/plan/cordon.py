@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from hetero_exporter.health.plan.config import RemedyConfig
-from hetero_exporter.health.rules import NodeVerdict
+from hetero_exporter.health.detect.rules import NodeVerdict
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Mapping, Optional, Sequence
 
 from hetero_exporter import model
 from hetero_exporter.health.plan.config import RemedyConfig
-from hetero_exporter.health.texts import label_value
+from hetero_exporter.health.detect.texts import label_value
 from hetero_exporter.model import DeviceSample, NodeSnapshot
 from hetero_exporter.model.keys import Keys
 

@@ -9,8 +9,8 @@ from typing import Optional, Sequence
 
 from hetero_exporter.health.plan.budget import Budget, taint_would_be_added
 from hetero_exporter.health.plan.config import RemedyConfig
-from hetero_exporter.health.texts import event_id, label_value
-from hetero_exporter.health.rules import NodeVerdict
+from hetero_exporter.health.detect.texts import event_id, label_value
+from hetero_exporter.health.detect.rules import NodeVerdict
 
 
 @dataclass(frozen=True)

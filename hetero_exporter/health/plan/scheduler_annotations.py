@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from hetero_exporter import vendors
-from hetero_exporter.health.rules import Verdict
+from hetero_exporter.health.detect.rules import Verdict
 from hetero_exporter.model import DeviceSample
 
 VOLCANO_KEY = "volcano.sh/gpu-unhealthy-ids"

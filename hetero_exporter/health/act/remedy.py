@@ -9,7 +9,7 @@ conditions, opt-in evictions: remedy_cluster.py), then send the outbox events, t
 (fixed names: a resend is answered AlreadyExists). A failed or timed-out write is not retried
 blindly: the next cycle reads the Node again, so a write that did land is seen and not repeated.
 Before a taint is added, the blast-radius budget is asked: fleet-wide, a Lease slot
-(health/fleet_budget.py), renewed while the taint is on and given back on recovery.
+(health/act/fleet_budget.py), renewed while the taint is on and given back on recovery.
 
 Modes: ``observe`` makes no call at all (metrics only); ``dry-run`` writes events that say what
 would be done, plus its bookkeeping and the inventory; ``enforce`` taints, conditions, labels.
@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter.health import plan as plan_mod
-from hetero_exporter.health import pod_signals
-from hetero_exporter.health.fleet_budget import FleetBudget
-from hetero_exporter.health.metrics import HealthMetrics
+from hetero_exporter.health.plan import pod_signals
+from hetero_exporter.health.act.fleet_budget import FleetBudget
+from hetero_exporter.health.act.metrics import HealthMetrics
 from hetero_exporter.health.plan import Book, Budget, ClusterView, Plan, RemedyConfig
-from hetero_exporter.health.policy import Policy
-from hetero_exporter.health.remedy_cluster import Applied, ClusterSide
-from hetero_exporter.health.verdicts import Evaluation, HealthVerdicts
+from hetero_exporter.health.detect.policy import Policy
+from hetero_exporter.health.act.remedy_cluster import Applied, ClusterSide
+from hetero_exporter.health.detect.verdicts import Evaluation, HealthVerdicts
 from hetero_exporter.k8s.client import Cluster, K8sError
 from hetero_exporter.k8s.events import Events, NodeEvent, ObjectRef
 from hetero_exporter.k8s.leases import Leases

@@ -8,7 +8,7 @@ import re
 from typing import Any, Optional
 
 from hetero_exporter.sdk import faults as fault_tables
-from hetero_exporter.health.policy import Policy
+from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.model import DeviceSample, Fault
 
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -32,9 +32,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from hetero_exporter.health.device_taints import json_at
-from hetero_exporter.health.texts import rfc3339
-from hetero_exporter.health.rules import Verdict
+from hetero_exporter.health.plan.device_taints import json_at
+from hetero_exporter.health.detect.texts import rfc3339
+from hetero_exporter.health.detect.rules import Verdict
 
 MAX_PODS = 1024
 MAX_RESOURCES = 64

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Optional
 
 from hetero_exporter.health.plan import Plan, RemedyConfig, device_name, fault_text
-from hetero_exporter.health.policy import Policy
-from hetero_exporter.health.verdicts import Evaluation
+from hetero_exporter.health.detect.policy import Policy
+from hetero_exporter.health.detect.verdicts import Evaluation
 from hetero_exporter.model import NodeSnapshot
 
 

@@ -13,8 +13,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
-from hetero_exporter.health import rules
-from hetero_exporter.health.policy import Policy
+from hetero_exporter.health.detect import rules
+from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.model import Health, NodeSnapshot
 
 

@@ -30,9 +30,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping, Optional
 
-from hetero_exporter.health.texts import _event_id, device_name, fault_text
-from hetero_exporter.health.policy import Policy
-from hetero_exporter.health.rules import Verdict
+from hetero_exporter.health.detect.texts import _event_id, device_name, fault_text
+from hetero_exporter.health.detect.policy import Policy
+from hetero_exporter.health.detect.rules import Verdict
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
 from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 

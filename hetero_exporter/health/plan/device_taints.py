@@ -7,7 +7,7 @@ the pods using it (``NoExecute``); a degraded device gets, opt-in, an informatio
 ``plan_device_taints(...) -> DeviceTaintPlan``: the rules to create, the merge patches of rules
 whose taint or message changed, and the rules to delete (the device recovered), each with the
 preconditions that keep a write from clobbering someone else's. Pure: no I/O, no clock (``now``
-is passed); health/remedy.py writes it through k8s/.
+is passed); health/act/remedy.py writes it through k8s/.
 
 Matching needs no vendor knowledge: a device of a ResourceSlice of this node is the model's device
 when one of its string attributes equals the device's uuid or PCI address. NVIDIA's DRA driver
@@ -31,9 +31,9 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from hetero_exporter.health.texts import device_name, fault_text, label_value
-from hetero_exporter.health.policy import Policy
-from hetero_exporter.health.rules import Verdict
+from hetero_exporter.health.detect.texts import device_name, fault_text, label_value
+from hetero_exporter.health.detect.policy import Policy
+from hetero_exporter.health.detect.rules import Verdict
 from hetero_exporter.model import DeviceSample
 from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 

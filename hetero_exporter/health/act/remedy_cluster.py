@@ -1,7 +1,7 @@
 """The remedy's writes beyond the Node (issue 15), through k8s/: what it reads for the plan's
 ``ClusterView`` (this node's ResourceSlices and its own DeviceTaintRules, this node's failed pods)
 and how it applies the per-device and per-pod outputs (DeviceTaintRules, pod conditions,
-evictions). health/remedy.py calls it after the Node patch; like the Node's, every write here is
+evictions). health/act/remedy.py calls it after the Node patch; like the Node's, every write here is
 idempotent, so a lost answer or a restart repeats nothing that landed: rule names are fixed, rule
 updates carry the resourceVersion read, pod conditions merge by type, pod events have fixed names.
 
@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from hetero_exporter.health.metrics import HealthMetrics
+from hetero_exporter.health.act.metrics import HealthMetrics
 from hetero_exporter.health.plan import ClusterView, RemedyConfig, label_value, rfc3339
 from hetero_exporter.k8s.client import Cluster, K8sError
 from hetero_exporter.k8s.dra import Dra

@@ -2,7 +2,7 @@
 
 ``step(state, snapshot, policy) -> (state, verdicts)`` folds one snapshot into the rule state;
 ``evaluate(history, policy)`` folds a whole history. The state is an immutable value, so the
-same history always gives the same verdicts, and the stateful wrapper (health/verdicts.py) only
+same history always gives the same verdicts, and the stateful wrapper (health/detect/verdicts.py) only
 keeps the latest state. What goes in:
 
 - the collector's own health of each device (``failed`` = lost / fatal, ``degraded``,
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
 from hetero_exporter.sdk import faults as fault_tables
-from hetero_exporter.health.policy import CLEAR_EVIDENCE, Policy, ReadingRule
+from hetero_exporter.health.detect.policy import CLEAR_EVIDENCE, Policy, ReadingRule
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
 
 STATE_RANK = {"ok": 0, "unknown": 0, "degraded": 1, "failed": 2}
