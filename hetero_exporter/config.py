@@ -177,7 +177,7 @@ def _table(table: Mapping[str, Check]) -> Check:
 
 
 _CLASS_POLICY = _table({"sticky": v.boolean, "node_level": v.boolean, "clear_on": _text_list})
-# health.policy (health/policy.yaml): the shape of each key; the policy parser checks the rest
+# health.policy (health/detect/policy.yaml): the shape of each key; the policy parser checks the rest
 POLICY: dict[str, Check] = {
     "debounce": _table({"k": _integer(1, 100), "n": _integer(1, 100)}),
     "recovery_polls": _integer(1, 1000),
