@@ -59,7 +59,7 @@ from hetero_exporter.model.spec import VendorSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Record", "Event", "Matcher", "Rule", "VendorRules", "RulesError", "split_record",
+__all__ = ["Record", "Event", "Matcher", "Rule", "VendorRules", "RulesError", "split_record", "kmsg_record",
            "parse_lines", "parse_text", "load_rules", "decode_smca_status", "MAX_LINE_CHARS"]
 
 MAX_LINE_CHARS = 16384  # longer lines are cut (the kernel's own record limit is ~1 KiB)
@@ -124,6 +124,13 @@ def split_record(raw: str, line: int) -> Optional[Record]:
             return None
 
 
+def kmsg_record(line: int, seq: int, usec: str, priority: int, message: str) -> Record:
+    """The Record of a /dev/kmsg record whose header is parsed (``priority,seq,usec,...;message``).
+    The priority's facility bits (>> 3) say whose it is: 0 the kernel's, anything else user space.
+    The message is cut at MAX_LINE_CHARS."""
+    return Record(line=line, text=message[:MAX_LINE_CHARS].rstrip("\r\n"), time=usec, seq=seq, priority=priority & 7, kernel=priority >> 3 == 0)
+
+
 def _split(raw: str, line: int) -> Optional[Record]:
     if not isinstance(raw, str):
         raw = str(raw)
@@ -133,9 +140,8 @@ def _split(raw: str, line: int) -> Optional[Record]:
     if _CONT.match(raw):
         return None  # /dev/kmsg dictionary continuation (SUBSYSTEM=, DEVICE=)
     m = _KMSG.fullmatch(raw)
-    if m:  # the priority's facility bits (>> 3): 0 is the kernel's, anything else user space
-        return Record(line=line, text=m.group(4), time=m.group(3), seq=int(m.group(2)),
-                      priority=int(m.group(1)) & 7, kernel=int(m.group(1)) >> 3 == 0)
+    if m:
+        return kmsg_record(line, int(m.group(2)), m.group(3), int(m.group(1)), m.group(4))
     m = _DMESG.fullmatch(raw)
     if m:
         return Record(line=line, text=m.group(2), time=m.group(1))

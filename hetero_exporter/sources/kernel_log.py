@@ -100,12 +100,7 @@ def read_boot_id(path: str = BOOT_ID_FILE) -> Optional[str]:
 
 
 def _kmsg_api() -> tuple[Callable, Callable, Callable]:
-    from hetero_exporter.sdk.kmsg import MAX_LINE_CHARS, Matcher, Record, split_record
-
-    def kmsg_record(seq: int, usec: int, priority: int, message: str) -> Any:
-        """What split_record makes of a /dev/kmsg record, from its header parsed once."""
-        return Record(line=seq, text=message[:MAX_LINE_CHARS].rstrip("\r\n"), time=str(usec), seq=seq,
-                      priority=priority & 7, kernel=priority >> 3 == 0)
+    from hetero_exporter.sdk.kmsg import Matcher, kmsg_record, split_record
     return Matcher, split_record, kmsg_record
 
 
@@ -523,10 +518,6 @@ class Follower:
         self._refilled = now
         return int(self._tokens)
 
-    def _evaluated(self) -> Optional[int]:
-        """The matcher's count of records its rules ran on (None: a matcher that does not count)."""
-        return getattr(self._matcher, "evaluated", None)
-
     def drain(self, limit: Optional[float] = None) -> tuple[int, bool]:
         """Read what is there now, for at most ``limit`` tokens (a record the rules ran on costs
         one, any other CHEAP_RECORD): (records read, caught up)."""
@@ -551,10 +542,9 @@ class Follower:
                     caught_up = True
                     break
                 n += 1
-                evaluated = self._evaluated()
+                evaluated = self._matcher.evaluated  # grows when the rules really ran on a record
                 self._record(raw)
-                cheap = evaluated is not None and self._evaluated() == evaluated
-                spent += CHEAP_RECORD if cheap else 1.0
+                spent += 1.0 if self._matcher.evaluated != evaluated else CHEAP_RECORD
             self._spent = spent
             now = self._clock()
             with self._lock:
@@ -586,7 +576,7 @@ class Follower:
             # a storm's repeat is answered from the matcher's memo before any Record is made
             events = self._matcher.replay(message, seq, str(usec)) if priority >> 3 == 0 else None
             if events is None:
-                self._handle(self._kmsg_record(seq, usec, priority, message), self.source.wall_time(usec))
+                self._handle(self._kmsg_record(seq, seq, str(usec), priority, message), self.source.wall_time(usec))
             elif events:
                 self._coalesce(events, self.source.wall_time(usec))
         else:
