@@ -159,13 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
     version = sub.add_parser("version", help="print the version")
     # what each command runs: func(args, extra); the collector flags (--collector.NAME) are
     # the only unknown arguments a command may take, and only those that collect take them
-    run.set_defaults(func=lambda a, extra: cmd_run(a, extra), collects=True)
-    insp.set_defaults(func=lambda a, extra: cmd_inspect(a, extra), collects=True)
-    hl.set_defaults(func=lambda a, extra: cmd_health(a, extra), collects=True)
-    parse.set_defaults(func=_without_extra(lambda a: cmd_parse(a)), collects=False)
-    ext.set_defaults(func=_without_extra(lambda a: cmd_scheduler_extender(a)), collects=False)
-    score.set_defaults(func=_without_extra(lambda a: cmd_score(a)), collects=False)
-    version.set_defaults(func=_without_extra(lambda a: cmd_version(a)), collects=False)
+    run.set_defaults(func=cmd_run, collects=True)
+    insp.set_defaults(func=cmd_inspect, collects=True)
+    hl.set_defaults(func=cmd_health, collects=True)
+    parse.set_defaults(func=_without_extra(cmd_parse), collects=False)
+    ext.set_defaults(func=_without_extra(cmd_scheduler_extender), collects=False)
+    score.set_defaults(func=_without_extra(cmd_score), collects=False)
+    version.set_defaults(func=_without_extra(cmd_version), collects=False)
     return ap
 
 
