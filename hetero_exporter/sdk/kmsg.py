@@ -442,10 +442,9 @@ class Matcher:
         text = record.text
         if not text or not record.kernel:
             return []  # only the kernel's records count: user space can write any text
-        made = self._memo.get(text)
-        if made is not None:
-            self._memo.move_to_end(text)
-            return self._replay(made, record.line, record.time)
+        replayed = self.replay(text, record.line, record.time)
+        if replayed is not None:
+            return replayed
         wanted = [vr for vr in self.vendor_rules if vr.wants(text)]
         if not wanted:
             return []
