@@ -1,4 +1,4 @@
-"""Command line: the only place that wires collectors, sampler, exposition and health.
+"""Command line: argument parsing, and dispatch to the assembly (app/).
 
     hetero-exporter run [--listen HOST:PORT] [--interval S] [--config FILE] [--simulate [SCENARIO]]
                         [--collector.NAME | --no-collector.NAME] [--node-name NAME] [--kubeconfig FILE]
@@ -18,36 +18,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
-import socket
 import sys
-import threading
 from typing import Any, Callable, Optional, Sequence
 
 from hetero_exporter import __version__
 from hetero_exporter import config as config_mod
 from hetero_exporter import logs
-from hetero_exporter import pci
 from hetero_exporter import registry
-from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.sdk.capture import DEFAULT_MAX_BYTES as CAPTURE_MAX_BYTES, CaptureError, open_capture, read_capture
-from hetero_exporter.model import NodeSnapshot, SchemaError, snapshot_to_json, to_dict
-from hetero_exporter.sampling import CollectorSpec, Sampler
-from hetero_exporter.validate import ValidationError
-from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
+from hetero_exporter.model import NodeSnapshot, snapshot_to_json, to_dict
+from hetero_exporter.model.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, ExitError, InputError, UsageError
+from hetero_exporter.model.keys import DEFAULT_DOMAIN
 
 log = logging.getLogger("hetero_exporter")
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    pass
-
-
 KERNEL_LOG_TOOL = "kernel-log"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # each stops run / the extender cleanly
 KERNEL_LOG_PARSE_LIMIT = 1 << 30  # bytes `parse kernel-log` reads (streamed: memory stays bounded)
 
 
@@ -217,379 +204,19 @@ def check_flags(args: argparse.Namespace) -> None:
             check("--" + name.replace("_", "-"), value)
 
 
-# --------------------------------------------------------------------------- wiring
-
-
-def node_name(args: argparse.Namespace, cfg: config_mod.Config, scenario: Any = None) -> str:
-    return (getattr(args, "node_name", None) or cfg.node_name or os.environ.get("NODE_NAME")
-            or (scenario.node if scenario is not None else None) or socket.gethostname())
-
-
-def device_resource(device: Any) -> str:
-    """The extended resource a device is allocated as on its node ('' when none): the health
-    remedy's view of ``vendors.device_resource``, over a DeviceSample."""
-    from hetero_exporter import vendors
-    return vendors.device_resource(device.identity.vendor, device.identity.model)
-
-
-def _boot_id() -> Optional[str]:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _machine_id(host_root: Optional[str]) -> Optional[str]:
-    """The host's /etc/machine-id (below ``host_root``; a container's own is the image's)."""
-    path = os.path.join(host_root or "/", "etc/machine-id")
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            text = f.read(64).strip()
-    except OSError:
-        return None
-    return text if len(text) == 32 and all(c in "0123456789abcdef" for c in text) else None
-
-
-class Wiring:
-    """Everything one agent process needs, built from config + arguments."""
-
-    def __init__(self, args: argparse.Namespace, extra: Sequence[str]):
-        self.args = args
-        self.cfg = config_mod.load(args.config).replace(
-            interval=args.interval, log_format=args.log_format,
-            kubeconfig=getattr(args, "kubeconfig", None), listen=getattr(args, "listen", None))
-        self.flags = _collector_flags(extra)
-        self.pci_devices = pci.scan(self.cfg.sysfs_root)
-        self.pci_readable = pci.readable(self.cfg.sysfs_root)
-        simulate = args.simulate
-        if simulate is None and args.simulate_if_absent and not self.pci_devices:
-            simulate = "default"
-            log.info("no accelerator on the PCI bus: simulating the default scenario")
-        self.scenario = None
-        self.clock: Any = None
-        if simulate is not None:
-            from hetero_exporter.simulate import SimulationClock, load
-            self.scenario = load(simulate)
-            self.clock = SimulationClock(start_t=args.at or 0.0)
-        else:
-            import time
-            self.clock = time.time
-        self.node = node_name(args, self.cfg, self.scenario)
-        # vendor tools, driver libraries and runtime version files of the host (README: Vendor
-        # tools from the host); a simulated node has its own fake roots
-        self.host_root = config_mod.host_root(getattr(args, "host_root", None), self.cfg)
-        if self.scenario is not None:
-            from hetero_exporter.simulate import workdir
-            self.workdir: Optional[str] = workdir.create()  # removed by close(), else at exit (workdir.py)
-        else:
-            self.workdir = None
-        self.wake = threading.Event()  # collectors set it to get a cycle at once
-        self._closers: list[Any] = []  # background sources (pod cache, PodResources) to stop
-        self.kernel_log: Any = None  # the kernel-log Follower, once health_enrichers() built it
-        self.pod_cache: Any = None  # the watch-backed pod cache, once attribution() built it
-
-    def close(self) -> None:
-        """Remove what simulation wrote (fake executables, fake /proc) at exit."""
-        while self._closers:
-            try:
-                self._closers.pop()()
-            except Exception:  # noqa: BLE001 - shutting down anyway
-                log.debug("close failed", exc_info=True)
-        if self.workdir:
-            from hetero_exporter.simulate import workdir
-            workdir.remove(self.workdir)
-
-    def finops(self) -> Any:
-        """The configured FinOps settings, with the reference profile's cost weight, so that a
-        device without a price costs reference price x cost_weight / reference cost_weight."""
-        from hetero_exporter import profiles
-        fin = self.cfg.finops
-        prof = profiles.table().lookup(fin.reference)
-        return fin.with_reference_cost_weight(None if prof is None else prof.cost_weight)
-
-    def enabled_collectors(self) -> list[registry.CollectorEntry]:
-        entries = registry.collector_entries()
-        if self.scenario is not None:
-            present = {d.vendor for d in self.scenario.devices}
-        else:
-            present = set(pci.expected_by_vendor(self.pci_devices, registry.pci_vendors()))
-        chosen = []
-        for name, e in entries.items():
-            explicit = self.flags.get(name, self.cfg.collector_settings(name).get("enabled"))
-            if explicit is not None:
-                on = bool(explicit)
-            elif self.scenario is None and not self.pci_readable:
-                on = e.default  # PCI unreadable: cannot tell, try every default collector
-            else:
-                on = e.default and (not e.vendor or e.vendor in present)
-            if on:
-                chosen.append(e)
-        if not chosen and self.scenario is None and self.pci_readable:
-            # a CPU node: a collector of a vendor with no device on the bus is not down, it has
-            # nothing to read, so none runs (and no AcceleratorCollectorDown fires here)
-            log.info("no accelerator of a known vendor on the PCI bus: no collector runs",
-                     extra={"sysfs_root": self.cfg.sysfs_root})
-        return chosen
-
-    def expected(self) -> dict[str, int]:
-        if self.scenario is not None:
-            counts: dict[str, int] = {}
-            for d in self.scenario.devices:
-                counts[d.vendor] = counts.get(d.vendor, 0) + 1
-            for vendor, n in (self.scenario.settings.get("pci_extra") or {}).items():
-                counts[vendor] = counts.get(vendor, 0) + int(n)
-            return counts
-        return pci.expected_by_vendor(pci.scan(self.cfg.sysfs_root), registry.pci_vendors())
-
-    def _host_settings(self) -> dict[str, str]:
-        """host_root / host_exec for every collector (its own section may override them)."""
-        out = {"host_root": self.host_root} if self.host_root and self.scenario is None else {}
-        return {**out, **({"host_exec": self.cfg.host_exec} if self.cfg.host_exec else {})}
-
-    @property
-    def state_dir(self) -> str:
-        """Where state that survives a restart lives (pinned identities, the kernel-log cursor):
-        ``kernel_log.state_dir``, the DaemonSets' hostPath by default. A simulation never
-        touches the real node's state: it keeps its own in the work directory's ``state``
-        folder, whatever the config names."""
-        if self.scenario is not None:
-            return os.path.join(self.workdir, "state")
-        return str(self.cfg.kernel_log.get("state_dir") or "/var/lib/hetero-exporter")
-
-    @property
-    def state_writable(self) -> bool:
-        """Only the agent (``run``) on the real node writes its state; ``inspect``, ``health
-        --dry-run`` and the rest read at most, so a diagnostic run leaves nothing for the next
-        run to report. A simulation writes only in its own work directory."""
-        return self.scenario is not None or getattr(self.args, "command", None) == "run"
-
-    def identity_store(self) -> Any:
-        """How collectors keep identities: writable or not, this boot and machine, and the
-        accelerators on the bus now (to tell a removed device from a lost one)."""
-        from hetero_exporter.sdk.identity import IdentityStore, RemovalLog
-        from hetero_exporter.sdk import pciaddr
-        if self.scenario is not None:
-            scanned: Optional[list[Any]] = self.pci_scan()()
-            boot, machine = f"sim-{self.scenario.name}", None
-        else:
-            scanned = self.pci_devices if self.pci_readable else None
-            boot, machine = _boot_id(), _machine_id(self.host_root)
-        bus = None
-        if scanned is not None:
-            hosts = pci.host_devices(scanned, registry.pci_vendors())
-            bus = frozenset(filter(None, (pciaddr.normalize(d.address) for devs in hosts.values() for d in devs)))
-        self.removals = RemovalLog()
-        return IdentityStore(writable=self.state_writable, boot_id=boot, machine_id=machine, bus=bus,
-                             removals=self.removals)
-
-    def sampler(self) -> Sampler:
-        specs = []
-        identities = self.identity_store()
-        for e in self.enabled_collectors():
-            opts = CollectorOptions(
-                node_name=self.node, interval_seconds=self.cfg.interval,
-                timeout_seconds=self.cfg.collector_timeout(e.name),
-                settings={"sysfs_root": self.cfg.sysfs_root, **self._host_settings(),
-                          **self.cfg.collector_settings(e.name)},
-                scenario=self.scenario, clock=self.clock, workdir=self.workdir, wake=self.wake.set,
-                state_dir=self.state_dir, identity=identities)
-
-            def factory(e=e, opts=opts):
-                return registry.collector_factory(e)(opts)
-
-            specs.append(CollectorSpec(e.name, e.vendor, factory, opts.timeout_seconds))
-        # With PCI presence on, that enricher scans the bus and sets the expected counts; the
-        # sampler scanning it too would read sysfs twice per cycle for the same answer.
-        return Sampler(specs, self.node, clock=self.clock, expected=dict if self.pci_presence else self.expected,
-                       boot_id=_boot_id(), wake=self.wake, removals=self.removals,
-                       enrichers=[*self.pci_locate(), self.attribution(), *self.health_enrichers()])
-
-    # ---- device health (README: Health and Kubernetes)
-
-    def health_settings(self) -> tuple[Any, Any]:
-        """(policy, RemedyConfig) from the config's health section and --health-mode."""
-        from hetero_exporter.health.detect import policy as policy_mod
-        from hetero_exporter.health.plan import RemedyConfig
-        raw = dict(self.cfg.health)
-        policy = policy_mod.load(raw.get("policy"))
-        mode = getattr(self.args, "health_mode", None)
-        return policy, RemedyConfig.from_mapping(raw, mode=mode)
-
-    @property
-    def pci_presence(self) -> bool:
-        """Whether the PCI presence enricher runs (config ``health.pci_presence``, default on)."""
-        return bool(self.cfg.health.get("pci_presence", True))
-
-    def pci_locate(self) -> list[Any]:
-        """The enricher giving a device reported without a PCI address its bus address (with PCI
-        presence on), first, so attribution and the remedy see it."""
-        from hetero_exporter.sources.pci_presence import PciLocate
-        return [PciLocate(self.pci_scan(), registry.pci_vendors())] if self.pci_presence else []
-
-    def pci_scan(self) -> Any:
-        """The PCI bus scan: the scenario's when simulating, sysfs otherwise."""
-        from hetero_exporter.sources.pci_presence import simulated_scan
-        if self.scenario is not None:
-            return simulated_scan(self.scenario, self.clock, registry.pci_vendors())
-        return lambda: pci.scan(self.cfg.sysfs_root)
-
-    def health_enrichers(self) -> list[Any]:
-        """PCI presence (missing devices), then the rules' verdicts as each device's health."""
-        from hetero_exporter.sources.pci_presence import PciPresence
-        from hetero_exporter.health.detect.verdicts import HealthVerdicts
-        policy, _ = self.health_settings()
-        self.verdicts = HealthVerdicts(policy)
-        out: list[Any] = []
-        if self.pci_presence:
-            out.append(PciPresence(self.pci_scan(), registry.pci_vendors()))
-        kernel_log = self.kernel_log_faults(policy)
-        if kernel_log is not None:
-            out.append(kernel_log)
-        return out + [self.verdicts]
-
-    # ---- the kernel log as a health source (README: Kernel log)
-
-    def kernel_log_settings(self) -> dict[str, Any]:
-        settings = dict(self.cfg.kernel_log)
-        flag = getattr(self.args, "kernel_log", None)
-        if flag is not None:
-            if flag.lower() in ("off", "false", "no", "none"):
-                settings["enabled"] = False
-            else:
-                settings.update(enabled=True, path=flag)
-        return settings
-
-    def kernel_log_faults(self, policy: Any) -> Any:
-        """The follower (its own thread; the first read done before the first cycle) and the
-        enricher putting its events on the devices; None when off. Simulating, it reads the
-        scenario's ring buffer (its ``kernel_log`` lines up to the scenario clock)."""
-        from hetero_exporter.sources import kernel_log as kl
-        settings = self.kernel_log_settings()
-        if not settings.get("enabled", True):
-            log.info("kernel log off", extra={"reason": "disabled"})
-            return None
-        path = settings.get("path")
-        state_dir = self.state_dir
-        boot_id = _boot_id() if self.scenario is None else f"sim-{self.scenario.name}"
-        if path == kl.SYSLOG and self.scenario is None:
-            source: Any = kl.SyslogSource()
-        elif path and path != kl.KMSG and path != kl.SYSLOG:
-            source = kl.FileSource(str(path), initial_bytes=int(settings.get("initial_bytes", 8 << 20)))
-        elif self.scenario is not None:
-            from hetero_exporter.simulate.kernel_log import ScenarioKmsg
-            ring = ScenarioKmsg(self.scenario, self.clock)
-            source = kl.KmsgSource("simulated:/dev/kmsg", opener=ring.opener, wall_time=ring.wall_time)
-        else:
-            source = kl.KmsgSource(kl.KMSG)
-        follower = kl.Follower(
-            source, state_dir=state_dir, boot_id=boot_id, clock=self.clock, wake=self.wake.set,
-            max_records_per_second=float(settings.get("max_records_per_second", 5000)),
-            max_pending=int(settings.get("max_pending", 1024)),
-            retry_seconds=float(settings.get("retry_seconds", 60)), writable=self.state_writable)
-        follower.start(wait_first=2.0)
-        self._closers.append(follower.close)
-        self.kernel_log = follower
-        return kl.KernelLogFaults(follower, reset_codes=policy.reset_codes | kl.RESET_CODES,
-                                  dedup_seconds=float(settings.get("dedup_seconds", 60)))
-
-    def health_loop(self, metrics_registry: Any) -> Any:
-        """The health loop over ``self.verdicts`` (call after sampler()); its metrics go on the
-        registry. Without cluster access it only computes (metrics), and says why."""
-        from hetero_exporter.health.act.metrics import HealthMetrics
-        from hetero_exporter.sources.pci_presence import UdevWatch
-        from hetero_exporter.health.act.remedy import HealthLoop, Remedy
-        from hetero_exporter.k8s import client as k8s_client
-        policy, rcfg = self.health_settings()
-        metrics = HealthMetrics()
-        metrics_registry.register(metrics)
-        cluster = None
-        if rcfg.mode != "observe":
-            cluster = k8s_client.connect(self.cfg.kubeconfig)
-            if not cluster.enabled:
-                log.warning("health loop writes nothing", extra={"mode": rcfg.mode, "reason": cluster.reason})
-        slices = None
-        if cluster is not None and cluster.enabled and rcfg.device_taints:
-            # this node's ResourceSlices, watched (the remedy lists them itself until synced)
-            from hetero_exporter.k8s.slice_cache import SliceCache
-            slices = SliceCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds).start()
-            self._closers.append(slices.close)
-        pods = self.pod_cache  # attribution's watch of this node's pods, when it runs
-        remedy = Remedy(cluster, self.node, policy, rcfg, metrics, clock=self.clock, resource_of=device_resource,
-                        slices=slices, failed_pods=pods.failed_pods if pods is not None else None)
-        loop = HealthLoop(remedy, self.verdicts, boot_id=_boot_id())
-        log.info("health loop", extra={"mode": rcfg.mode, "writes": remedy.writes, "domain": rcfg.domain})
-        if self.scenario is None and self.cfg.health.get("udev", True):
-            watch = UdevWatch(registry.pci_vendors(), self.wake.set)
-            if watch.start():
-                self._closers.append(watch.stop)
-            else:
-                log.info("udev watch off", extra={"reason": watch.reason})
-        return loop
-
-    # ---- process -> pod attribution (README: Attribution)
-
-    def attribution(self) -> Any:
-        """The enricher naming each device process's pod. Simulating: a fake /proc written from
-        the scenario, its pods as the pod directory, and a real PodResources gRPC server on a
-        socket in the workdir. On a node: ``proc_root`` (hostPID), the watch-backed pod cache
-        when Kubernetes is configured, kubelet PodResources when its socket is mounted."""
-        from hetero_exporter.sources.attribution import Attributor, StaticPods
-        settings = self.cfg.attribution
-        if self.scenario is not None:
-            from hetero_exporter.simulate import kubelet, procfs
-            proc_root = str(procfs.write(self.scenario, os.path.join(self.workdir, "proc")))
-            # with --kubeconfig the names come from that API server (the scenario's pods seeded
-            # there), as on a node; otherwise the scenario's pods stand in for it
-            pods: Any = (self._pod_cache() if self.cfg.kubeconfig and settings.get("pod_cache", True)
-                         else StaticPods(kubelet.scenario_pods(self.scenario), clock=self.clock))
-            allocations = self._podresources(os.path.join(self.workdir, "pod-resources", "kubelet.sock"),
-                                             simulated=kubelet.scenario_allocations(self.scenario))
-        else:
-            proc_root = str(settings.get("proc_root") or self.cfg.proc_root)
-            pods = self._pod_cache() if settings.get("pod_cache", True) else None
-            allocations = self._podresources(str(settings.get("podresources_socket") or
-                                                 "/var/lib/kubelet/pod-resources/kubelet.sock"))
-        return Attributor(proc_root, pods=pods, allocations=allocations, clock=self.clock)
-
-    def _podresources(self, socket_path: str, simulated: Optional[list] = None) -> Any:
-        settings = self.cfg.attribution
-        wanted = settings.get("podresources")  # None: when the socket is there
-        if wanted is False or (wanted is None and simulated is None and not os.path.exists(socket_path)):
-            log.info("kubelet PodResources off", extra={"socket": socket_path,
-                                                         "reason": "disabled" if wanted is False else "socket not mounted"})
-            return None
-        try:
-            from hetero_exporter.sources.podresources.client import PodResourcesPoller
-            if simulated is not None:
-                from hetero_exporter.simulate import kubelet
-                self._closers.append(kubelet.spawn(socket_path, simulated, self.workdir))
-        except (ImportError, RuntimeError, OSError) as e:  # the simulated kubelet's grpcio/protobuf missing or too old
-            log.warning("kubelet PodResources off: %s (pip install 'hetero-exporter[attribution]'; "
-                        "the simulated kubelet also needs [simulate])", e)
-            return None
-        timeout = float(settings.get("podresources_timeout", 2.0))
-        poller = PodResourcesPoller(socket_path, interval=float(settings.get("podresources_interval", self.cfg.interval)),
-                                    timeout=timeout, extra_vendors=settings.get("resources") or {},
-                                    clock=self.clock)
-        self._closers.append(poller.close)
-        return poller.start(wait_first=timeout)
-
-    def _pod_cache(self) -> Any:
-        from hetero_exporter.k8s import client as k8s_client
-        cluster = k8s_client.connect(self.cfg.kubeconfig)
-        if not cluster.enabled:
-            log.info("pod cache off", extra={"reason": cluster.reason})
-            return None
-        from hetero_exporter.k8s.pods import PodCache
-        cache = PodCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds)
-        self._closers.append(cache.close)
-        log.info("pod cache on", extra={"source": cluster.source, "node": self.node})
-        self.pod_cache = cache  # the health loop reads its failed pods (black-hole check)
-        return cache.start(wait_first=float(self.cfg.attribution.get("pod_cache_wait", 5.0)))
-
-
 # --------------------------------------------------------------------------- commands
+
+
+def options(args: argparse.Namespace, extra: Sequence[str] = ()) -> Any:
+    """The app's Options of a command that collects (its collector flags checked here)."""
+    from hetero_exporter.app.commands import options_for
+    return options_for(getattr(args, "command", None) or "", args, _collector_flags(extra))
+
+
+def agent(args: argparse.Namespace, extra: Sequence[str] = ()) -> Any:
+    """The Agent a parsed command line builds (nothing started): ``run``'s, ``inspect``'s, ``health``'s."""
+    from hetero_exporter.app.agent import Agent
+    return Agent.build(options(args, extra))
 
 
 def cmd_version(_args: argparse.Namespace) -> int:
@@ -598,121 +225,18 @@ def cmd_version(_args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    from hetero_exporter import table
-    w = Wiring(args, extra)
-    sampler = w.sampler()
-    try:
-        snap = sampler.collect()
-    finally:
-        sampler.close()
-        w.close()
-    print(snapshot_to_json(snap, indent=2) if args.json else table.render(snap), end="" if not args.json else "\n")
-    return EXIT_OK
+    from hetero_exporter.app import commands
+    return commands.inspect(options(args, extra), args.json)
 
 
 def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    from prometheus_client import CollectorRegistry
-
-    from hetero_exporter.exposition.collector import SnapshotCollector
-    from hetero_exporter.exposition.server import MetricsServer
-    from hetero_exporter.store import SnapshotStore
-
-    from hetero_exporter.web import config as web_config
-    web = web_config.load(args.web_config_file) if args.web_config_file else None  # bad file: exit 2
-    w = Wiring(args, extra)
-    store = SnapshotStore()
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(SnapshotCollector(store.latest, clock=w.clock, finops=w.finops()))
-    server = MetricsServer(w.cfg.listen, reg, store.latest, web=web).start()
-    sampler = w.sampler()
-    if w.kernel_log is not None:
-        from hetero_exporter.exposition.collector import KernelLogCollector
-        reg.register(KernelLogCollector(w.kernel_log.status))
-    from hetero_exporter.exposition.collector import ToolProcessesCollector
-    from hetero_exporter.sdk import runner as tool_runner
-    reg.register(ToolProcessesCollector(tool_runner.killed_total))
-    if web is not None and web.certificate_expiry is not None:
-        from hetero_exporter.exposition.collector import TlsCertificateCollector
-        reg.register(TlsCertificateCollector(web.certificate_expiry))
-    health = w.health_loop(reg)
-    store.subscribe(health.offer)
-    health.start()
-    host, port = server.address
-    log.info("serving", extra={"listen": f"{host}:{port}", "node": w.node,
-                               "collectors": ",".join(sampler.collector_names) or "none",
-                               "simulate": w.scenario.name if w.scenario else None,
-                               "interval": w.cfg.interval})
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("stopping", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-        sampler.request_cycle()  # end the wait between cycles
-
-    for signum in STOP_SIGNALS:  # SIGHUP as SIGTERM: a closed terminal or a supervisor's hang-up stops cleanly
-        signal.signal(signum, _stop)
-    try:
-        sampler.run(w.cfg.interval, store.publish, stop)
-    finally:
-        health.stop()
-        server.stop()
-        sampler.close()
-        w.close()
-    return EXIT_OK
+    from hetero_exporter.app import commands
+    return commands.run(options(args, extra), args.web_config_file)
 
 
 def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    """Collect once and print what the agent would do (as in enforce mode), and why. With
-    cluster access the plan is made against the Node as it is (bookkeeping included); without,
-    against an empty node, and the report says so. Nothing is written."""
-    import dataclasses
-
-    from hetero_exporter.health import plan as plan_mod
-    from hetero_exporter.health.act import report
-    from hetero_exporter.health.act.remedy import Remedy, empty_node
-    from hetero_exporter.k8s import client as k8s_client
-    from hetero_exporter.k8s.client import K8sError
-    w = Wiring(args, extra)
-    sampler = w.sampler()
-    try:
-        policy, rcfg = w.health_settings()
-        rcfg = dataclasses.replace(rcfg, mode="enforce")
-        cluster = k8s_client.connect(w.cfg.kubeconfig)
-        node, source, remedy = empty_node(w.node), "", None
-        if cluster.enabled:
-            remedy = Remedy(cluster, w.node, policy, rcfg, resource_of=device_resource)
-            try:
-                node = remedy.read_node()
-                source = f"read from the API server ({cluster.source})"
-                book = plan_mod.Book.from_annotation(
-                    ((node.get("metadata") or {}).get("annotations") or {}).get(rcfg.book_annotation))
-                w.verdicts.restore(plan_mod.sticky_from_json(book.sticky), book.boot_id, _boot_id())
-            except K8sError as e:
-                source = f"cannot read node {w.node} ({e}): compared against an empty node"
-        else:
-            source = f"no cluster access ({cluster.reason}): compared against an empty node"
-        snap = sampler.collect()
-        for _ in range(2):  # a collector that saw an event (a driver event) asked for another cycle
-            if not w.wake.is_set():
-                break
-            w.wake.clear()
-            snap = sampler.collect()
-        ev = w.verdicts.evaluation(snap)
-        budget = remedy.budget if remedy is not None else plan_mod.Budget.unchecked()
-        import time
-        view = None
-        if remedy is not None:
-            try:
-                view = remedy.view(snap, ev)
-            except K8sError as e:
-                source += f"; cannot read the rest of the cluster ({e})"
-        p = plan_mod.plan(node, snap, ev.verdicts, ev.node, policy, rcfg, time.time() if w.scenario is None else w.clock(),
-                          budget=budget, sticky=ev.sticky, view=view)
-    finally:
-        sampler.close()
-        w.close()
-    print(report.render(snap, ev, p, policy, rcfg, source), end="")
-    return EXIT_OK
+    from hetero_exporter.app import commands
+    return commands.health(options(args, extra))
 
 
 def _print_parsed(result: Any, as_json: bool) -> None:
@@ -791,9 +315,8 @@ def _add_scoring(p: argparse.ArgumentParser) -> None:
 
 
 def _scorer(args: argparse.Namespace) -> Any:
-    from hetero_exporter.scoring.scorer import Scorer, Staleness
-    fresh = max(0.0, args.fresh_seconds)
-    return Scorer(args.policy, Staleness(fresh_seconds=fresh, floor_seconds=max(fresh + 1.0, 10 * fresh)))
+    from hetero_exporter.app.extender import scorer
+    return scorer(args.policy, args.fresh_seconds)
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -808,81 +331,21 @@ def cmd_score(args: argparse.Namespace) -> int:
         with open(args.nodes, encoding="utf-8") as f:
             nodes = json.load(f)
     except yaml.YAMLError as e:
-        raise ValueError(f"{args.pod}: not YAML: {e}") from None
+        raise InputError(f"{args.pod}: not YAML: {e}") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{args.nodes}: not JSON: {e}") from None
-    doc = offline.score(pod, nodes, _scorer(args), args.now if args.now is not None else time.time(),
-                        args.domain)
+        raise InputError(f"{args.nodes}: not JSON: {e}") from None
+    try:  # RequestError: the pod's request; ValueError: a node document (offline.score)
+        doc = offline.score(pod, nodes, _scorer(args), args.now if args.now is not None else time.time(),
+                            args.domain)
+    except ValueError as e:
+        raise InputError(str(e)) from None
     print(json.dumps(doc, indent=2) if args.json else explain.render(doc), end="\n" if args.json else "")
     return EXIT_OK if any(r["feasible"] for r in doc["nodes"]) else EXIT_FAIL
 
 
 def cmd_scheduler_extender(args: argparse.Namespace) -> int:
-    from hetero_exporter.exposition.server import parse_listen
-    from hetero_exporter.k8s.client import connect
-    from hetero_exporter.scoring.extender import Extender
-    from hetero_exporter.scoring.metrics import ExtenderMetrics
-    from hetero_exporter.scoring.server import ExtenderServer
-    from hetero_exporter.web import config as web_config
-
-    web = web_config.load(args.web_config_file) if args.web_config_file else None  # bad file: exit 2
-    try:
-        metrics_address = parse_listen(args.metrics_listen) if args.metrics_listen else None
-    except ValueError:
-        raise UsageError(f"--metrics-listen expects HOST:PORT, got {args.metrics_listen!r}") from None
-    scorer = _scorer(args)
-    metrics = ExtenderMetrics()
-    annotation = Keys(args.domain).devices
-    cluster = connect(args.kubeconfig)
-    table, cache = None, None
-    if cluster.enabled:
-        from hetero_exporter.k8s.node_cache import NodeCache
-        table = metrics.node_table(scorer, annotation)  # counts unreadable annotations
-        cache = NodeCache(cluster.api_client, table, annotation=annotation).start()
-
-        def _freeze_when_synced() -> None:
-            # thousands of long-lived node states: keep them out of the cyclic GC's full passes,
-            # which otherwise stall a /prioritize for hundreds of ms (BENCHMARKS.md)
-            if cache.wait_synced(3600):
-                import gc
-                import time
-
-                from hetero_exporter.scoring.nodetable import columns  # None without numpy
-                gc.freeze()
-                log.info("node cache loaded", extra={"nodes": len(table)})
-                if columns is not None:
-                    columns.GC.enabled = True  # and what each new pod shape's column makes
-                    while True:  # frozen cycles (replaced node states) are collected when idle
-                        time.sleep(10)
-                        columns.GC.sweep()
-        threading.Thread(target=_freeze_when_synced, name="gc-freeze", daemon=True).start()
-        mode = "nodes in the request, and node names (nodeCacheCapable) from a watch of the node annotations"
-    else:
-        mode = "nodes in the request only (register with nodeCacheCapable: false)"
-        log.warning("no cluster access: serving the nodes-in-request mode only", extra={"reason": cluster.reason})
-    extender = Extender(scorer, table, annotation=annotation, domain=args.domain, metrics=metrics)
-    server = ExtenderServer(parse_listen(args.listen), extender,
-                            ready=lambda: table is None or table.synced.is_set(), web=web,
-                            max_body_bytes=args.max_body_bytes, metrics_address=metrics_address).start()
-    host, port = server.address
-    log.info("scheduler extender serving", extra={"listen": f"{host}:{port}", "mode": mode,
-                                                  "policy": scorer.policy, "cluster": cluster.source or None})
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("stopping", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    for signum in STOP_SIGNALS:  # SIGHUP as SIGTERM: a closed terminal or a supervisor's hang-up stops cleanly
-        signal.signal(signum, _stop)
-    try:
-        while not stop.wait(3600):
-            pass
-    finally:
-        server.stop()
-        if cache is not None:
-            cache.close()
-    return EXIT_OK
+    from hetero_exporter.app import extender
+    return extender.serve(args)
 
 
 def _exit_on_sigterm() -> Any:
@@ -930,11 +393,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"hetero-exporter: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (ValidationError, SchemaError, ValueError, OSError) as e:
-        # ValidationError (ConfigError, ScenarioError, a bad flag) is one line naming the field:
-        # a bad input given by the user, not a crash
+    except ExitError as e:
+        # an InputError (ConfigError, ScenarioError, PolicyError, a bad flag) is one line naming
+        # the field: a bad input given by the user, not a crash
         print(f"hetero-exporter: error: {e}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(e, ValueError) else EXIT_FAIL
+        return e.exit_code
+    except OSError as e:  # a file the command was given cannot be read, a port cannot be bound
+        print(f"hetero-exporter: error: {e}", file=sys.stderr)
+        return EXIT_FAIL
     except Exception as e:
         stop = _signal_exit(e)  # a SIGTERM that arrived during an import: exit as the signal asked
         if stop is None:

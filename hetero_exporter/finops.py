@@ -33,6 +33,7 @@ from typing import Any, Mapping, Optional
 
 from hetero_exporter.model import fields as F
 from hetero_exporter.model import DeviceSample, NodeSnapshot
+from hetero_exporter.model.errors import InputError
 
 DEFAULT_CURRENCY = "USD"
 DEFAULT_REFERENCE = "A100-SXM4-80GB"
@@ -45,7 +46,7 @@ MAX_CURRENCY = 16  # ISO 4217 codes are 3 letters; a label value, so bounded
 Owner = tuple[str, str, str]  # (namespace, pod, container)
 
 
-class FinOpsError(ValueError):
+class FinOpsError(InputError):
     """The ``finops`` section cannot be used (the message names the field)."""
 
 

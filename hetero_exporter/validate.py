@@ -16,12 +16,14 @@ import re
 import yaml
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar, Union
 
+from hetero_exporter.model.errors import InputError
+
 T = TypeVar("T")
 
 _SHOWN = 60  # characters of a refused value quoted in a message
 
 
-class ValidationError(ValueError):
+class ValidationError(InputError):
     """A value that cannot be used. ``field`` is its path ("" when ``problem`` names it),
     ``source`` the file it came from, if any; str() is the one-line message."""
 

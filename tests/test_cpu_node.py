@@ -24,7 +24,7 @@ def _enabled(tmp_path: Path, sysfs: Path) -> list[str]:
     cfg = tmp_path / "config.yaml"
     cfg.write_text(f"sysfs_root: {sysfs}\n")
     args = cli.build_parser().parse_args(["inspect", "--config", str(cfg), "--log-format", "text"])
-    w = cli.Wiring(args, [])
+    w = cli.agent(args)
     try:
         return [e.name for e in w.enabled_collectors()]
     finally:

@@ -43,7 +43,7 @@ def _one_shot(scenario: str, *flags: str) -> NodeSnapshot:
     """The snapshot `inspect --simulate` takes, on a manual scenario clock (at --at)."""
     args = cli.build_parser().parse_args(["inspect", "--simulate", scenario, *flags, "--kernel-log", "off",
                                           "--log-format", "text"])
-    w = cli.Wiring(args, [])
+    w = cli.agent(args)
     w.clock = ManualClock()
     w.clock.set_t(args.at or 0.0)
     sampler = w.sampler()

@@ -28,7 +28,7 @@ import yaml
 from conftest import ROOT
 from hetero_exporter import config as config_mod
 from hetero_exporter import registry, vendors
-from hetero_exporter.cli import Wiring, build_parser, main
+from hetero_exporter.cli import agent, build_parser, main
 from hetero_exporter.sdk import host_tools, runner
 from hetero_exporter.sdk import versions as sdk_versions
 from hetero_exporter.sdk.cli_collector import CliCalls, find_tool
@@ -342,19 +342,18 @@ def test_every_collector_gets_the_host_root_but_a_simulated_node_does_not(tmp_pa
     # a bus that cannot be read: every default collector runs (a readable one with no accelerator: none)
     cfg.write_text(f"host_exec: chroot\nsysfs_root: {tmp_path / 'no-sysfs'}\ncollectors:\n  cnmon: {{host_root: /elsewhere}}\n")
     args, extra = build_parser().parse_known_args(["inspect", "--config", str(cfg), "--collector.cnmon"])
-    w = Wiring(args, extra)
-    monkeypatch.setattr(w, "attribution", lambda: None)
-    monkeypatch.setattr(w, "health_enrichers", lambda: [])
-    assert w.host_root == str(tmp_path) and w._host_settings() == {"host_root": str(tmp_path), "host_exec": "chroot"}
+    w = agent(args, extra)
+    monkeypatch.setattr(w, "sources", lambda: [])
+    assert w.env.host_root == str(tmp_path) and w.host_settings() == {"host_root": str(tmp_path), "host_exec": "chroot"}
     captured = {}
     monkeypatch.setattr(registry, "collector_factory", lambda e: lambda opts: captured.setdefault(e.name, opts))
     w.sampler().collect()
     assert captured["cnmon"].settings["host_root"] == "/elsewhere"  # a collector's own setting wins
     assert captured["npu_smi"].settings["host_root"] == str(tmp_path)
     args, extra = build_parser().parse_known_args(["inspect", "--simulate"])
-    w = Wiring(args, extra)
+    w = agent(args, extra)
     try:
-        assert w._host_settings() == {}
+        assert w.host_settings() == {}
     finally:
         w.close()
 

@@ -281,7 +281,7 @@ def test_a_simulation_never_writes_the_configured_state_dir(tmp_path):
 def test_simulating_without_the_setting_keeps_state_in_the_work_directory():
     args = cli.build_parser().parse_args(["inspect", "--simulate", str(SCENARIOS / "nvidia-lost.yaml"),
                                           "--log-format", "text"])
-    w = cli.Wiring(args, [])
+    w = cli.agent(args)
     try:
         assert w.state_dir == os.path.join(w.workdir, "state")
     finally:

@@ -16,9 +16,9 @@ from hetero_exporter.simulate.scenario import ScenarioError, from_dict
 SCENARIO = str(Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "kernel-log-faults.yaml")
 
 
-def _wiring(extra_args=()) -> cli.Wiring:
+def _wiring(extra_args=()) -> "Agent":
     args = cli.build_parser().parse_args(["inspect", "--simulate", SCENARIO, "--log-format", "text", *extra_args])
-    return cli.Wiring(args, [])
+    return cli.agent(args)
 
 
 def _health(snap, vendor: str, index: int) -> str:
@@ -120,7 +120,7 @@ def test_args_namespace_without_the_flag_still_wires():
     # commands built elsewhere (tests, embedding programs) may not carry --kernel-log
     args = argparse.Namespace(config=None, simulate=SCENARIO, simulate_if_absent=False, at=60.0, node_name=None,
                               kubeconfig=None, interval=None, log_format=None, listen=None)
-    w = cli.Wiring(args, [])
+    w = cli.agent(args)
     sampler = w.sampler()
     try:
         snap = sampler.collect()

@@ -92,7 +92,7 @@ def test_the_real_syslog_call_answers_or_says_why():
 def test_the_flag_selects_the_syslog_source(tmp_path):
     from hetero_exporter import cli
     args = cli.build_parser().parse_args(["inspect", "--kernel-log", "syslog", "--log-format", "text"])
-    w = cli.Wiring(args, [])
+    w = cli.agent(args)
     try:
         w.kernel_log_faults(__import__("hetero_exporter.health.detect.policy", fromlist=["load"]).load(None))
         assert isinstance(w.kernel_log.source, kl.SyslogSource)

@@ -62,6 +62,8 @@ def test_new_modules_are_covered_without_being_listed(tmp_path):
     ("model/probe.py", "from hetero_exporter import vendors\n"),          # the floor reaching up
     ("scoring/probe.py", "from hetero_exporter.exposition import cache\n"),  # one room into another
     ("collectors/enflame/probe.py", "from hetero_exporter import sampling\n"),
+    ("app/probe.py", "from hetero_exporter import cli\n"),                 # the assembly reaching up
+    ("sources/probe.py", "from hetero_exporter.app import agent\n"),       # a room reaching the assembly
     ("probe.py", ""),                                                       # a module in no layer
 ])
 def test_the_layers_contract_covers_a_new_module_in_any_room(tmp_path, room, source):

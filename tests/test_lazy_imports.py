@@ -27,7 +27,7 @@ UP_TO_FIRST_SNAPSHOT = textwrap.dedent("""
     from prometheus_client import CollectorRegistry
     from hetero_exporter import cli
     args, extra = cli.build_parser().parse_known_args(sys.argv[1:])
-    w = cli.Wiring(args, extra)
+    w = cli.agent(args, extra)
     sampler = w.sampler()
     w.health_loop(CollectorRegistry(auto_describe=False))
     try:

@@ -251,7 +251,7 @@ def test_an_amd_uncorrectable_error_holds_until_the_kernel_log_says_the_gpu_was_
     path = tmp_path / "amd-reset.yaml"
     path.write_text(yaml.safe_dump(doc))
     args = cli.build_parser().parse_args(["inspect", "--simulate", str(path), "--log-format", "text"])
-    w = cli.Wiring(args, [])
+    w = cli.agent(args)
     clock = ManualClock()
     w.clock = clock
     sampler = w.sampler()

@@ -53,8 +53,8 @@ def _deploy_config(tmp_path: Path, state: Path) -> str:
     return str(path)
 
 
-def _wiring(*argv: str) -> cli.Wiring:
-    return cli.Wiring(cli.build_parser().parse_args([*argv, "--log-format", "text"]), [])
+def _wiring(*argv: str) -> "Agent":
+    return cli.agent(cli.build_parser().parse_args([*argv, "--log-format", "text"]))
 
 
 # --------------------------------------------------------------------------- who writes

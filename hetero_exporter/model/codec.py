@@ -14,7 +14,7 @@ import json
 import math
 import types
 import typing
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from hetero_exporter.model.types import (
     Fault,

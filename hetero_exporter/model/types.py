@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from hetero_exporter.model.errors import InputError
+
 SCHEMA_VERSION = 1
 
 # identity.vendor names come from the vendor specs (hetero_exporter.vendors), not from here
@@ -36,7 +38,7 @@ ACTIONS = ("none", "restart-app", "reset-device", "reboot-node", "contact-suppor
 SEVERITIES = ("info", "warning", "critical")
 
 
-class SchemaError(ValueError):
+class SchemaError(InputError):
     """A JSON document does not match schema version 1 (message names the path)."""
 
 

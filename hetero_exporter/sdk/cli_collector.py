@@ -27,7 +27,7 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequenc
 from hetero_exporter import pci, vendors
 from hetero_exporter.sdk import host_tools
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
-from hetero_exporter.sdk.identity import IdentityMemory, identity_file
+from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.model.spec import ToolSpec
 from hetero_exporter.sdk import faults as fault_tables

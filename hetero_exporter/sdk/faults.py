@@ -31,6 +31,7 @@ import yaml
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 from hetero_exporter.model import ACTIONS, SEVERITIES
+from hetero_exporter.model.errors import InputError
 
 
 
@@ -44,8 +45,8 @@ class FaultInfo:
     known: bool = True  # False when the code is not in the table (the default applied)
 
 
-class FaultTableError(ValueError):
-    pass
+class FaultTableError(InputError):
+    """A vendor's fault table cannot be used (named with its file and code)."""
 
 
 def _entry(code: str, raw: Mapping[str, Any], where: str, known: bool = True) -> FaultInfo:

@@ -56,6 +56,7 @@ from hetero_exporter import vendors
 from hetero_exporter.sdk import faults
 from hetero_exporter.sdk import pciaddr
 from hetero_exporter.model.spec import VendorSpec
+from hetero_exporter.model.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +199,7 @@ class Event:
 
 # ---------------------------------------------------------------------------------- rules
 
-class RulesError(ValueError):
+class RulesError(InputError):
     """A kernel-log rules file that cannot be used (named with the file and the rule)."""
 
 

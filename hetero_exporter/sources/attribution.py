@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from hetero_exporter.sdk.contract import ParseError
-from hetero_exporter.model import (Allocation, DeviceIdentity, DeviceSample, NodeSnapshot,
+from hetero_exporter.model import (Allocation, DeviceIdentity, NodeSnapshot,
                                    ProcessSample, SourceStatus)
 from hetero_exporter.model.pods import PodInfo  # noqa: F401 (part of this module's API)
 

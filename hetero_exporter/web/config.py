@@ -38,12 +38,13 @@ import yaml
 from hetero_exporter import validate as v
 from hetero_exporter.web import certificates
 from hetero_exporter.web.server import WebSettings
+from hetero_exporter.model.errors import InputError
 
 log = logging.getLogger(__name__)
 
 
-class WebConfigError(ValueError):
-    pass
+class WebConfigError(InputError):
+    """The web config file cannot be used (the message names the key): exit 2."""
 
 
 # exporter-toolkit's fixed set: these headers only, some with fixed values

@@ -18,6 +18,7 @@ import yaml
 
 from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.model import ACTIONS, SEVERITIES, Fault
+from hetero_exporter.model.errors import InputError
 
 POLICY_FILE = Path(__file__).with_name("policy.yaml")
 # Evidence that a sticky fault's recommended action happened (policy.yaml says what each means):
@@ -27,8 +28,8 @@ POLICY_FILE = Path(__file__).with_name("policy.yaml")
 CLEAR_EVIDENCE = ("boot", "reset", "recovery", "readable")
 
 
-class PolicyError(ValueError):
-    pass
+class PolicyError(InputError):
+    """The health policy cannot be used (the message names the key): exit 2."""
 
 
 @dataclass(frozen=True)

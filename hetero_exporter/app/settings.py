@@ -1,0 +1,96 @@
+"""Typed config sections with their defaults, in one place.
+
+``config.py`` checks the file (every key, type and range) and keeps each section as the mapping
+it read; here each section becomes a frozen dataclass the assembly reads by attribute, so a
+default is written once and a misspelt key is an AttributeError, not a silent ``.get`` default.
+The field names are the config keys (tests/test_app.py keeps them equal to config.py's tables).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from hetero_exporter import config as config_mod
+
+DEFAULT_STATE_DIR = "/var/lib/hetero-exporter"  # the DaemonSets' hostPath (deploy/)
+DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+OFF_WORDS = ("off", "false", "no", "none")  # --kernel-log values that turn the follower off
+
+
+def _typed(cls: type, raw: Mapping[str, Any], **changes: Any) -> Any:
+    """``cls`` from a checked config section (unknown keys were refused by config.py)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in {**raw, **changes}.items() if k in names})
+
+
+@dataclass(frozen=True)
+class KernelLogSettings:
+    """``kernel_log``: the kernel log as a health source (README: Kernel log)."""
+
+    enabled: bool = True
+    path: Optional[str] = None  # None or /dev/kmsg: the kmsg device; "syslog"; else a text file
+    state_dir: str = DEFAULT_STATE_DIR  # cursor, boot id and pinned identities
+    max_records_per_second: float = 5000.0
+    max_pending: int = 1024  # distinct (vendor, device, code) events held between cycles
+    dedup_seconds: float = 60.0  # a fault the vendor API also reports within this counts once
+    initial_bytes: int = 8 << 20  # a text log's tail read at start
+    retry_seconds: float = 60.0  # between attempts to open an unreadable source
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], flag: Optional[str] = None) -> "KernelLogSettings":
+        """The section, with ``--kernel-log PATH|off`` over it."""
+        if flag is None:
+            return _typed(cls, raw)
+        if flag.lower() in OFF_WORDS:
+            return _typed(cls, raw, enabled=False)
+        return _typed(cls, raw, enabled=True, path=flag)
+
+
+@dataclass(frozen=True)
+class AttributionSettings:
+    """``attribution``: process -> container -> pod (README: Attribution)."""
+
+    proc_root: Optional[str] = None  # None: the config's top-level proc_root
+    pod_cache: bool = True  # watch this node's pods when Kubernetes is configured
+    pod_cache_wait: float = 5.0  # seconds the first snapshot waits for the pod list
+    podresources: Optional[bool] = None  # None: when the kubelet socket is mounted
+    podresources_socket: str = DEFAULT_PODRESOURCES_SOCKET
+    podresources_timeout: float = 2.0
+    podresources_interval: Optional[float] = None  # None: the collection interval
+    resources: Mapping[str, str] = field(default_factory=dict)  # extra resource name or domain -> vendor
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """``health`` (+ ``--health-mode``): the policy and the remedy's settings, parsed once."""
+
+    policy: Any  # health.detect.policy.Policy
+    remedy: Any  # health.plan.RemedyConfig
+    pci_presence: bool = True  # PCI presence and the locate enricher run
+    udev: bool = True  # a udev watch wakes the sampler on a PCI remove/add (host only)
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], mode: Optional[str] = None) -> "HealthSettings":
+        from hetero_exporter.health.detect import policy as policy_mod
+        from hetero_exporter.health.plan import RemedyConfig
+        return cls(policy=policy_mod.load(raw.get("policy")), remedy=RemedyConfig.from_mapping(raw, mode=mode),
+                   pci_presence=bool(raw.get("pci_presence", True)), udev=bool(raw.get("udev", True)))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The agent's configuration: the file's top level (``config.Config``) and its sections, typed."""
+
+    config: config_mod.Config
+    kernel_log: KernelLogSettings
+    attribution: AttributionSettings
+    health: HealthSettings
+
+    @classmethod
+    def parse(cls, cfg: config_mod.Config, *, health_mode: Optional[str] = None,
+              kernel_log: Optional[str] = None) -> "Settings":
+        return cls(config=cfg, kernel_log=KernelLogSettings.parse(cfg.kernel_log, kernel_log),
+                   attribution=_typed(AttributionSettings, cfg.attribution),
+                   health=HealthSettings.parse(cfg.health, health_mode))
