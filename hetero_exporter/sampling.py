@@ -44,6 +44,8 @@ from hetero_exporter.model import (CollectorStatus, DeviceSample, Fault, Health,
 log = logging.getLogger(__name__)
 
 Enricher = Callable[[NodeSnapshot], NodeSnapshot]
+# The health judge: the judged snapshot and its evaluation (health.detect.verdicts; opaque here)
+Judge = Callable[[NodeSnapshot], "tuple[NodeSnapshot, Any]"]
 
 # How long an unavailable collector waits before trying to start again (driver loaded
 # later, library installed by an operator): seconds.
@@ -252,14 +254,16 @@ class Sampler:
                  boot_id: Optional[str] = None,
                  wake: Optional[threading.Event] = None,
                  min_cycle_gap: float = 1.0,
-                 removals: Optional[RemovalLog] = None):
+                 removals: Optional[RemovalLog] = None,
+                 judge: Optional[Judge] = None):
         self.node_name = node_name
         self._removals = removals  # devices the collectors' identity memories forgot as removed
         self._clock = clock
         self._specs = list(specs)
         self._workers = {s.name: _Worker(s, clock) for s in self._specs}
         self._history = {s.name: _History() for s in self._specs}
-        self._enrichers = list(enrichers)
+        self._enrichers = list(enrichers)  # the sources: each adds facts to the snapshot
+        self._judge = judge  # last: the verdicts, published with the snapshot they judged
         self._expected = expected
         self._boot_id = boot_id
         self._profiles = _ProfileCache()
@@ -285,6 +289,21 @@ class Sampler:
         return min(spec.timeout_seconds, usual * LATE_FACTOR + LATE_GRACE_SECONDS)
 
     def collect(self) -> NodeSnapshot:
+        """One snapshot: the collectors' devices, the sources' facts, the judge's verdicts."""
+        return self.collect_judged()[0]
+
+    def collect_judged(self) -> "tuple[NodeSnapshot, Any]":
+        """One snapshot and the judge's evaluation of it (None without a judge, or when it failed)."""
+        snap = self._collect()
+        if self._judge is None:
+            return snap, None
+        try:
+            return self._judge(snap)
+        except Exception:  # noqa: BLE001 - a judge bug must not cost the snapshot
+            log.exception("health judge failed; snapshot published without verdicts")
+            return snap, None
+
+    def _collect(self) -> NodeSnapshot:
         now = self._clock()
         t0 = time.monotonic()
         calls = {s.name: self._workers[s.name].start() for s in self._specs}  # (started, earlier answer)
@@ -355,9 +374,10 @@ class Sampler:
                               getattr(enrich, "__name__", enrich))
         return snap
 
-    def run(self, interval: float, publish: Callable[[NodeSnapshot], Any],
+    def run(self, interval: float, publish: Callable[[NodeSnapshot, Any], Any],
             stop: threading.Event) -> None:
-        """Collect every ``interval`` seconds until ``stop`` is set, and at once (but not
+        """``publish(snapshot, evaluation)`` (``SnapshotStore.publish``) every ``interval``
+        seconds until ``stop`` is set, and at once (but not
         more often than every ``min_cycle_gap`` seconds) when a wake-up is requested.
         Whoever sets ``stop`` should call ``request_cycle()`` too, to end the wait."""
         next_at = time.monotonic()
@@ -365,7 +385,7 @@ class Sampler:
             self._wake.clear()
             started = time.monotonic()
             try:
-                publish(self.collect())
+                publish(*self.collect_judged())
             except Exception:  # noqa: BLE001 - the loop must outlive any one cycle
                 log.exception("collection cycle failed")
             next_at += interval

@@ -1,13 +1,15 @@
-"""The latest snapshot, shared between the sampler (writer) and its readers.
+"""The latest snapshot and its health evaluation, shared between the sampler (writer) and its readers.
 
 Snapshots are immutable, so publishing is one reference swap under a lock and a reader
-never sees a half-built state. Readers (a scrape, the health loop) never call a vendor.
+never sees a half-built state; the evaluation the judge made of a snapshot is published with
+it, so a reader never pairs a snapshot with another cycle's verdicts. Readers (a scrape, the
+health loop) never call a vendor.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from hetero_exporter.model import NodeSnapshot
 
@@ -16,22 +18,29 @@ class SnapshotStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._snapshot: Optional[NodeSnapshot] = None
+        self._evaluation: Any = None
         self._seq = 0
-        self._listeners: list[Callable[[NodeSnapshot], None]] = []
+        self._listeners: list[Callable[[NodeSnapshot, Any], None]] = []
         self._changed = threading.Condition(self._lock)
 
-    def publish(self, snapshot: NodeSnapshot) -> None:
+    def publish(self, snapshot: NodeSnapshot, evaluation: Any = None) -> None:
+        """Make ``snapshot`` (and ``evaluation``, the health judge's of it) the latest."""
         with self._lock:
-            self._snapshot = snapshot
+            self._snapshot, self._evaluation = snapshot, evaluation
             self._seq += 1
             listeners = list(self._listeners)
             self._changed.notify_all()
         for fn in listeners:
-            fn(snapshot)
+            fn(snapshot, evaluation)
 
     def latest(self) -> Optional[NodeSnapshot]:
         with self._lock:
             return self._snapshot
+
+    def latest_judged(self) -> tuple[Optional[NodeSnapshot], Any]:
+        """The latest snapshot and its evaluation, read together."""
+        with self._lock:
+            return self._snapshot, self._evaluation
 
     @property
     def ready(self) -> bool:
@@ -48,7 +57,7 @@ class SnapshotStore:
         with self._changed:
             return self._changed.wait_for(lambda: self._seq > sequence, timeout)
 
-    def subscribe(self, fn: Callable[[NodeSnapshot], None]) -> None:
-        """Call ``fn`` with each new snapshot (on the sampler's thread: keep it short)."""
+    def subscribe(self, fn: Callable[[NodeSnapshot, Any], None]) -> None:
+        """Call ``fn(snapshot, evaluation)`` with each new snapshot (on the sampler's thread: keep it short)."""
         with self._lock:
             self._listeners.append(fn)

@@ -60,8 +60,8 @@ class HealthAgent:
         opts = CollectorOptions(node_name=self.node, scenario=self.scenario, clock=self.clock, state_dir=state_dir)
         entry = registry.collector_entries()["nvml"]
         spec = CollectorSpec("nvml", "nvidia", lambda: registry.collector_factory(entry)(opts), 5.0)
-        enrichers = ([allocate(pods)] if pods else []) + [self.verdicts]
-        self.sampler = Sampler([spec], self.node, clock=self.clock, enrichers=enrichers,
+        enrichers = [allocate(pods)] if pods else []
+        self.sampler = Sampler([spec], self.node, clock=self.clock, enrichers=enrichers, judge=self.verdicts.judge,
                                boot_id=boot_id, min_cycle_gap=0)
         self.metrics = HealthMetrics()
         self.cfg = RemedyConfig.from_mapping(health or {}, mode=mode)
@@ -73,9 +73,9 @@ class HealthAgent:
 
     def cycle(self, t: float):
         self.clock.set_t(t)
-        snap = self.sampler.collect()
+        snap, evaluation = self.sampler.collect_judged()
         self.last_snapshot = snap
-        self.loop.offer(snap)
+        self.loop.offer(snap, evaluation)
         return self.loop.run_once()
 
     def run(self, start: float, stop: float, step: float = 10.0) -> list:

@@ -201,7 +201,7 @@ def test_an_xid_reaches_a_snapshot_in_the_cycle_it_wakes_not_at_the_next_tick():
                       min_cycle_gap=0.0)
     published, changed, stop = [], threading.Condition(), threading.Event()
 
-    def publish(snap):
+    def publish(snap, _evaluation=None):  # Sampler.run publishes (snapshot, evaluation)
         with changed:
             published.append(snap)
             changed.notify_all()

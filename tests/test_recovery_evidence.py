@@ -260,10 +260,10 @@ def test_an_amd_uncorrectable_error_holds_until_the_kernel_log_says_the_gpu_was_
         for t in range(40, 110, 10):
             clock.set_t(t)
             w.kernel_log.drain()  # what the follower's thread does when a line arrives
-            snap = sampler.collect()
+            snap, evaluation = sampler.collect_judged()
             gpu = next(d for d in snap.devices if d.identity.index == 1)
             states.append(gpu.health.state)
-            v = w.verdicts.evaluation(snap).verdicts[gpu.identity.uuid]
+            v = evaluation.verdicts[gpu.identity.uuid]
             cleared.update(v.cleared_by)
     finally:
         sampler.close()

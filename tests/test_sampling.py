@@ -203,7 +203,7 @@ def test_a_wake_request_runs_a_cycle_before_the_next_tick():
     got = threading.Condition()
     stop = threading.Event()
 
-    def publish(snap):
+    def publish(snap, _evaluation=None):  # Sampler.run publishes (snapshot, evaluation)
         with got:
             published.append(snap)
             got.notify_all()

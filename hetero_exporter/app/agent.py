@@ -191,7 +191,7 @@ class Agent:
 
     def sampler(self) -> Sampler:
         """The sampler (made once): the enabled collectors, then the sources that add facts
-        (PCI locate, attribution, PCI presence, the kernel log) and the health verdicts."""
+        (PCI locate, attribution, PCI presence, the kernel log), then the health judge."""
         if self._sampler is not None:
             return self._sampler
         identities = self.identity_store()
@@ -209,13 +209,19 @@ class Agent:
         self._sampler = Sampler(specs, self.node, clock=self.clock,
                                 expected=dict if health.pci_presence else self.env.expected,
                                 boot_id=self.env.boot_id, wake=self.wake, removals=self.removals,
-                                enrichers=self.sources())
+                                enrichers=self.sources(), judge=self.judge().judge)
         return self._sampler
 
+    def judge(self) -> Any:
+        """The health judge (made once): the policy's verdicts, published with each snapshot."""
+        if self.verdicts is None:
+            from hetero_exporter.health.detect.verdicts import HealthVerdicts
+            self.verdicts = HealthVerdicts(self.settings.health.policy)
+        return self.verdicts
+
     def sources(self) -> list[Any]:
-        """PCI locate first (so attribution and the remedy see every device's address),
-        attribution, PCI presence (missing devices), the kernel log, then the rules' verdicts."""
-        from hetero_exporter.health.detect.verdicts import HealthVerdicts
+        """The sources that add facts, in order: PCI locate first (so attribution and the remedy
+        see every device's address), attribution, PCI presence (missing devices), the kernel log."""
         from hetero_exporter.sources.pci_presence import PciLocate, PciPresence
         health = self.settings.health
         out: list[Any] = []
@@ -227,8 +233,7 @@ class Agent:
         kernel_log = self.kernel_log_faults(health.policy)
         if kernel_log is not None:
             out.append(kernel_log)
-        self.verdicts = HealthVerdicts(health.policy)
-        return out + [self.verdicts]
+        return out
 
     # ---- the kernel log as a health source (README: Kernel log)
 
@@ -314,7 +319,7 @@ class Agent:
             return self._health_loop
         from hetero_exporter.health.act.metrics import HealthMetrics
         from hetero_exporter.health.act.remedy import HealthLoop, Remedy
-        self.sampler()  # the verdicts it judges with
+        self.sampler()  # the sources the remedy reads (the pod cache)
         policy, rcfg = self.settings.health.policy, self.settings.health.remedy
         metrics = HealthMetrics()
         metrics_registry.register(metrics)
@@ -332,7 +337,7 @@ class Agent:
         pods = self._pod_cache  # attribution's watch of this node's pods, when it runs
         remedy = Remedy(cluster, self.node, policy, rcfg, metrics, clock=self.clock, resource_of=device_resource,
                         slices=slices, failed_pods=pods.failed_pods if pods is not None else None)
-        self._health_loop = HealthLoop(remedy, self.verdicts, boot_id=self.env.boot_id)
+        self._health_loop = HealthLoop(remedy, self.judge(), boot_id=self.env.boot_id)
         log.info("health loop", extra={"mode": rcfg.mode, "writes": remedy.writes, "domain": rcfg.domain})
         if self.env.udev():
             self._udev_watch()

@@ -123,17 +123,17 @@ def _node_as_it_is(agent: Agent, remedy: Any, rcfg: Any) -> tuple[Any, str]:
     return node, f"read from the API server ({cluster.source})"
 
 
-def _collect_settled(agent: Agent) -> Any:
-    """One snapshot, and up to EXTRA_CYCLES more while a collector that saw an event (a driver
-    event) asks for another cycle."""
+def _collect_settled(agent: Agent) -> tuple[Any, Any]:
+    """One snapshot and its evaluation, and up to EXTRA_CYCLES more while a collector that saw
+    an event (a driver event) asks for another cycle."""
     sampler = agent.sampler()
-    snap = sampler.collect()
+    judged = sampler.collect_judged()
     for _ in range(EXTRA_CYCLES):
         if not agent.wake.is_set():
             break
         agent.wake.clear()
-        snap = sampler.collect()
-    return snap
+        judged = sampler.collect_judged()
+    return judged
 
 
 def health(options: Options) -> int:
@@ -152,8 +152,7 @@ def health(options: Options) -> int:
         cluster = agent.cluster()
         remedy = Remedy(cluster, agent.node, policy, rcfg, resource_of=device_resource) if cluster.enabled else None
         node, source = _node_as_it_is(agent, remedy, rcfg)
-        snap = _collect_settled(agent)
-        ev = agent.verdicts.evaluation(snap)
+        snap, ev = _collect_settled(agent)
         budget = remedy.budget if remedy is not None else plan_mod.Budget.unchecked()
         view = None
         if remedy is not None:

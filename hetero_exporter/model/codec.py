@@ -262,6 +262,7 @@ def compact_document(snapshot: NodeSnapshot) -> dict:
     for d, dev in zip(doc.get("devices", []), snapshot.devices):
         d["processes"] = []
         d.pop("allocations", None)  # changes with every pod start: kept out of the annotation
+        d.pop("reported_health", None)  # the verdict (health) is what the scheduler reads
         kept = {}
         for name in COMPACT_READINGS:
             r = dev.readings.get(name)

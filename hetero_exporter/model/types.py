@@ -196,7 +196,7 @@ class DeviceSample:
     identity: DeviceIdentity
     timestamp: float
     readings: Mapping[str, Reading] = field(default_factory=dict)
-    health: Health = Health()
+    health: Health = Health()  # the health rules' verdict once judged (health.detect.verdicts)
     faults: tuple[Fault, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
     links: tuple[Link, ...] = ()
@@ -205,6 +205,9 @@ class DeviceSample:
     # True when the collector lists this device's processes, so an empty ``processes``
     # means none run (and all used memory is unattributed); False: not reported.
     processes_reported: bool = False
+    # What the collector (and the sources after it) said of the device's health before the
+    # rules judged it; None until judged. ``health`` is the verdict.
+    reported_health: Optional[Health] = None
 
     def value(self, name: str) -> Optional[float]:
         """The value of reading ``name``, or None when absent or not ok."""

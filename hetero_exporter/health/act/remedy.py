@@ -412,7 +412,7 @@ class HealthLoop:
         self._boot_id = boot_id
         self._idle = idle_seconds
         self._lock = threading.Lock()
-        self._latest: Optional[NodeSnapshot] = None
+        self._latest: Optional[tuple[NodeSnapshot, Any]] = None  # a snapshot and its evaluation
         self._removed: list[DeviceIdentity] = []  # forgotten devices not yet announced (a snapshot may be skipped)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -420,31 +420,30 @@ class HealthLoop:
         self.last: Optional[Outcome] = None
         self.cycles = 0
 
-    def offer(self, snapshot: NodeSnapshot) -> None:
-        """SnapshotStore subscriber: keep the newest, wake the loop (called on the sampler thread)."""
+    def offer(self, snapshot: NodeSnapshot, evaluation: Optional[Evaluation]) -> None:
+        """SnapshotStore subscriber: keep the newest snapshot with the evaluation the judge made
+        of it (None: not judged, nothing to act on), wake the loop (called on the sampler thread)."""
         with self._lock:
-            self._latest = snapshot
+            self._latest = (snapshot, evaluation) if evaluation is not None else None
             self._removed = (self._removed + list(snapshot.removed))[-MAX_REMOVED:]
         self._wake.set()
 
     def run_once(self) -> Optional[Outcome]:
         with self._lock:
-            snap, self._latest = self._latest, None
+            latest, self._latest = self._latest, None
             removed, self._removed = self._removed, []
         if removed:
             unsent = self.remedy.announce_removed(removed)
             with self._lock:
                 self._removed = (unsent + self._removed)[-MAX_REMOVED:]
-        if snap is None:
+        if latest is None:
             return None
         if not self.remedy.restored:
             # Act only on verdicts that include the sticky faults recorded before a restart:
             # restore now (or retry next time the API answers) and act from the next snapshot.
             self.remedy.restore_into(self.verdicts, self._boot_id)
             return None
-        ev = self.verdicts.evaluation(snap)
-        if ev is None:
-            return None
+        snap, ev = latest
         try:
             out = self.remedy.reconcile(snap, ev)
         except Exception:  # noqa: BLE001 - the loop outlives any bug in one cycle

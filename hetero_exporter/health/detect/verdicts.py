@@ -1,21 +1,23 @@
-"""The sampler enricher that makes each published device's ``health`` the rules' verdict.
+"""The health judge: one rules step per snapshot, returning the judged snapshot and its evaluation.
 
-It keeps the one piece of state the pure rules need between cycles (``rules.State``) and the
-latest verdicts, so the health loop and ``health --dry-run`` can explain them (pending
-warnings, evidence that cleared a fault) without recomputing anything.
+``judge(snapshot)`` makes each device's ``health`` the rules' verdict (the collector's own report
+kept as ``reported_health``) and returns the ``Evaluation`` with it, so whoever publishes the
+snapshot publishes its evaluation beside it (``Sampler(judge=...)``, ``SnapshotStore``) and the
+health loop never has to find it again. It keeps the one piece of state the pure rules need
+between cycles (``rules.State``), so the health loop and ``health --dry-run`` can explain the
+verdicts (pending warnings, evidence that cleared a fault) without recomputing anything.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
 from hetero_exporter.health.detect import rules
 from hetero_exporter.health.detect.policy import Policy
-from hetero_exporter.model import Health, NodeSnapshot
+from hetero_exporter.model import DeviceSample, Health, NodeSnapshot
 
 
 @dataclass(frozen=True)
@@ -29,9 +31,9 @@ class Evaluation:
 
 
 class HealthVerdicts:
-    """``Sampler(enrichers=[HealthVerdicts(policy)])``: one rules step per snapshot."""
+    """``Sampler(judge=HealthVerdicts(policy).judge)``: one rules step per snapshot."""
 
-    __name__ = "health-verdicts"  # the sampler logs enrichers by name
+    __name__ = "health-verdicts"  # the sampler logs it by name
 
     def __init__(self, policy: Policy, state: Optional[rules.State] = None):
         self.policy = policy
@@ -39,31 +41,23 @@ class HealthVerdicts:
         self._state = state or rules.State()
         self._verdicts: dict[str, rules.Verdict] = {}
         self._node: Optional[rules.NodeVerdict] = None
-        self._recent: deque[Evaluation] = deque(maxlen=8)
 
-    def __call__(self, snapshot: NodeSnapshot) -> NodeSnapshot:
+    def judge(self, snapshot: NodeSnapshot) -> tuple[NodeSnapshot, Evaluation]:
+        """The snapshot with each device's health the verdict, and the evaluation it was judged by."""
         with self._lock:
             self._state, verdicts = rules.step(self._state, snapshot, self.policy)
             self._verdicts = verdicts
-        devices = tuple(
-            dataclasses.replace(d, health=Health(verdicts[d.identity.uuid].state, verdicts[d.identity.uuid].reasons))
-            if d.identity.uuid in verdicts else d
-            for d in snapshot.devices)
+        devices = tuple(_judged(d, verdicts.get(d.identity.uuid)) for d in snapshot.devices)
         out = dataclasses.replace(snapshot, devices=devices)
         node = rules.node_verdict(out, verdicts, self.policy)
         with self._lock:
             self._node = node
-            self._recent.append(Evaluation(out.time, verdicts, node, rules.sticky_faults(self._state)))
-        return out
+            evaluation = Evaluation(out.time, verdicts, node, rules.sticky_faults(self._state))
+        return out, evaluation
 
-    def evaluation(self, snapshot: NodeSnapshot) -> Optional["Evaluation"]:
-        """The verdicts made for ``snapshot`` (matched by its time: later enrichers may have
-        replaced the object), or None when it is older than the last few cycles."""
-        with self._lock:
-            for ev in reversed(self._recent):
-                if ev.time == snapshot.time:
-                    return ev
-        return None
+    def __call__(self, snapshot: NodeSnapshot) -> NodeSnapshot:
+        """``judge`` as an enricher (tests that read the judged devices only)."""
+        return self.judge(snapshot)[0]
 
     @property
     def verdicts(self) -> dict[str, rules.Verdict]:
@@ -91,3 +85,9 @@ class HealthVerdicts:
                     cur, sticky={**ds.sticky, **cur.sticky},
                     state=cur.state if rules.STATE_RANK[cur.state] >= rules.STATE_RANK[ds.state] else ds.state)
             self._state = rules.State(boot_id=self._state.boot_id or restored.boot_id, devices=devices)
+
+
+def _judged(device: DeviceSample, verdict: Optional[rules.Verdict]) -> DeviceSample:
+    if verdict is None:
+        return device
+    return dataclasses.replace(device, health=Health(verdict.state, verdict.reasons), reported_health=device.health)
