@@ -33,16 +33,27 @@ SPEC = VendorSpec(
                     why_missing="AMD SMI CLI not installed (ROCm amd-smi-lib)")),
     collectors=(
         CollectorEntry("amdsmi", "amd", "hetero_exporter.collectors.amd.amdsmi.collector",
-                       description="AMD GPUs through the amdsmi library (libamd_smi.so, ROCm 6+)"),
+                       description="AMD GPUs through the amdsmi library (libamd_smi.so, ROCm 6+)",
+                       source="`amdsmi` Python package (libamd_smi.so, ROCm 6+)",
+                       notes=("GFX/UMC/media activity, VRAM, hotspot/edge/memory temperatures, power and energy "
+                              "counter, clocks, ECC per RAS block, PCIe link and replays, xGMI links and traffic, "
+                              "partitions as child devices, processes; uncorrectable ECC -> failed; falls back to "
+                              "`amd_smi` when the library cannot load")),
         # Off by default: it would report the same GPUs as amdsmi. Enable it
         # (--collector.rocm_smi) on AMD nodes that have rocm-smi but no libamd_smi.so.
         CollectorEntry("rocm_smi", "amd", "hetero_exporter.collectors.amd.rocm_smi.collector", default=False,
-                       description="AMD GPUs through `rocm-smi --json` (CLI-only nodes, ROCm < 6)"),
+                       description="AMD GPUs through `rocm-smi --json` (CLI-only nodes, ROCm < 6)",
+                       source="`rocm-smi --json`",
+                       notes=("off by default (it would duplicate `amdsmi`): enable with `--collector.rocm_smi` on "
+                              "CLI-only nodes (ROCm < 6)")),
         # Off by default: amdsmi falls back to it when the binding cannot load or does not
         # match the host ROCm. Enable it (--collector.amd_smi, with --no-collector.amdsmi)
         # to read the CLI only.
         CollectorEntry("amd_smi", "amd", "hetero_exporter.collectors.amd.amd_smi.collector", default=False,
-                       description="AMD GPUs through `amd-smi metric --json` (ROCm 6+ CLI)"),
+                       description="AMD GPUs through `amd-smi metric --json` (ROCm 6+ CLI)",
+                       source="`amd-smi metric --json` (+ `static --json` at first sight)",
+                       notes=("off by default: the fallback of `amdsmi` (same uuids); `parse amd-smi` reads `static`, "
+                              "`metric`, `process`, `monitor`, `list`, `topology` text and `--json`")),
     ),
     versions="hetero_exporter.collectors.amd.versions:discover",  # the .info/version file of the runtime install
     kernel_log="kernel_log.yaml",

@@ -47,7 +47,12 @@ SPEC = VendorSpec(
                                   "/usr/local/dcmi"),
                     env=("ASCEND_HOME",), why_missing="Ascend driver tools not installed"),),
     collectors=(CollectorEntry("npu_smi", "ascend", "hetero_exporter.collectors.ascend.npu_smi.collector",
-                               description="Huawei Ascend NPUs through `npu-smi info` (+ slower per-card details)"),),
+                               description="Huawei Ascend NPUs through `npu-smi info` (+ slower per-card details)",
+                               source="`npu-smi info` (+ per-card `-t usages/common/memory/ecc/health/board`)",
+                               notes=("AI core usage, HBM/DDR memory, chip temperature, power, hugepages, processes, "
+                                      "health state and error codes as faults; HBM bandwidth, AI CPU/ctrl CPU usage, "
+                                      "AI core and HBM clocks, HBM temperature, ECC counts at a slower cadence; 310, "
+                                      "310P (several chips per card), 910A/910B and the newer layout")),),
     parsers={"npu-smi": "hetero_exporter.collectors.ascend.npu_smi.collector:parse_any"},
     versions="hetero_exporter.collectors.ascend.versions:discover",
 )

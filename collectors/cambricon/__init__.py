@@ -28,7 +28,11 @@ SPEC = VendorSpec(
                     home_env=(("NEUWARE_HOME", "/usr/local/neuware"),),
                     why_missing="Cambricon Neuware tools not installed"),),
     collectors=(CollectorEntry("cnmon", "cambricon", "hetero_exporter.collectors.cambricon.cnmon.collector",
-                               description="Cambricon MLUs through `cnmon` (+ `cnmon info` per card)"),),
+                               description="Cambricon MLUs through `cnmon` (+ `cnmon info` per card)",
+                               source="`cnmon` (+ `cnmon info -c N`)",
+                               notes=("MLU utilization, memory and virtual memory, temperature, fan, power and cap, ECC errors, processes; "
+                                      "uncorrected ECC errors, uninitialized and lost cards as faults; MLU-Link links (`cnmon topo`, "
+                                      "at start and every 600 s)")),),
     parsers={"cnmon": "hetero_exporter.collectors.cambricon.cnmon.collector:parse_any"},
     versions="hetero_exporter.collectors.cambricon.versions:discover",
 )

@@ -46,7 +46,11 @@ SPEC = VendorSpec(
                     library_dirs=("/opt/tops/lib",),
                     why_missing="Enflame driver (TopsRider) tools not installed"),),
     collectors=(CollectorEntry("efsmi", "enflame", "hetero_exporter.collectors.enflame.efsmi.collector",
-                               description="Enflame GCUs through `efsmi` (+ `efsmi -q` at a cadence)"),),
+                               description="Enflame GCUs through `efsmi` (+ `efsmi -q` at a cadence)",
+                               source="`efsmi` (+ node-wide `efsmi -q` every 60 s)",
+                               notes=("GCU utilization, memory, temperature, power and cap, power-management state "
+                                      "and ECC mode (N/A on one chip is a fault), health, RMA and double-bit errors "
+                                      "from `-q`, processes")),),
     parsers={"efsmi": "hetero_exporter.collectors.enflame.efsmi.collector:parse_any"},
     versions="hetero_exporter.collectors.enflame.versions:discover",
 )

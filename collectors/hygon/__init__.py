@@ -26,7 +26,10 @@ SPEC = VendorSpec(
                     home_env=(("ROCM_SMI_LIB_PATH", "/opt/hyhal/lib"), ("ROCM_PATH", "/opt/dtk")),
                     why_missing="Hygon DTK (hyhal) not installed"),),
     collectors=(CollectorEntry("hy_smi", "hygon", "hetero_exporter.collectors.hygon.hy_smi.collector",
-                               description="Hygon DCUs through `hy-smi --json` (DTK)"),),
+                               description="Hygon DCUs through `hy-smi --json` (DTK)",
+                               source="`hy-smi --json` (DTK)",
+                               notes=("DCU utilization, VRAM, temperatures, power, clocks, PCIe replays, processes, "
+                                      "xGMI links (`--showtopo`, every 600 s)")),),
     versions="hetero_exporter.collectors.hygon.versions:discover",  # DTK: /opt/dtk/.info/version
     parsers={"hy-smi": "hetero_exporter.collectors.hygon.hy_smi.collector:parse_hy_smi"},
 )

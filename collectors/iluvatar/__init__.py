@@ -46,7 +46,10 @@ SPEC = VendorSpec(
                     env=("COREX_HOME",), home_env=(("COREX_HOME", "/usr/local/corex"),),
                     why_missing="Iluvatar CoreX driver tools not installed"),),
     collectors=(CollectorEntry("ixsmi", "iluvatar", "hetero_exporter.collectors.iluvatar.ixsmi.collector",
-                               description="Iluvatar CoreX GPUs through `ixsmi` (+ one uuid query per new device)"),),
+                               description="Iluvatar CoreX GPUs through `ixsmi` (+ one uuid query per new device)",
+                               source="`ixsmi` (+ a `--query-gpu` CSV for uuids at first sight)",
+                               notes=("utilization, memory, temperature, power and cap, clocks, processes; IX-ML / driver / "
+                                      "CUDA-compatible versions; `parse ixsmi` reads the table and `--query-gpu` CSV")),),
     parsers={"ixsmi": "hetero_exporter.collectors.iluvatar.ixsmi.collector:parse_any"},
     versions="hetero_exporter.collectors.iluvatar.versions:discover",
 )

@@ -46,7 +46,10 @@ SPEC = VendorSpec(
                  why_missing="Kunlunxin XRE (driver and xpu-smi) not installed"),
     ),
     collectors=(CollectorEntry("xpu_smi", "kunlunxin", "hetero_exporter.collectors.kunlunxin.xpu_smi.collector",
-                               description="Kunlunxin XPUs through `xpu_smi` (one call per cycle)"),),
+                               description="Kunlunxin XPUs through `xpu_smi` (one call per cycle)",
+                               source="`xpu_smi` / `xpu-smi`",
+                               notes=("XPU utilization, memory, L3, temperature, power, clocks, state (E is a fault), "
+                                      "SR-IOV VFs as child devices, processes; XRE runtime and driver versions")),),
     parsers={"xpu-smi": "hetero_exporter.collectors.kunlunxin.xpu_smi.collector:parse_any"},
     versions="hetero_exporter.collectors.kunlunxin.versions:discover",
 )

@@ -55,6 +55,9 @@ SPEC = VendorSpec(
                     home_env=(("MACA_PATH", "/opt/maca"),),
                     why_missing="MetaX driver (mxdriver) tools not installed"),),
     collectors=(CollectorEntry("mx_smi", "metax", "hetero_exporter.collectors.metax.mx_smi.collector",
-                               description="MetaX GPUs through `mx-smi` (+ `mx-smi topo -m` for MetaXLink)"),),
+                               description="MetaX GPUs through `mx-smi` (+ `mx-smi topo -m` for MetaXLink)",
+                               source="`mx-smi` (+ `mx-smi topo -m` every 600 s)",
+                               notes=("GPU utilization, VRAM, temperature, power and cap, GPU state, processes, "
+                                      "MetaXLink links; KMD driver and MACA versions; 2.1.6 to 2.2.9 layouts")),),
     parsers={"mx-smi": "hetero_exporter.collectors.metax.mx_smi.collector:parse_any"},
 )

@@ -57,6 +57,10 @@ SPEC = VendorSpec(
         why_missing="Moore Threads driver (mthreads-gmi) not installed, or not mounted (runtimeClassName: "
                     "mthreads, or host_exec: chroot with --host-root)"),),
     collectors=(CollectorEntry("mthreads_gmi", "mthreads", f"{__name__}.gmi.collector",
-                               description="Moore Threads GPUs through `mthreads-gmi` (one call per cycle; -q at first sight)"),),
+                               description="Moore Threads GPUs through `mthreads-gmi` (one call per cycle; -q at first sight)",
+                               source="`mthreads-gmi`",
+                               notes=("utilization, memory (used above total reported as an `error` reading: a known "
+                                      "driver fault), temperature, PCIe width vs max, processes; truncated outputs "
+                                      "never mark cards lost")),),
     parsers={"mthreads-gmi": f"{__name__}.gmi.collector:parse_any"},
 )

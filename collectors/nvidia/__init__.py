@@ -34,11 +34,22 @@ SPEC = VendorSpec(
     collectors=(
         CollectorEntry("nvml", "nvidia", "hetero_exporter.collectors.nvidia.nvml.collector",
                        description="NVIDIA GPUs through NVML (nvidia-ml-py); falls back to "
-                                   "`nvidia-smi -q -x` when NVML cannot be loaded"),
+                                   "`nvidia-smi -q -x` when NVML cannot be loaded",
+                       source="NVML via `nvidia-ml-py`",
+                       notes=("utilization, memory, temperatures, power, energy, clocks, aggregate and volatile ECC, "
+                              "retired pages, remapped rows, PCIe link (current vs max) and replays, clock-throttle "
+                              "reasons, GPU recovery action, NVLink state and traffic, NVSwitch/PCIe/NUMA topology, "
+                              "MIG instances as child devices, processes with per-process utilization; an event "
+                              "thread turns XIDs into faults at once; lost GPUs reported failed; falls back to "
+                              "`nvidia-smi -q -x` when NVML cannot load")),
         # Off by default: nvml already falls back to it. Enable it (--collector.nvidia_smi,
         # with --no-collector.nvml) to read the CLI only.
         CollectorEntry("nvidia_smi", "nvidia", "hetero_exporter.collectors.nvidia.nvidia_smi.collector",
-                       default=False, description="NVIDIA GPUs through `nvidia-smi -q -x`"),
+                       default=False, description="NVIDIA GPUs through `nvidia-smi -q -x`",
+                       source="`nvidia-smi -q -x`",
+                       notes=("off by default (`nvml` already falls back to it): the same readings from the XML, "
+                              "without events, NVLink, energy or per-process utilization; `parse nvidia-smi` also "
+                              "reads the `-q` text report and `--query-gpu` / `--query-compute-apps` CSV")),
     ),
     kernel_log="kernel_log.yaml",
     parsers={"nvidia-smi": "hetero_exporter.collectors.nvidia.nvidia_smi.collector:parse"},

@@ -28,6 +28,8 @@ class CollectorEntry:
     module: str
     default: bool = True  # enabled unless --no-collector.NAME (subject to PCI presence)
     description: str = ""
+    source: str = ""  # README's collector table: what it reads ("`efsmi` (+ node-wide `efsmi -q` every 60 s)")
+    notes: str = ""  # README's collector table: what it reports, and when it is off by default
 
 
 @dataclass(frozen=True)
