@@ -94,3 +94,19 @@ def test_the_health_loop_acts_only_on_a_snapshot_published_with_its_evaluation()
     assert loop.run_once() is None  # unjudged: nothing to act on
     loop.offer(*judge.judge(snap))
     assert loop.run_once() is not None and loop.cycles == 1
+
+
+def test_severity_to_health_is_one_rule_for_every_vendor():
+    """Issue 26: severity -> health was written four times, with different rules for info faults."""
+    from hetero_exporter.sdk.faults import health_of, state_of
+    info = Fault(code="13", severity="info")
+    warn = Fault(code="94", severity="warning")
+    crit = Fault(code="79", severity="critical")
+    odd = Fault(code="x", severity="no-table-knows")
+    assert health_of([info]) == Health("ok", ())  # an event only
+    assert health_of([warn, info]) == Health("degraded", (warn, info))  # the info fault says more
+    assert health_of([info, warn, crit]).state == "failed"
+    assert state_of([odd]) == "degraded"  # never ok, never failed
+    assert health_of([]) == Health("ok", ())
+    from hetero_exporter.collectors.nvidia import common
+    assert common.health_of([warn, info]) == health_of([warn, info])

@@ -126,15 +126,9 @@ def conditions(readings: Mapping[str, Reading]) -> list[tuple[str, str]]:
 
 
 def health_of(reasons: Iterable[Fault]) -> Health:
-    """Report, not policy: failed when a critical fault is active, degraded for a warning,
-    ok otherwise. Info faults are event-only and not health reasons. Debounce, stickiness
-    and hysteresis belong to health/detect/rules.py."""
-    active = tuple(r for r in reasons if r.severity in ("warning", "critical"))
-    if any(r.severity == "critical" for r in active):
-        return Health("failed", active)
-    if active:
-        return Health("degraded", active)
-    return Health("ok", ())
+    """Report, not policy: ``sdk.faults.health_of`` (critical failed, warning degraded, info
+    decides nothing). Debounce, stickiness and hysteresis belong to health/detect/rules.py."""
+    return fault_tables.health_of(reasons)
 
 
 class ConditionTracker:

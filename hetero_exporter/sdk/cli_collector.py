@@ -4,7 +4,7 @@
   cycle's deadline, one at a time or a few at once, counted;
 - reading(), Readings: values in base units with the field's declared quality (absent -> unsupported);
 - FaultEpisodes: fault codes active now -> Faults counted once per episode in a FaultLedger;
-- worst_state(): health from fault severities (critical failed, warning degraded, info ok);
+- health from fault severities: ``sdk.faults.health_of`` (the one rule);
 - NumaNodes: NUMA node of a PCI address, from sysfs; find_tool(): the tool's path or Unavailable
   naming every place looked (its host folders from the vendor spec's ToolSpec; below the host
   root it runs with its driver libraries, sdk/host_tools.py);
@@ -143,19 +143,6 @@ def table_fault(vendor: str, code: str, message: str, source: str) -> Fault:
     text = f"{message}: {desc}" if desc and message else (message or desc)
     return Fault(code=code, fault_class=info.fault_class, action=info.action, severity=info.severity,
                  message=text, source=source)
-
-
-_SEVERITY_STATE = {"critical": "failed", "warning": "degraded", "info": "ok"}
-_RANK = {"ok": 0, "degraded": 1, "failed": 2}
-
-
-def worst_state(reasons: Sequence[Fault]) -> str:
-    """critical -> failed, warning -> degraded, info -> ok; the worst wins."""
-    worst = "ok"
-    for f in reasons:
-        s = _SEVERITY_STATE.get(f.severity, "degraded")
-        worst = s if _RANK[s] > _RANK[worst] else worst
-    return worst
 
 
 class FaultEpisodes:
@@ -407,7 +394,7 @@ class CliCollector:
         episode, health the worst severity among them, every fault seen kept."""
         reasons = self.episodes.update(identity.uuid, current, now)
         return DeviceSample(identity=identity, timestamp=now, readings=dict(readings),
-                            health=Health(worst_state(reasons), reasons),
+                            health=fault_tables.health_of(reasons),
                             faults=self.episodes.faults(identity.uuid), processes=tuple(processes),
                             processes_reported=processes_reported, links=tuple(links))
 

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 import yaml
 
 # libyaml's loader when PyYAML has it: same safe subset, ~10x faster on our data files
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-from hetero_exporter.model import ACTIONS, SEVERITIES
+from hetero_exporter.model import ACTIONS, SEVERITIES, Fault, Health
 from hetero_exporter.model.errors import InputError
 
 
@@ -121,3 +121,31 @@ def available_tables() -> list[str]:
 def info_or_none(vendor: str, code: str) -> Optional[FaultInfo]:
     info = lookup(vendor, code)
     return info if info.known else None
+
+
+# --------------------------------------------------------------------------- severity -> health
+
+_SEVERITY_STATE = {"critical": "failed", "warning": "degraded"}  # info decides nothing
+_RANK = {"ok": 0, "degraded": 1, "failed": 2}
+
+
+def state_of(faults: Iterable[Fault]) -> str:
+    """The one rule: failed when a critical fault is active, degraded for a warning (or a
+    severity no table knows: never ok, never failed), ok otherwise. Info faults are events
+    only. A report, not policy: debounce, stickiness and hysteresis are health/detect's."""
+    worst = "ok"
+    for f in faults:
+        if f.severity == "info":
+            continue
+        s = _SEVERITY_STATE.get(f.severity, "degraded")
+        worst = s if _RANK[s] > _RANK[worst] else worst
+    return worst
+
+
+def health_of(faults: Iterable[Fault]) -> Health:
+    """A collector's health report from its active faults: ``state_of`` them; the reasons are
+    every active fault when that is not ok (an info fault beside a warning says more), none when
+    ok (info faults alone are events: counted in the device's faults, not reasons)."""
+    active = tuple(faults)
+    state = state_of(active)
+    return Health(state, active if state != "ok" else ())

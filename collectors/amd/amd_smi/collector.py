@@ -30,14 +30,15 @@ from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.collectors.amd import versions
 from hetero_exporter.collectors.amd.identity import device_uuid
-from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, Health, Link,
+from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, Link,
                                    NodeSnapshot, ProcessSample, Quality, Reading)
-from hetero_exporter.sdk import pciaddr, values
-from hetero_exporter.sdk.cli_collector import CliCollector, build, table_fault, worst_state
+from hetero_exporter.sdk import values
+from hetero_exporter.sdk.cli_collector import CliCollector, build, table_fault
+from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
 from hetero_exporter.sdk.runner import CliResult
 
-from .parse import TOOL, AmdGpu, AmdOutput, bdf, find, parse_output, quantity
+from .parse import TOOL, AmdOutput, bdf, find, parse_output, quantity
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +297,7 @@ def snapshot_of(out: AmdOutput, command: str = TOOL) -> NodeSnapshot:
         devices.append(DeviceSample(identity=ident, timestamp=0.0, readings=r, processes=procs,
                                     processes_reported=bool(procs) or "process_info" in g.tree
                                     or "process_list" in g.tree,
-                                    health=Health(worst_state(reasons), reasons), faults=reasons,
+                                    health=health_of(reasons), faults=reasons,
                                     links=links.get(i, ())))
     return NodeSnapshot(node="", time=0.0, devices=tuple(devices),
                         collectors=(CollectorStatus("amd_smi", True, vendor=VENDOR, devices=len(devices)),))
@@ -376,7 +377,7 @@ class AmdSmiCliCollector(CliCollector):
             r = readings_of(g.tree, f"{TOOL} metric")
             reasons = self.episodes.update(ident.uuid, conditions(r), now)
             out.append(DeviceSample(identity=ident, timestamp=now, readings=r,
-                                    health=Health(worst_state(reasons), reasons),
+                                    health=health_of(reasons),
                                     faults=self.episodes.faults(ident.uuid)))
         return out
 

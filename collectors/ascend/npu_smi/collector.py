@@ -48,8 +48,7 @@ from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.sdk import values
-from hetero_exporter.sdk.cli_collector import (CliCollector, ParsedOutput, Readings, build, table_fault,
-                                                      worst_state)
+from hetero_exporter.sdk.cli_collector import CliCollector, ParsedOutput, Readings, build, table_fault
 from hetero_exporter.sdk.schedule import DetailSchedule
 from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.collectors.ascend import versions
@@ -246,14 +245,14 @@ def chip_events(events: FaultEvents, chip_id: int) -> list[FaultEvent]:
     return [e for e in events.events if e.chip_id is None or e.chip_id == chip_id]
 
 
-def health_state(reasons: Sequence[Fault], vendor_state: str) -> str:
-    """The model's health from the vendor state and the active faults: the worst severity
-    (critical -> failed, warning -> degraded, info -> ok); UNKNOWN (device absent or not
+def chip_health(reasons: Sequence[Fault], vendor_state: str) -> Health:
+    """The model's health from the vendor state and the active faults (``sdk.faults.health_of``:
+    critical -> failed, warning -> degraded, info decides nothing); UNKNOWN (device absent or not
     started, per npu-smi) with no fault worse than info is ``unknown``, never failed."""
-    worst = worst_state(reasons)
-    if worst == "ok" and vendor_state not in ("OK", "Warning", "Alarm", "Critical"):
-        return "unknown"  # UNKNOWN: the device is absent or not started; cannot tell
-    return worst
+    health = fault_tables.health_of(reasons)
+    if health.state == "ok" and vendor_state not in ("OK", "Warning", "Alarm", "Critical"):
+        return Health("unknown", health.reasons)  # UNKNOWN: the device is absent or not started; cannot tell
+    return health
 
 
 # --------------------------------------------------------------------------- parse npu-smi FILE
@@ -276,7 +275,7 @@ def summary_snapshot(summary: NpuSummary, node: str = "", now: float = 0.0) -> N
                                                          "npu-smi info"),)
         procs = tuple(_process(p, uuid) for p in summary.processes if _owns(chip, p, multi))
         devices.append(_sample(ident, summary_readings(chip), now,
-                               Health(health_state(reasons, chip.health), reasons), procs,
+                               chip_health(reasons, chip.health), procs,
                                summary.process_section))
     return NodeSnapshot(node=node, time=now, devices=tuple(devices))
 
@@ -333,7 +332,7 @@ def _detail_snapshot(doc: DetailDoc, node: str = "") -> NodeSnapshot:
             h = health_detail(doc, chip)
             reasons = tuple(_fault(c, h.information, "npu-smi info -t health")
                             for c in ((h.state,) if h.state != "OK" else ()) + h.codes)
-            health = Health(health_state(reasons, h.state), reasons)
+            health = chip_health(reasons, h.state)
         devices.append(_sample(ident, readings, 0.0, health))
     return NodeSnapshot(node=node, time=0.0, devices=tuple(devices))
 
@@ -635,7 +634,7 @@ class NpuSmiCollector(CliCollector):
             reasons = self.episodes.update(ident.uuid, list(current.values()), now)
             procs = tuple(_process(p, ident.uuid) for p in summary.processes if _owns(c, p, multi))
             out.append(DeviceSample(identity=ident, timestamp=now, readings=readings,
-                                    health=Health(health_state(reasons, c.health), reasons),
+                                    health=chip_health(reasons, c.health),
                                     faults=self.episodes.faults(ident.uuid), processes=procs,
                                     processes_reported=summary.process_section))
         links = self._links(out)

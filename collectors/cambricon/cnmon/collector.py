@@ -30,14 +30,14 @@ from typing import Any, Mapping, Optional, Sequence
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
-from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault,
-                                               worst_state)
+from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault)
+from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.schedule import DetailSchedule
 from hetero_exporter.collectors.cambricon.cnmon.parse import (  # noqa: F401 - the parsers are part of this API
     MIB, TOOL, TOPO_FABRIC, CardInfo, CnmonInfo, CnmonTable, CnmonTopo, InfoReadings, MluCard, MluProcess,
     detect, info_readings, parse_info, parse_table, parse_topo)
 from hetero_exporter.collectors.cambricon import versions
-from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot,
+from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Link, NodeSnapshot,
                                    ProcessSample, Quality, Reading)
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def table_snapshot(table: CnmonTable, node: str = "", now: float = 0.0) -> NodeS
         uuid = card_uuid(c, None)
         reasons = _inited_faults(c)
         devices.append(DeviceSample(identity=_identity(c, uuid, table.driver_version), timestamp=now,
-                                    readings=table_readings(c), health=Health(worst_state(reasons), reasons),
+                                    readings=table_readings(c), health=health_of(reasons),
                                     faults=reasons, processes=_processes(table, c, uuid),
                                     processes_reported=table.process_section))
     return NodeSnapshot(node=node, time=now, devices=tuple(devices))
@@ -310,7 +310,7 @@ class CnmonCollector(CliCollector):
             reasons = self.episodes.update(k.identity.uuid, list(_inited_faults(c)), now)
             reasons += self._ecc_fault(k, c, info, st.fetched_at if st is not None else None, now)
             out.append(DeviceSample(identity=k.identity, timestamp=now, readings=readings,
-                                    health=Health(worst_state(reasons), reasons),
+                                    health=health_of(reasons),
                                     faults=self.episodes.faults(k.identity.uuid),
                                     processes=_processes(table, c, k.identity.uuid),
                                     processes_reported=table.process_section))

@@ -22,10 +22,10 @@ from typing import Any, Optional, Sequence
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample,
+from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, NodeSnapshot, ProcessSample,
                                    Quality, Reading)
-from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault,
-                                               worst_state)
+from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault)
+from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.collectors.enflame import versions
 
@@ -142,7 +142,7 @@ def table_snapshot(t: EfsmiTable, details: Sequence[GcuDetail] = (), node: str =
         uuid = device_uuid(d, det, t.devices)
         reasons = tuple(table_conditions(d, t) + detail_conditions(d, det))
         out.append(DeviceSample(identity=identity_of(d, t, det), timestamp=now, readings=readings_of(d, det),
-                                health=Health(worst_state(reasons), reasons), faults=reasons,
+                                health=health_of(reasons), faults=reasons,
                                 processes=_processes(t, d, uuid), processes_reported=t.process_section))
     return NodeSnapshot(node=node, time=now, devices=tuple(out))
 

@@ -27,9 +27,10 @@ from typing import Any, Optional
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample,
+from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, NodeSnapshot, ProcessSample,
                                    Quality, Reading)
-from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault, worst_state
+from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault
+from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 
 from .parse import (CSV_FIELDS, DEFAULT_FIELDS, MIB, TOOL, IxGpu, IxsmiOutput, detect,  # noqa: F401 - API
@@ -133,7 +134,7 @@ def snapshot(out: IxsmiOutput, node: str = "", now: float = 0.0) -> NodeSnapshot
         ident = identity_of(g, out)
         reasons = tuple(conditions(g))
         devices.append(DeviceSample(identity=ident, timestamp=now, readings=readings_of(g),
-                                    health=Health(worst_state(reasons), reasons), faults=reasons,
+                                    health=health_of(reasons), faults=reasons,
                                     processes=_processes(out, g, ident.uuid),
                                     processes_reported=out.process_section))
     return NodeSnapshot(node=node, time=now, devices=tuple(devices))

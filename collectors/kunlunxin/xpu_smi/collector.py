@@ -22,8 +22,9 @@ from typing import Any, Optional, Sequence
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample, Quality, Reading
-from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault, worst_state
+from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, NodeSnapshot, ProcessSample, Quality, Reading
+from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault
+from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.collectors.kunlunxin import versions
 
@@ -164,7 +165,7 @@ def snapshot(t: XpuSmi, node: str = "", now: float = 0.0) -> NodeSnapshot:
     for d in t.devices:
         reasons = tuple(conditions(d))
         out.append(DeviceSample(identity=identity_of(d, t, uuids[d.index], up.get(d.index)), timestamp=now,
-                                readings=readings_of(d, t), health=Health(worst_state(reasons), reasons),
+                                readings=readings_of(d, t), health=health_of(reasons),
                                 faults=reasons, processes=processes_of(t, d, uuids[d.index]),
                                 processes_reported=t.process_section))
     return NodeSnapshot(node=node, time=now, devices=tuple(out))

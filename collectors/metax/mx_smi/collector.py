@@ -42,7 +42,8 @@ from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot, ProcessSample,
                                    Quality, Reading)
-from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault, worst_state
+from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault
+from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.sdk.schedule import DetailSchedule
 
@@ -149,7 +150,7 @@ def table_snapshot(t: MxTable, node: str = "", now: float = 0.0) -> NodeSnapshot
         reasons = tuple(conditions(g))
         ident = identity_of(g, t)
         out.append(DeviceSample(identity=ident, timestamp=now, readings=readings_of(g),
-                                health=Health(worst_state(reasons), reasons), faults=reasons,
+                                health=health_of(reasons), faults=reasons,
                                 processes=processes_of(t, g, ident.uuid), processes_reported=t.process_section))
     return NodeSnapshot(node=node, time=now, devices=tuple(out))
 

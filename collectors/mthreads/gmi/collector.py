@@ -32,8 +32,9 @@ from typing import Any, Optional
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample, Quality, Reading
-from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault, worst_state
+from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, NodeSnapshot, ProcessSample, Quality, Reading
+from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault
+from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 
 from hetero_exporter.collectors.mthreads import versions
@@ -114,7 +115,7 @@ def table_snapshot(t: GmiTable, node: str = "", now: float = 0.0) -> NodeSnapsho
         reasons = tuple(conditions(d))
         uuid = device_uuid(d)
         out.append(DeviceSample(identity=identity_of(d, t), timestamp=now, readings=readings_of(d),
-                                health=Health(worst_state(reasons), reasons), faults=reasons,
+                                health=health_of(reasons), faults=reasons,
                                 processes=processes_of(t, d, uuid), processes_reported=t.process_section))
     return NodeSnapshot(node=node, time=now, devices=tuple(out))
 

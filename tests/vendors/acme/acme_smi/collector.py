@@ -11,8 +11,9 @@ from typing import Any, Optional
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, Quality, Reading
-from hetero_exporter.sdk.cli_collector import CliCollector, build, reading, table_fault, worst_state
+from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, NodeSnapshot, Quality, Reading
+from hetero_exporter.sdk.cli_collector import CliCollector, build, reading, table_fault
+from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions
 
 from .parse import MIB, TOOL, AcmeDevice, AcmeTable, parse_table
@@ -63,7 +64,7 @@ def parse_snapshot(text: str) -> NodeSnapshot:
     for d in t.devices:
         reasons = tuple(conditions(d))
         out.append(DeviceSample(identity=identity_of(d, t), timestamp=0.0, readings=readings_of(d),
-                                health=Health(worst_state(reasons), reasons), faults=reasons))
+                                health=health_of(reasons), faults=reasons))
     return NodeSnapshot(node="", time=0.0, devices=tuple(out))
 
 
@@ -82,7 +83,7 @@ class AcmeSmiCollector(CliCollector):
             ident = self.identities.recall(uuid=device_uuid(d)) or identity_of(d, parsed, self.numa(d.bus_id))
             reasons = self.episodes.update(ident.uuid, conditions(d), now)
             out.append(DeviceSample(identity=ident, timestamp=now, readings=readings_of(d),
-                                    health=Health(worst_state(reasons), reasons),
+                                    health=health_of(reasons),
                                     faults=self.episodes.faults(ident.uuid)))
         return out
 
