@@ -9,10 +9,9 @@ model/names.py maps them to metrics.
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from typing import Iterable, Mapping, Optional
 
+from hetero_exporter.sdk.cli_collector import FaultEpisodes
 from hetero_exporter.sdk.ledger import FaultLedger
 from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.model import Fault, Health, Reading
@@ -132,27 +131,14 @@ def health_of(reasons: Iterable[Fault]) -> Health:
 
 
 class ConditionTracker:
-    """Turns conditions (present while they hold) into ledger events counted once per
-    episode, so ``accelerator_fault_events_total`` counts onsets, not polls."""
+    """Conditions (present while they hold, as ``(code, message)``) counted once per episode
+    in the collector's ledger: ``sdk.cli_collector.FaultEpisodes`` over nvidia's fault table."""
 
     def __init__(self, ledger: FaultLedger, source: str):
-        self._ledger = ledger
+        self._episodes = FaultEpisodes(ledger)
         self._source = source
-        self._active: dict[str, set[str]] = {}
-        self._lock = threading.Lock()
 
     def update(self, uuid: str, found: list[tuple[str, str]], now: float) -> list[Fault]:
         """Record new onsets; return the active condition faults (with ledger counts)."""
-        codes = {code for code, _ in found}
-        with self._lock:
-            before = self._active.get(uuid, set())
-            self._active[uuid] = codes
-        out = []
-        for code, message in found:
-            fault = make_fault(code, message, self._source)
-            if code not in before:
-                out.append(self._ledger.record(uuid, fault, now))
-            else:
-                prev = self._ledger.get(uuid, code)
-                out.append(fault if prev is None else dataclasses.replace(prev, message=message))
-        return out
+        return list(self._episodes.update(uuid, [make_fault(code, message, self._source) for code, message in found],
+                                          now))

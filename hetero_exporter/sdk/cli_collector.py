@@ -21,6 +21,7 @@ import dataclasses
 import importlib
 import os
 import shutil
+import threading
 import time
 from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequence
 
@@ -147,21 +148,28 @@ def table_fault(vendor: str, code: str, message: str, source: str) -> Fault:
 
 class FaultEpisodes:
     """Faults active per device, counted in a FaultLedger once per episode: a code active
-    now that was not active at the device's previous update is a new occurrence."""
+    now that was not active at the device's previous update is a new occurrence (so
+    ``accelerator_fault_events_total`` counts onsets, not polls). The one onset counter of the
+    SDK: the CLI base's, and NVIDIA's conditions over its shared ledger. Thread-safe."""
 
-    def __init__(self) -> None:
-        self.ledger = FaultLedger()
+    def __init__(self, ledger: Optional[FaultLedger] = None) -> None:
+        self.ledger = ledger if ledger is not None else FaultLedger()
         self._active: dict[str, tuple[str, ...]] = {}
+        self._lock = threading.Lock()
 
     def update(self, uuid: str, current: Sequence[Fault], now: float) -> tuple[Fault, ...]:
-        previous = self._active.get(uuid, ())
+        """Record the onsets among ``current``; the active faults with their ledger counts (a
+        fault still active keeps its count and first sighting, with this poll's message)."""
+        with self._lock:
+            previous = self._active.get(uuid, ())
+            self._active[uuid] = tuple(f.code for f in current)
         out = []
         for f in current:
-            if f.code in previous:
-                out.append(self.ledger.get(uuid, f.code) or f)
-            else:
+            if f.code not in previous:
                 out.append(self.ledger.record(uuid, f, now))
-        self._active[uuid] = tuple(f.code for f in current)
+                continue
+            known = self.ledger.get(uuid, f.code)
+            out.append(f if known is None else dataclasses.replace(known, message=f.message or known.message))
         return tuple(out)
 
     def faults(self, uuid: str) -> tuple[Fault, ...]:
