@@ -21,22 +21,12 @@ from typing import Optional
 
 from .parse import TOOL, IxGpu, IxProcess, IxsmiOutput, _bus, _index, _qty, _word
 from hetero_exporter.sdk import tables
+from hetero_exporter.sdk import xmldoc
 from hetero_exporter.sdk.contract import ParseError
 
 
 def _document(text: str) -> ET.Element:
-    if "<!ENTITY" in text:
-        raise ParseError(TOOL, "entity declarations are not ixsmi output")
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError as e:
-        line = e.position[0] if getattr(e, "position", None) else None
-        raise ParseError(TOOL, f"not well-formed XML: {e}", line) from None
-    except (ValueError, RecursionError) as e:
-        raise ParseError(TOOL, f"not readable XML: {e}") from None
-    if root.tag != "ixsmi_log":
-        raise ParseError(TOOL, f"root element is <{root.tag:.40}>, expected <ixsmi_log>")
-    return root
+    return xmldoc.document(TOOL, text, "ixsmi_log")
 
 
 def _t(el: ET.Element, path: str) -> Optional[str]:

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
+from hetero_exporter.sdk import xmldoc
 from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.collectors.nvidia import common as C
 from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault,
@@ -327,20 +328,7 @@ def _timestamp(text: Optional[str]) -> Optional[float]:
 
 
 def _document(text: str) -> ET.Element:
-    if not isinstance(text, str):
-        raise ParseError(TOOL, f"expected text, got {type(text).__name__}")
-    if "<!ENTITY" in text:
-        raise ParseError(TOOL, "entity declarations are not nvidia-smi output")
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError as e:
-        line = e.position[0] if getattr(e, "position", None) else None
-        raise ParseError(TOOL, f"not well-formed XML: {e}", line) from None
-    except (ValueError, RecursionError) as e:
-        raise ParseError(TOOL, f"not readable XML: {e}") from None
-    if root.tag != "nvidia_smi_log":
-        raise ParseError(TOOL, f"root element is <{root.tag:.40}>, expected <nvidia_smi_log>")
-    return root
+    return xmldoc.document(TOOL, text, "nvidia_smi_log")
 
 
 def parse_devices(text: str, now: Optional[float] = None) -> tuple[list[DeviceSample], Optional[float]]:
