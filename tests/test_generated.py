@@ -21,7 +21,7 @@ ACME = ROOT / "tests" / "vendors" / "acme"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 # what a new built-in vendor may change besides its own package (collectors/acme/)
 REGENERATED = {"collectors/__init__.py", "pyproject.toml", "README.md", "deploy/base/accelerator-nodes.yaml",
-               "deploy/overlays/all-vendors/kustomization.yaml"}
+               "deploy/overlays/all-vendors/kustomization.yaml", "docs/metrics.md"}
 
 
 def _generate(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -36,7 +36,7 @@ def test_the_generated_files_are_current():
 
 def _checkout(tmp: Path) -> Path:
     root = tmp / "checkout"
-    for name in ("collectors", "hetero_exporter", "deploy"):
+    for name in ("collectors", "hetero_exporter", "deploy", "docs"):
         shutil.copytree(ROOT / name, root / name, ignore=IGNORE)
     for name in ("README.md", "pyproject.toml"):
         shutil.copy2(ROOT / name, root / name)
@@ -72,6 +72,7 @@ def test_a_new_built_in_vendor_is_its_package_plus_the_regenerated_files(tmp_pat
     packages = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     assert {"hetero_exporter.collectors.acme", "hetero_exporter.collectors.acme.acme_smi"} <= set(packages)
     assert "| `acme_smi` | Acme (test vendor) |" in (root / "README.md").read_text()
+    assert "| acme |" in (root / "docs/metrics.md").read_text()  # a column of its own
     overlay = yaml.safe_load((root / "deploy/overlays/all-vendors/kustomization.yaml").read_text())
     assert overlay["components"][-1] == "../../components/acme"
     affinity = (root / "deploy/components/acme/agent/affinity.yaml").read_text()

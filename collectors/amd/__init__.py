@@ -59,4 +59,10 @@ SPEC = VendorSpec(
     kernel_log="kernel_log.yaml",
     parsers={"rocm-smi": "hetero_exporter.collectors.amd.rocm_smi.collector:parse_rocm_smi",
              "amd-smi": "hetero_exporter.collectors.amd.amd_smi.collector:parse_any"},
+    field_sources={
+        "ecc_{block}_{severity}_total": "amdsmi_get_gpu_ecc_count(<RAS block>).correctable_count / uncorrectable_count / deferred_count, per ECC-enabled block",
+    },
+    unsupported={
+        "*": "neither amdsmi nor amd-smi / rocm-smi reports it",
+    },
 )

@@ -55,4 +55,7 @@ SPEC = VendorSpec(
                                       "310P (several chips per card), 910A/910B and the newer layout")),),
     parsers={"npu-smi": "hetero_exporter.collectors.ascend.npu_smi.collector:parse_any"},
     versions="hetero_exporter.collectors.ascend.versions:discover",
+    unsupported={
+        "*": "npu-smi does not print it",
+    },
 )

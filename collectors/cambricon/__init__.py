@@ -35,4 +35,7 @@ SPEC = VendorSpec(
                                       "at start and every 600 s)")),),
     parsers={"cnmon": "hetero_exporter.collectors.cambricon.cnmon.collector:parse_any"},
     versions="hetero_exporter.collectors.cambricon.versions:discover",
+    unsupported={
+        "*": "cnmon does not print it",
+    },
 )

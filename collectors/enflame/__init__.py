@@ -53,4 +53,7 @@ SPEC = VendorSpec(
                                       "from `-q`, processes")),),
     parsers={"efsmi": "hetero_exporter.collectors.enflame.efsmi.collector:parse_any"},
     versions="hetero_exporter.collectors.enflame.versions:discover",
+    unsupported={
+        "*": "efsmi does not print it",
+    },
 )

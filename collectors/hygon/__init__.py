@@ -32,4 +32,17 @@ SPEC = VendorSpec(
                                       "xGMI links (`--showtopo`, every 600 s)")),),
     versions="hetero_exporter.collectors.hygon.versions:discover",  # DTK: /opt/dtk/.info/version
     parsers={"hy-smi": "hetero_exporter.collectors.hygon.hy_smi.collector:parse_hy_smi"},
+    field_sources={
+        "temperature_{sensor}_celsius": "hy-smi 'Temperature (Sensor junction / edge / mem) (C)'",
+        "power_watts": "hy-smi 'Average Graphics Package Power (W)'",
+        "power_limit_watts": "hy-smi 'Max Graphics Package Power (W)'",
+        "utilization_ratio": "hy-smi 'DCU use (%)'",
+        "memory_total_bytes": "hy-smi 'vram Total Memory (MiB)'",
+        "memory_used_bytes": "hy-smi 'vram Total Used Memory (MiB)'",
+        "clock_{clock}_hertz": "hy-smi 'sclk clock speed:' / 'mclk clock speed:'",
+        "pcie_replay_total": "hy-smi 'PCIe Replay Count'",
+    },
+    unsupported={
+        "*": "hy-smi --json does not print it",
+    },
 )

@@ -52,5 +52,8 @@ SPEC = VendorSpec(
                                       "CUDA-compatible versions; `parse ixsmi` reads the table and `--query-gpu` CSV")),),
     parsers={"ixsmi": "hetero_exporter.collectors.iluvatar.ixsmi.collector:parse_any"},
     versions="hetero_exporter.collectors.iluvatar.versions:discover",
+    unsupported={
+        "*": "ixsmi does not print it",
+    },
 )
 

@@ -52,4 +52,7 @@ SPEC = VendorSpec(
                                       "SR-IOV VFs as child devices, processes; XRE runtime and driver versions")),),
     parsers={"xpu-smi": "hetero_exporter.collectors.kunlunxin.xpu_smi.collector:parse_any"},
     versions="hetero_exporter.collectors.kunlunxin.versions:discover",
+    unsupported={
+        "*": "xpu_smi does not print it",
+    },
 )

@@ -60,4 +60,7 @@ SPEC = VendorSpec(
                                notes=("GPU utilization, VRAM, temperature, power and cap, GPU state, processes, "
                                       "MetaXLink links; KMD driver and MACA versions; 2.1.6 to 2.2.9 layouts")),),
     parsers={"mx-smi": "hetero_exporter.collectors.metax.mx_smi.collector:parse_any"},
+    unsupported={
+        "*": "mx-smi does not print it",
+    },
 )

@@ -63,4 +63,7 @@ SPEC = VendorSpec(
                                       "driver fault), temperature, PCIe width vs max, processes; truncated outputs "
                                       "never mark cards lost")),),
     parsers={"mthreads-gmi": f"{__name__}.gmi.collector:parse_any"},
+    unsupported={
+        "*": "mthreads-gmi does not print it",
+    },
 )

@@ -53,4 +53,7 @@ SPEC = VendorSpec(
     ),
     kernel_log="kernel_log.yaml",
     parsers={"nvidia-smi": "hetero_exporter.collectors.nvidia.nvidia_smi.collector:parse"},
+    unsupported={
+        "*": "NVML has no such reading (fields of other vendors' devices)",
+    },
 )

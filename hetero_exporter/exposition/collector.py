@@ -117,11 +117,11 @@ class _DeviceFamilies:
         for field, reading in d.readings.items():
             q = reading.quality
             self.field_status({"vendor": vendor, "uuid": uuid, "field": field, "status": q.status}, 1)
-            qkey = (vendor, field, q.source, q.method, q.window_seconds, q.error_bound)
+            qkey = (vendor, field, q.source, q.method, q.window_seconds, q.resolution, q.error_bound)
             if qkey not in self.quality_seen:
                 self.quality_seen.add(qkey)
                 self.quality_info({"vendor": vendor, "field": field, "source": q.source, "method": q.method,
-                                   "window_seconds": _fmt_num(q.window_seconds),
+                                   "window_seconds": _fmt_num(q.window_seconds), "resolution": _fmt_num(q.resolution),
                                    "error_bound": _fmt_num(q.error_bound)}, 1)
             if q.status != "ok" or reading.value is None:
                 continue  # unsupported / error / stale values are absent, never 0

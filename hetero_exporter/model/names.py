@@ -7,7 +7,6 @@ Identity lives on ``accelerator_device_info``; value series carry only ``vendor`
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -63,8 +62,9 @@ FIELD_STATUS = Metric("accelerator_field_status", "gauge",
                       "Quality status of each reading (ok, unsupported, error, stale); always 1.",
                       DEV + ("field", "status"))
 QUALITY_INFO = Metric("accelerator_metric_quality_info", "gauge",
-                      "Where a field comes from and how it is measured, per vendor; always 1.",
-                      ("vendor", "field", "source", "method", "window_seconds", "error_bound"))
+                      "Where a field comes from and how it is measured, per vendor: the window a sampled "
+                      "value averages over, the step the source reports in, the documented error bound; always 1.",
+                      ("vendor", "field", "source", "method", "window_seconds", "resolution", "error_bound"))
 COMPUTE_UNITS = Metric("accelerator_compute_units", "gauge",
                        "Compute capacity relative to the reference device of the profiles.", DEV)
 COST_WEIGHT = Metric("accelerator_cost_weight", "gauge", "Relative cost weight from the profile.", DEV)
@@ -172,6 +172,51 @@ INTERCONNECT_LINKS = Metric("accelerator_interconnect_links", "gauge",
                             "Device interconnect links by type and state (active, inactive).",
                             DEV + ("link_type", "state"))
 
+# Parity with the vendors' own exporters (issue 27): engines, profiling, the readings collectors had dropped
+ENGINE_UTILIZATION = Metric("accelerator_engine_utilization_ratio", "gauge",
+                            "Busy share of an engine over the window (compute, tensor, fp64, fp32, fp16, integer, "
+                            "memory = DRAM bandwidth, encoder, decoder, jpeg, ofa, vector, aicpu).", DEV + ("engine",))
+COMPUTE_OCCUPANCY = Metric("accelerator_compute_occupancy_ratio", "gauge",
+                           "Resident warps over the maximum the SMs hold (NVML GPM SM occupancy).", DEV)
+GRAPHICS_ACTIVE = Metric("accelerator_graphics_engine_active_ratio", "gauge",
+                         "Share of time the graphics (compute) engine is active (NVML GPM).", DEV)
+TENSOR_PIPE = Metric("accelerator_tensor_pipe_utilization_ratio", "gauge",
+                     "Busy share of one tensor pipe (dfma, hmma, imma; any pipe is engine=tensor).", DEV + ("pipe",))
+PCIE_THROUGHPUT = Metric("accelerator_pcie_throughput_bytes_per_second", "gauge",
+                         "PCIe throughput by direction (rx, tx), bytes per second.", DEV + ("direction",))
+PCIE_BANDWIDTH = Metric("accelerator_pcie_bandwidth_bytes_per_second", "gauge",
+                        "PCIe traffic both ways together, bytes per second (where no direction is reported).", DEV)
+PCIE_LINK_SPEED = Metric("accelerator_pcie_link_speed_transfers_per_second", "gauge",
+                         "Current PCIe link speed per lane, transfers per second.", DEV)
+PCIE_REPLAY_ROLLOVERS = Metric("accelerator_pcie_replay_rollovers_total", "counter",
+                               "PCIe replay-counter rollovers.", DEV)
+PCIE_NAKS = Metric("accelerator_pcie_naks_total", "counter", "PCIe NAKs by direction (sent, received).",
+                   DEV + ("direction",))
+PCIE_RECOVERIES = Metric("accelerator_pcie_recoveries_total", "counter",
+                         "PCIe link transitions from L0 to recovery.", DEV)
+INTERCONNECT_THROUGHPUT = Metric("accelerator_interconnect_throughput_bytes_per_second", "gauge",
+                                 "Interconnect throughput by link type and direction, where a vendor reports a "
+                                 "rate, not a counter; bytes per second.", DEV + ("link_type", "direction"))
+FAN_SPEED = Metric("accelerator_fan_speed_ratio", "gauge", "Fan speed as a share of its maximum (0..1).", DEV)
+MEMORY_USED_RATIO = Metric("accelerator_memory_used_ratio", "gauge",
+                           "Device memory in use as a share, where the tool prints no byte counts.", DEV)
+MEMORY_RESERVED = Metric("accelerator_memory_reserved_bytes", "gauge", "Device memory the driver reserves, bytes.", DEV)
+MEMORY_REGION = Metric("accelerator_memory_region_bytes", "gauge",
+                       "Other memories of a device (ddr, virtual, l3) by state (used, total), bytes.",
+                       DEV + ("memory", "state"))
+HUGEPAGES = Metric("accelerator_hugepages", "gauge", "Host huge pages the device's driver uses, by state (used, total).",
+                   DEV + ("state",))
+POWER_MANAGEMENT_LIMIT = Metric("accelerator_power_management_limit_watts", "gauge",
+                                "Power-management limit set, watts (the enforced limit may be lower).", DEV)
+CLOCK_MAX = Metric("accelerator_clock_max_hertz", "gauge", "Maximum clock (compute, memory), hertz.", DEV + ("clock",))
+ECC_DEFERRED = Metric("accelerator_ecc_deferred_errors_total", "counter",
+                      "Deferred (poisoned, not yet consumed) ECC errors.", DEV)
+ECC_BLOCK_ERRORS = Metric("accelerator_ecc_block_errors_total", "counter",
+                          "ECC errors per RAS block by severity (corrected, uncorrected, deferred).",
+                          DEV + ("block", "severity"))
+CONTROL_CPU = Metric("accelerator_control_cpu_utilization_ratio", "gauge",
+                     "Busy share of the device's control CPU (Ascend).", DEV)
+
 # The kernel log follower (issue 14, hetero_exporter/sources/kernel_log.py)
 KERNEL_LOG_UP = Metric("accelerator_kernel_log_up", "gauge",
                        "1 when the kernel log (/dev/kmsg or the configured file) is being followed.", ())
@@ -188,55 +233,15 @@ KERNEL_LOG_LAG = Metric("accelerator_kernel_log_lag_seconds", "gauge",
 ALL: tuple[Metric, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Metric))
 BY_NAME: dict[str, Metric] = {m.name: m for m in ALL}
 
-# Reading fields -> (metric, values of the labels that follow vendor/uuid).
-_EXACT: dict[str, tuple[Metric, tuple[str, ...]]] = {
-    F.UTILIZATION: (UTILIZATION, ()),
-    F.MEMORY_UTILIZATION: (MEMORY_UTILIZATION, ()),
-    F.MEMORY_USED: (MEMORY_USED, ()),
-    F.MEMORY_TOTAL: (MEMORY_TOTAL, ()),
-    F.POWER: (POWER, ()),
-    F.POWER_LIMIT: (POWER_LIMIT, ()),
-    F.ENERGY: (ENERGY, ()),
-    F.ECC_CORRECTED: (ECC_ERRORS, ("corrected",)),
-    F.ECC_UNCORRECTED: (ECC_ERRORS, ("uncorrected",)),
-    "ecc_corrected_volatile_total": (ECC_VOLATILE_ERRORS, ("corrected",)),
-    "ecc_uncorrected_volatile_total": (ECC_VOLATILE_ERRORS, ("uncorrected",)),
-    "memory_retired_pages_single_bit": (RETIRED_PAGES, ("single_bit",)),
-    "memory_retired_pages_double_bit": (RETIRED_PAGES, ("double_bit",)),
-    "memory_retirement_pending": (RETIREMENT_PENDING, ()),
-    "memory_remapped_rows_correctable": (REMAPPED_ROWS, ("correctable",)),
-    "memory_remapped_rows_uncorrectable": (REMAPPED_ROWS, ("uncorrectable",)),
-    "memory_remap_pending": (REMAP_PENDING, ()),
-    "memory_remap_failed": (REMAP_FAILED, ()),
-    "pcie_link_generation": (PCIE_GENERATION, ()),
-    "pcie_link_generation_max": (PCIE_GENERATION_MAX, ()),
-    "pcie_link_width": (PCIE_WIDTH, ()),
-    "pcie_link_width_max": (PCIE_WIDTH_MAX, ()),
-    "pcie_replay_total": (PCIE_REPLAYS, ()),
-}
-_PATTERNS: tuple[tuple[re.Pattern, Metric], ...] = (
-    (re.compile(r"^temperature_(core|memory|board)_celsius$"), TEMPERATURE),
-    (re.compile(r"^clock_(compute|memory)_hertz$"), CLOCK),
-    (re.compile(r"^interconnect_([a-z0-9-]+)_(rx|tx)_bytes_total$"), INTERCONNECT),
-    (re.compile(r"^interconnect_([a-z0-9-]+)_links_(active|inactive)$"), INTERCONNECT_LINKS),
-    (re.compile(r"^clock_throttle_([a-z_]+)$"), CLOCK_THROTTLE),
-)
-_FIELD_CACHE: dict[str, Optional[tuple[Metric, tuple[str, ...]]]] = {}
 
 
 def metric_for_field(field: str) -> Optional[tuple[Metric, tuple[str, ...]]]:
-    """The metric a reading field is exported as, with its extra label values, or None
-    for fields that only travel in the JSON model and ``accelerator_field_status``."""
-    try:
-        return _FIELD_CACHE[field]
-    except KeyError:
-        pass
-    found = _EXACT.get(field)
-    if found is None:
-        for pat, metric in _PATTERNS:
-            m = pat.match(field)
-            if m:
-                found = (metric, m.groups())
-                break
-    _FIELD_CACHE[field] = found
-    return found
+    """The metric a reading field is exported as, with its extra label values (in the metric's
+    label order), or None for a field the catalogue (model/fields.py) marks JSON-only or does
+    not declare."""
+    found = F.lookup(field)
+    if found is None or found[0].family is None:
+        return None
+    metric = BY_NAME[found[0].family]
+    values = found[1]
+    return metric, tuple(values[label] for label in metric.labels[2:])

@@ -125,6 +125,12 @@ class VendorSpec:
     # the tool's own output (a version file of the runtime install); None when the tool says it
     versions: Optional[str] = None
     kernel_log: Optional[str] = None  # kernel-log rules data file beside the fault table ("kernel_log.yaml"; sdk/kmsg.py)
+    # The field catalogue (model/fields.py), per field by its catalogue name: where a reading comes
+    # from when no quality table of the vendor's collectors names it (fields made at run time, such
+    # as per-block ECC), and why the vendor cannot have a field ("*": every field not named).
+    # docs/metrics.md shows them; tests/test_catalogue.py checks every field is one or the other.
+    field_sources: Mapping[str, str] = field(default_factory=dict)
+    unsupported: Mapping[str, str] = field(default_factory=dict)
 
     def data_path(self, relative: str) -> Path:
         """A data file of the vendor package (fault table, profiles)."""
