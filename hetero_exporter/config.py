@@ -103,7 +103,7 @@ COLLECTOR_SETTINGS: dict[str, Check] = {
     "enabled": v.boolean, "timeout": timeout, "cli_timeout": timeout,
     "path": _path, "host_root": _path, "host_exec": lambda p, x: v.string(p, x, choices=host_tools.EXEC_MODES),
     "sysfs_root": _path, "args": _args, "runtime_version": v.string,
-    "fallback": v.boolean, "events": v.boolean,
+    "fallback": v.boolean, "events": v.boolean, "profiling": v.boolean,
     "parallel_calls": _integer(1, 64), "budget_fraction": lambda p, x: v.number(p, x, minimum=0.05, maximum=1.0),
     "detail_calls_per_cycle": _integer(0, 1000), "health_calls_per_cycle": _integer(0, 1000),
     "info_calls_per_cycle": _integer(0, 1000), "detail_intervals": _cadences,

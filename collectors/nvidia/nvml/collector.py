@@ -46,7 +46,8 @@ from hetero_exporter.collectors.nvidia import common as C
 from hetero_exporter.collectors.nvidia.nvml.events import Event, EventWatcher
 from hetero_exporter.collectors.nvidia.nvml.funnel import (UNSUPPORTED, Failed, Funnel, Got, Lost,
                                                            cuda_driver_version)
-from hetero_exporter.collectors.nvidia.nvml.mig import MigReader
+# modules, not names: their QUALITY tables are this collector's too (docs/metrics.md)
+from hetero_exporter.collectors.nvidia.nvml import gpm, mig
 from hetero_exporter.collectors.nvidia.nvml.processes import ProcessReader, samples as process_samples
 from hetero_exporter.collectors.nvidia.nvml.topology import Topology, normalize_bus_id
 from hetero_exporter.sdk.identity import IdentityMemory
@@ -147,7 +148,7 @@ class NvmlCollector:
     def __init__(self, nvml: Any, clock: Callable[[], float], sysfs_root: str = "/sys", *,
                  wake: Callable[[], None] = lambda: None, events: bool = True,
                  event_wait_ms: int = 1000, event_hold_seconds: float = 10.0,
-                 identities: Optional[IdentityMemory] = None):
+                 identities: Optional[IdentityMemory] = None, profiling: bool = True):
         self._nv = nvml
         self._f = Funnel(nvml)
         self._clock = clock
@@ -169,8 +170,9 @@ class NvmlCollector:
         self._memory_v2: Any = getattr(nvml, "nvmlMemory_v2", None)
         self._procs = ProcessReader(nvml, self._f)
         self._names: dict[int, Optional[str]] = {}
-        self._mig = MigReader(nvml, self._f)
+        self._mig = mig.MigReader(nvml, self._f)
         self._topology = Topology(nvml, self._f)
+        self._gpm = gpm.GpmReader(nvml, self._f) if profiling else None  # NVML GPM: profiling (nvml/gpm.py)
         self._nvlink_states: dict[str, Optional[list[bool]]] = {}
         self._specs: dict[str, list[tuple[str, Any]]] = {}  # uuid -> batched field-value ids
         # constants looked up once (hot loop of the batched call)
@@ -193,6 +195,8 @@ class NvmlCollector:
         return None if v is None else _text(v)
 
     def close(self) -> None:
+        if self._gpm is not None:
+            self._gpm.close()  # every GPM sample freed
         w = self._watcher
         if w is not None:
             w.stop()
@@ -571,6 +575,7 @@ class NvmlCollector:
             seen_pids.update(p.pid for p in running or ())
             results.append((ident, readings, running, util, util_q, mig_samples))
         self._names = {pid: n for pid, n in self._names.items() if pid in seen_pids}
+        self._profile(results, live)
         self._drain_events(first)
         self._ensure_watcher([(i.uuid, h) for i, h in live])
         links = self._topology.links(live, states) if len(live) > 1 else {}
@@ -584,6 +589,16 @@ class NvmlCollector:
         for ident in self._ids.missing(d.identity.uuid for d in out):
             out.append(self._lost_device(ident.index, now, None, ident))
         return out
+
+    def _profile(self, results: list, live: list[tuple[DeviceIdentity, Any]]) -> None:
+        """The GPM profiling readings of every live GPU and MIG instance, into their readings."""
+        if self._gpm is None:
+            return
+        handles = {ident.uuid: h for ident, h in live}
+        targets = [(item[0].uuid, handles[item[0].uuid], item[1],
+                    [(m.identity.uuid, m.gpu_instance, r) for m, r in item[5] if m.gpu_instance is not None])
+                   for item in results if not callable(item)]
+        self._gpm.read(targets)
 
     def _handle(self, index: int, pinned: Optional[DeviceIdentity]) -> Any:
         """The NVML handle of GPU ``index``. A GPU identified before whose handle can no
@@ -654,6 +669,8 @@ def _settings(options: CollectorOptions) -> dict:
             "events": bool(s.get("events", True)),
             "event_wait_ms": int(s.get("event_wait_ms", 1000)),
             "identities": options.identity_memory(NvmlCollector.name),
+            # NVML GPM profiling where the GPU has it (Hopper and later): on unless turned off
+            "profiling": bool(s.get("profiling", True)),
             # an event stays a health reason for one interval: the window a poll would cover
             "event_hold_seconds": float(s.get("event_hold_seconds", options.interval_seconds))}
 

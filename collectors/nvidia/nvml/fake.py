@@ -31,6 +31,15 @@ Scenario hooks (vendor ``nvidia``):
   NVML recovery action number or name such as ``node-reboot``; the recovery field holds it
   from ``at`` to ``until``) are delivered once to each event set created before ``at``, by
   nvmlEventSetWait, when the scenario clock passes ``at``; ``nvlink-down`` (param ``link``) takes a link down from ``at`` to ``until``.
+- GPM (profiling, nvml/gpm.py): a device supports it when its product is Hopper or later
+  (H100, H200, H20, H800, GH200, B100, B200, GB200) unless ``unsupported: [gpm]``, or as
+  ``extra: {gpm: true|false}`` says. Its metrics are the device ``values`` of the GPM fields
+  (``engine_compute_utilization_ratio``, ``sm_occupancy_ratio``, ``engine_tensor_utilization_ratio``,
+  ``pcie_rx_bytes_per_second``, ... nvml/gpm.py FIELDS; absent: NotSupported per metric), at the
+  second sample's time; a MIG instance's are its ``mig`` entry's ``values``, else its GPU's.
+  ``extra: {nvdec: N, nvjpg: N}`` engines answer (default 7); fault kind ``gpm-error`` (code: an
+  NVML error name, default InUse) fails nvmlGpmSampleGet / nvmlGpmMigSampleGet from ``at`` to
+  ``until``. ``gpm_held`` is the set of samples allocated and not freed.
 - settings ``nvidia``: ``init_error: DriverNotLoaded|LibraryNotFound|...`` (nvmlInit fails),
   ``cuda_driver_version: 12080`` (nvmlSystemGetCudaDriverVersion[_v2]; default 12080, i.e.
   CUDA 12.8; ``none``: the call is NotSupported),
@@ -148,6 +157,36 @@ class _MigHandle:
         self.mig = mig
 
 
+class _GpmSample:
+    __slots__ = ("spec", "mig", "t", "freed")
+
+    def __init__(self) -> None:
+        self.spec: Optional[DeviceSpec] = None
+        self.mig: Optional[dict] = None
+        self.t = 0.0
+        self.freed = False
+
+
+class _GpmMetric:
+    __slots__ = ("metricId", "nvmlReturn", "value")
+
+    def __init__(self) -> None:
+        self.metricId, self.nvmlReturn, self.value = 0, 0, 0.0
+
+
+class GpmMetricsGet:
+    """pynvml's c_nvmlGpmMetricsGet_t, with room for every metric id."""
+
+    def __init__(self) -> None:
+        self.version, self.numMetrics = 0, 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [_GpmMetric() for _ in range(pynvml.NVML_GPM_METRIC_MAX)]
+
+
+_GPM_GENERATIONS = ("H100", "H200", "H20", "H800", "GH200", "B100", "B200", "GB200")
+
+
 class _EventSet:
     def __init__(self, created: float) -> None:
         self.masks: dict[int, tuple[_Handle, int]] = {}  # device index -> (handle, mask)
@@ -160,6 +199,7 @@ class FakeNvml:
     """Module-like object: ``fake.nvmlDeviceGetCount()`` etc., plus pynvml's constants."""
 
     NVMLError = pynvml.NVMLError
+    c_nvmlGpmMetricsGet_t = GpmMetricsGet
 
     def __init__(self, scenario: Scenario, clock: Any):
         self._scenario = scenario
@@ -203,6 +243,10 @@ class FakeNvml:
         self._nvlink_down = [f for f in scenario.faults_of("nvidia") if f.kind == "nvlink-down"]
         self._by_pci = {d.pci_address: d for d in self._devices}
         self._process_level = _PROCESS_API_LEVEL.get(str(self._settings.get("process_api", "v3")), 3)
+        self._gpm_errors = [f for f in scenario.faults_of("nvidia") if f.kind == "gpm-error"]
+        for f in self._gpm_errors:
+            _err(str(f.code or "InUse"))  # a bad error name fails at load
+        self.gpm_held: set[int] = set()  # ids of GPM samples allocated and not freed
         self._mig_handles: dict[int, list[_MigHandle]] = {
             d.index: [_MigHandle(d, i, m) for i, m in enumerate(d.extra.get("mig") or ())] for d in self._devices}
 
@@ -657,6 +701,79 @@ class FakeNvml:
     def nvmlDeviceGetComputeInstanceId(self, h: _MigHandle) -> int:
         self._dev(h, "nvmlDeviceGetComputeInstanceId")
         return int(h.mig.get("ci", 0))
+
+    # ------------------------------------------------------------------ GPM
+    def nvmlGpmQueryDeviceSupport(self, h: _Handle) -> SimpleNamespace:
+        spec, _ = self._dev(h, "nvmlGpmQueryDeviceSupport")
+        if "gpm" in spec.unsupported:
+            supported = False
+        elif "gpm" in spec.extra:
+            supported = bool(spec.extra["gpm"])
+        else:
+            supported = any(g in (spec.product or "") for g in _GPM_GENERATIONS)
+        return SimpleNamespace(version=pynvml.NVML_GPM_SUPPORT_VERSION, isSupportedDevice=int(supported))
+
+    def nvmlGpmSampleAlloc(self) -> _GpmSample:
+        self._check()
+        sample = _GpmSample()
+        self.gpm_held.add(id(sample))
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: _GpmSample) -> None:
+        self._check()
+        if sample.freed or id(sample) not in self.gpm_held:
+            raise _err("InvalidArgument")  # a double free is a bug of the collector
+        sample.freed = True
+        self.gpm_held.discard(id(sample))
+
+    def _gpm_failing(self, spec: DeviceSpec, t: float) -> None:
+        for f in self._gpm_errors:
+            if f.index == spec.index and f.active(t):
+                raise _err(str(f.code or "InUse"))
+
+    def nvmlGpmSampleGet(self, h: _Handle, sample: _GpmSample) -> _GpmSample:
+        spec, t = self._dev(h, "nvmlGpmSampleGet")
+        self._gpm_failing(spec, t)
+        sample.spec, sample.mig, sample.t = spec, None, t
+        return sample
+
+    def nvmlGpmMigSampleGet(self, h: _Handle, gpu_instance: int, sample: _GpmSample) -> _GpmSample:
+        spec, t = self._dev(h, "nvmlGpmMigSampleGet")
+        self._gpm_failing(spec, t)
+        for m in self._mig_handles.get(spec.index, ()):
+            if int(m.mig.get("gi", m.index + 1)) == int(gpu_instance):
+                sample.spec, sample.mig, sample.t = spec, m.mig, t
+                return sample
+        raise _err("NotFound")
+
+    def nvmlGpmMetricsGet(self, req: GpmMetricsGet) -> GpmMetricsGet:
+        self._check()
+        s1, s2 = req.sample1, req.sample2
+        if any(s is None or s.freed or s.spec is None for s in (s1, s2)) or s1.spec is not s2.spec:
+            raise _err("InvalidArgument")
+        if req.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            raise _err("ArgumentVersionMismatch")
+        for i in range(req.numMetrics):
+            m = req.metrics[i]
+            value = self._gpm_value(s2, m.metricId)
+            m.nvmlReturn, m.value = (pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0) if value is None else (pynvml.NVML_SUCCESS, value)
+        return req
+
+    def _gpm_value(self, sample: _GpmSample, metric_id: int) -> Optional[float]:
+        """A metric in GPM's units (percent, MiB/s): the scenario value of its field at the sample's time."""
+        from hetero_exporter.collectors.nvidia.nvml.gpm import FIELDS
+        spec = sample.spec
+        for f in FIELDS:
+            ids = [getattr(pynvml, n) for n in f.metrics]
+            if metric_id not in ids:
+                continue
+            kind = "nvdec" if "NVDEC" in f.metrics[0] else "nvjpg" if "NVJPG" in f.metrics[0] else None
+            if kind is not None and ids.index(metric_id) >= int(spec.extra.get(kind, 7)):
+                return None  # an engine this GPU does not have
+            own = (sample.mig or {}).get("values") or {}
+            value = own.get(f.field) if f.field in own else spec.value(f.field, sample.t)
+            return None if value is None else float(value) / f.scale
+        return None
 
     # ------------------------------------------------------------------ events
     def nvmlEventSetCreate(self) -> _EventSet:
