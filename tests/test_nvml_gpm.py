@@ -25,6 +25,9 @@ from hetero_exporter.simulate import ManualClock, load  # noqa: E402
 
 SCENARIO = ROOT / "fixtures" / "scenarios" / "nvidia-gpm.yaml"
 GPM_FIELDS = {f.field for f in gpm.FIELDS}
+# what NVML also serves without GPM (nvmlDeviceGetDecoderUtilization, nvmlDeviceGetPcieThroughput)
+NVML_ALSO = {"engine_decoder_utilization_ratio", "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second"}
+GPM_ONLY = GPM_FIELDS - NVML_ALSO
 
 
 def make(t: float = 10.0, **settings):
@@ -108,9 +111,13 @@ def test_a_pre_hopper_gpu_shows_the_gpm_fields_unsupported_and_no_series():
     finally:
         c.close()
     a100 = next(d for d in devs if "A100" in d.identity.model)
-    assert {f: a100.readings[f].quality.status for f in GPM_FIELDS} == dict.fromkeys(GPM_FIELDS, "unsupported")
+    assert {f: a100.readings[f].quality.status for f in GPM_ONLY} == dict.fromkeys(GPM_ONLY, "unsupported")
     series = _series([a100])
     assert _value(series, N.ENGINE_UTILIZATION, a100.identity.uuid, engine="tensor") is None
+    # where GPM is absent, NVML's own calls give PCIe throughput and the decoder
+    pcie = a100.readings["pcie_rx_bytes_per_second"]
+    assert pcie.quality.source.startswith("nvmlDeviceGetPcieThroughput") and pcie.value == pytest.approx(2.1e9, rel=1e-3)
+    assert a100.readings["engine_decoder_utilization_ratio"].quality.source == "nvmlDeviceGetDecoderUtilization"
     assert _value(series, N.FIELD_STATUS, a100.identity.uuid, field="sm_occupancy_ratio", status="unsupported") == 1
     assert a100.readings["utilization_ratio"].value == pytest.approx(0.9)  # the rest flows
 
@@ -127,7 +134,8 @@ def test_a_failing_gpm_call_is_an_error_said_once_the_rest_flows_and_it_comes_ba
             _later()
             devs = c.collect()
         gpu1 = next(d for d in devs if d.identity.index == 1 and d.identity.parent is None)
-        assert {gpu1.readings[f].quality.status for f in GPM_FIELDS} == {"error"}
+        assert {gpu1.readings[f].quality.status for f in GPM_ONLY} == {"error"}
+        assert gpu1.readings["pcie_rx_bytes_per_second"].quality.source.startswith("nvmlDeviceGetPcieThroughput")
         assert gpu1.readings["utilization_ratio"].quality.status == "ok"
         gpu0 = next(d for d in devs if d.identity.index == 0 and d.identity.parent is None)
         assert gpu0.readings["sm_occupancy_ratio"].value == pytest.approx(0.38)
@@ -152,7 +160,7 @@ def test_profiling_off_reads_no_gpm_field():
         devs = c.collect()
     finally:
         c.close()
-    assert not any(GPM_FIELDS & set(d.readings) for d in devs)
+    assert not any(GPM_ONLY & set(d.readings) for d in devs)
     assert c._nv.gpm_held == set()
 
 

@@ -105,6 +105,19 @@ QUALITY: dict[str, Quality] = {
     C.NVLINK_RX: Quality(f"{_FV}(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)", "measured", None, 1024.0),
     C.NVLINK_TX: Quality(f"{_FV}(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX)", "measured", None, 1024.0),
 }
+# The rest of dcgm-exporter's default set that NVML serves (issue 27). NVML API reference:
+# nvmlDeviceGetEncoder/DecoderUtilization report a percentage over their own sampling period
+# (returned beside it; 1 s or less on current GPUs: the longer bound, as utilization above);
+# nvmlDeviceGetPcieThroughput counts KB/s over a 20 ms sample.
+QUALITY.update({
+    "memory_reserved_bytes": Quality("nvmlDeviceGetMemoryInfo_v2.reserved", "measured", None, 1.0),
+    "fan_speed_ratio": Quality("nvmlDeviceGetFanSpeed", "measured", None, 0.01),
+    "engine_encoder_utilization_ratio": Quality("nvmlDeviceGetEncoderUtilization", "sampled", 1.0, 0.01),
+    "engine_decoder_utilization_ratio": Quality("nvmlDeviceGetDecoderUtilization", "sampled", 1.0, 0.01),
+    "pcie_tx_bytes_per_second": Quality("nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_TX_BYTES)", "sampled", 0.02, 1024.0),
+    "pcie_rx_bytes_per_second": Quality("nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_RX_BYTES)", "sampled", 0.02, 1024.0),
+    "power_management_limit_watts": Quality("nvmlDeviceGetPowerManagementLimit", "measured", None, 0.001),
+})
 for _bit, _name, _smi in C.CLOCK_REASONS:
     QUALITY[C.clock_reason_field(_name)] = Quality("nvmlDeviceGetCurrentClocksEventReasons", "measured", None, 1.0)
 
@@ -364,6 +377,9 @@ class NvmlCollector:
         mem = got.value
         r[F.MEMORY_USED] = Reading(float(mem.used), quality[F.MEMORY_USED])
         r[F.MEMORY_TOTAL] = Reading(float(mem.total), quality[F.MEMORY_TOTAL])
+        reserved = getattr(mem, "reserved", None) if quality is QUALITY else None  # _v2 only
+        if reserved is not None:
+            r["memory_reserved_bytes"] = Reading(float(reserved), QUALITY["memory_reserved_bytes"])
 
     def _readings(self, ident: DeviceIdentity, h: Any) -> dict:
         nv, uuid, r = self._nv, ident.uuid, {}
@@ -387,12 +403,32 @@ class NvmlCollector:
                    nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC)
         self._read(uuid, r, C.PCIE_GEN, nv.nvmlDeviceGetCurrPcieLinkGeneration, h)
         self._read(uuid, r, C.PCIE_WIDTH, nv.nvmlDeviceGetCurrPcieLinkWidth, h)
+        self._dcgm_defaults(uuid, r, h)
         self._static_readings(uuid, r, h)
         self._clock_reasons(uuid, r, h)
         self._topology.discover(uuid, h)  # before the batch: it sizes the per-link fields
         states = self._field_batch(uuid, r, h)
         self._nvlink_states[uuid] = self._nvlink(uuid, r, h, states)
         return r
+
+    def _dcgm_defaults(self, uuid: str, r: dict, h: Any) -> None:
+        """Fan, encoder and decoder, PCIe throughput and the power-management limit (GPM's
+        sampled values, where the GPU has GPM, replace the codec and PCIe ones)."""
+        nv = self._nv
+        first = lambda v: v[0]  # noqa: E731 - (utilization, sampling period in us)
+        for field, fn, args, scale, pick in (
+                ("fan_speed_ratio", "nvmlDeviceGetFanSpeed", (), 0.01, None),
+                ("engine_encoder_utilization_ratio", "nvmlDeviceGetEncoderUtilization", (), 0.01, first),
+                ("engine_decoder_utilization_ratio", "nvmlDeviceGetDecoderUtilization", (), 0.01, first),
+                ("pcie_tx_bytes_per_second", "nvmlDeviceGetPcieThroughput", ("NVML_PCIE_UTIL_TX_BYTES",), 1024.0, None),
+                ("pcie_rx_bytes_per_second", "nvmlDeviceGetPcieThroughput", ("NVML_PCIE_UTIL_RX_BYTES",), 1024.0, None),
+                ("power_management_limit_watts", "nvmlDeviceGetPowerManagementLimit", (), 1e-3, None)):
+            call = getattr(nv, fn, None)
+            constants = [getattr(nv, a, None) for a in args]
+            if call is None or None in constants:  # a binding without the call: unsupported
+                r[field] = Reading(None, QUALITY[field].with_status("unsupported"))
+                continue
+            self._read(uuid, r, field, call, h, *constants, scale=scale, pick=pick)
 
     def _static_readings(self, uuid: str, r: dict, h: Any) -> None:
         """Maximum PCIe generation and width: read once per GPU."""

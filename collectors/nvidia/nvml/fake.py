@@ -40,6 +40,9 @@ Scenario hooks (vendor ``nvidia``):
   ``extra: {nvdec: N, nvjpg: N}`` engines answer (default 7); fault kind ``gpm-error`` (code: an
   NVML error name, default InUse) fails nvmlGpmSampleGet / nvmlGpmMigSampleGet from ``at`` to
   ``until``. ``gpm_held`` is the set of samples allocated and not freed.
+- the rest of dcgm-exporter's default set: ``fan_speed_ratio``, ``engine_encoder_utilization_ratio``,
+  ``engine_decoder_utilization_ratio``, ``pcie_rx/tx_bytes_per_second`` (nvmlDeviceGetPcieThroughput, KB/s)
+  and ``power_management_limit_watts`` (default: the power limit) from the device values.
 - settings ``nvidia``: ``init_error: DriverNotLoaded|LibraryNotFound|...`` (nvmlInit fails),
   ``cuda_driver_version: 12080`` (nvmlSystemGetCudaDriverVersion[_v2]; default 12080, i.e.
   CUDA 12.8; ``none``: the call is NotSupported),
@@ -701,6 +704,31 @@ class FakeNvml:
     def nvmlDeviceGetComputeInstanceId(self, h: _MigHandle) -> int:
         self._dev(h, "nvmlDeviceGetComputeInstanceId")
         return int(h.mig.get("ci", 0))
+
+    # ------------------------------------------------------------------ dcgm-exporter's default set
+    def nvmlDeviceGetFanSpeed(self, h: _Handle) -> int:
+        spec, t = self._dev(h, "nvmlDeviceGetFanSpeed")
+        return int(round(100 * self._value(spec, "fan_speed_ratio", t)))
+
+    def _codec(self, h: _Handle, call: str, field: str) -> list:
+        spec, t = self._dev(h, call)
+        return [int(round(100 * self._value(spec, field, t))), 167000]  # (percent, sampling period us)
+
+    def nvmlDeviceGetEncoderUtilization(self, h: _Handle) -> list:
+        return self._codec(h, "nvmlDeviceGetEncoderUtilization", "engine_encoder_utilization_ratio")
+
+    def nvmlDeviceGetDecoderUtilization(self, h: _Handle) -> list:
+        return self._codec(h, "nvmlDeviceGetDecoderUtilization", "engine_decoder_utilization_ratio")
+
+    def nvmlDeviceGetPcieThroughput(self, h: _Handle, counter: int) -> int:
+        spec, t = self._dev(h, "nvmlDeviceGetPcieThroughput")
+        field = "pcie_tx_bytes_per_second" if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else "pcie_rx_bytes_per_second"
+        return int(self._value(spec, field, t) / 1024)  # KB/s
+
+    def nvmlDeviceGetPowerManagementLimit(self, h: _Handle) -> int:
+        spec, t = self._dev(h, "nvmlDeviceGetPowerManagementLimit")
+        v = spec.value("power_management_limit_watts", t)
+        return int(round(1000 * (v if v is not None else self._value(spec, "power_limit_watts", t))))
 
     # ------------------------------------------------------------------ GPM
     def nvmlGpmQueryDeviceSupport(self, h: _Handle) -> SimpleNamespace:

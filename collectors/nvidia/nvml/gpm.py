@@ -159,9 +159,9 @@ class GpmReader:
                 _mark(readings, fields, "error")
                 continue
             if self._monotonic() - held.at < MIN_WINDOW and held.values:
-                readings.update(held.values)  # faster than 10 Hz: the last values again
+                _merge(readings, held.values)  # faster than 10 Hz: the last values again
                 continue
-            readings.update(self._pair(key, handle, gi, held, fields))
+            _merge(readings, self._pair(key, handle, gi, held, fields))
 
     def _pair(self, key: tuple, handle: Any, gi: Optional[int], held: _Held,
               fields: tuple[GpmField, ...]) -> dict[str, Reading]:
@@ -258,8 +258,17 @@ def _marked(fields: Iterable[GpmField], status: str) -> dict[str, Reading]:
     return {f.field: Reading(None, QUALITY[f.field].with_status(status)) for f in fields}
 
 
+def _merge(readings: dict, values: dict[str, Reading]) -> None:
+    """GPM's values over what the collector read another way (NVML's decoder utilization, PCIe
+    throughput), except that a GPM field without a value never hides a value read otherwise."""
+    for field, reading in values.items():
+        known = readings.get(field)
+        if reading.quality.status == "ok" or known is None or known.quality.status != "ok":
+            readings[field] = reading
+
+
 def _mark(readings: dict, fields: Iterable[GpmField], status: str) -> None:
-    readings.update(_marked(fields, status))
+    _merge(readings, _marked(fields, status))
 
 
 def _mig_utilization(r: dict) -> None:
