@@ -15,7 +15,10 @@ profiled total, and applied to the unprofiled median.
 Baseline (stated in issue 3): nvitop-exporter, the Python peer, spends about 80 ms of CPU per
 cycle on an 8 x 16 node (measured against a fake libnvidia-ml.so on this machine).
 
-    python benchmarks/nvml_cycle.py [--cycles 200] [--processes 16 64]
+With GPM on (issue 27) every profiling metric answers and each cycle pairs a new sample per GPU
+with the last one (the pairing clock is the scenario's, 10 s a cycle).
+
+    python benchmarks/nvml_cycle.py [--cycles 200] [--processes 16 64] [--profiling on|off|both]
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ sys.path.insert(0, str(ROOT))
 
 from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
 from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402
+from hetero_exporter.collectors.nvidia.nvml import gpm  # noqa: E402
 from hetero_exporter.simulate import ManualClock  # noqa: E402
 from hetero_exporter.simulate.scenario import from_dict  # noqa: E402
 
 BASELINE_MS = 80.0  # nvitop-exporter, 8 GPUs x 16 processes, CPU per cycle
-FAKE_FILES = ("nvml_fake.py", "simulate/scenario.py", "pynvml")
+FAKE_FILES = ("nvidia/nvml/fake.py", "model/scenario.py", "pynvml")  # the fake backend, its scenario signals
 
 
 def scenario(gpus: int, processes: int):
@@ -55,6 +59,9 @@ def scenario(gpus: int, processes: int):
         "pcie_link_generation": 5, "pcie_link_generation_max": 5, "pcie_link_width": 16,
         "pcie_link_width_max": 16, "pcie_replay_total": 0, "clock_event_reasons": 0, "recovery_action": 0,
         "nvlink_rx_bytes_per_second": 40e9, "nvlink_tx_bytes_per_second": 40e9, "energy_start_joules": 1.2e7,
+        # NVML GPM (issue 27): every profiling metric answers
+        **{f.field: 0.3 if f.field.endswith("ratio") else 1e9 for f in gpm.FIELDS},
+        "fan_speed_ratio": 0.4, "engine_encoder_utilization_ratio": 0.0,
     }
     procs = [{"pid": 10_000 + j, "name": f"worker-{j}", "memory": "1GiB", "utilization": 0.04}
              for j in range(processes)]
@@ -67,18 +74,20 @@ def scenario(gpus: int, processes: int):
     return from_dict(doc, doc["name"])
 
 
-def build(gpus: int, processes: int):
+def build(gpus: int, processes: int, profiling: bool = True):
     clock = ManualClock()
     c = nvml.create(CollectorOptions(scenario=scenario(gpus, processes), clock=clock,
-                                     settings={"events": False}, interval_seconds=10.0))
+                                     settings={"events": False, "profiling": profiling}, interval_seconds=10.0))
+    if c._gpm is not None:  # GPM pairs samples on the monotonic clock: the scenario's, 10 s a cycle
+        c._gpm._monotonic, c._gpm._sleep = clock.t, lambda s: clock.advance(s)
     for _ in range(3):  # warm-up: identities, topology and unsupported fields learned
         clock.advance(10)
         c.collect()
     return c, clock
 
 
-def measure(gpus: int, processes: int, cycles: int) -> dict:
-    c, clock = build(gpus, processes)
+def measure(gpus: int, processes: int, cycles: int, profiling: bool = True) -> dict:
+    c, clock = build(gpus, processes, profiling)
     times = []
     calls0 = c._nv.calls
     for _ in range(cycles):
@@ -91,7 +100,7 @@ def measure(gpus: int, processes: int, cycles: int) -> dict:
     assert all(len(d.links) == 2 * (gpus - 1) for d in devices)  # nvswitch + pcie to every peer
     # the fake's share, from a separate profiled run
     prof = cProfile.Profile()
-    c2, clock2 = build(gpus, processes)
+    c2, clock2 = build(gpus, processes, profiling)
     prof.enable()
     for _ in range(max(20, cycles // 5)):
         clock2.advance(10)
@@ -102,6 +111,8 @@ def measure(gpus: int, processes: int, cycles: int) -> dict:
     fake = sum(v[2] for k, v in stats.items() if any(f in k[0].replace("\\", "/") for f in FAKE_FILES))
     share = fake / total if total else 0.0
     med = statistics.median(times)
+    c.close()
+    c2.close()
     return {"gpus": gpus, "processes": processes, "median": med, "mean": statistics.fmean(times),
             "best": min(times), "p90": statistics.quantiles(times, n=10)[-1], "calls": calls,
             "fake_share": share, "collector_ms": med * (1 - share)}
@@ -111,15 +122,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cycles", type=int, default=200)
     ap.add_argument("--processes", type=int, nargs="+", default=[16, 64])
+    ap.add_argument("--profiling", choices=("on", "off", "both"), default="both", help="NVML GPM (default: both)")
     args = ap.parse_args()
     print(f"{datetime.date.today()}, {platform.machine()}, {platform.python_implementation()} "
           f"{platform.python_version()}, {args.cycles} cycles each\n")
     print("| node | CPU ms per cycle: median (best / mean / p90) | NVML calls per cycle | fake's share "
           "| collector alone, ms | ratio to nvitop-exporter (80 ms) |")
     print("|---|---|---|---|---|---|")
-    for n in args.processes:
-        r = measure(8, n, args.cycles)
-        print(f"| 8 GPUs x {n} processes | {r['median']:.2f} ({r['best']:.2f} / {r['mean']:.2f} / {r['p90']:.2f}) "
+    for n, profiling in [(n, p) for n in args.processes
+                         for p in ((True, False) if args.profiling == "both" else (args.profiling == "on",))]:
+        r = measure(8, n, args.cycles, profiling)
+        print(f"| 8 GPUs x {n} processes, GPM {'on' if profiling else 'off'} | {r['median']:.2f} ({r['best']:.2f} / {r['mean']:.2f} / {r['p90']:.2f}) "
               f"| {r['calls']:.0f} | {r['fake_share'] * 100:.0f} % | {r['collector_ms']:.2f} "
               f"| {r['median'] / BASELINE_MS:.3f} (collector alone {r['collector_ms'] / BASELINE_MS:.3f}) |")
 

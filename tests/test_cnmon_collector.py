@@ -249,3 +249,22 @@ def test_identity_that_runs_out_of_time_is_asked_again_not_pinned():
     clock.set_t(20)
     calls.clear()
     assert [d.identity.uuid for d in col.collect()] == [f"MLU-{sc.devices[0].uuid}"] and calls == [[]]
+
+
+def test_a_topology_call_that_ran_out_of_time_at_start_is_made_again_in_the_first_cycle():
+    """On a loaded node the start-up `cnmon topo` may miss its quarter of the budget; the first
+    snapshot (what `inspect` prints) still has the MLU-Link links."""
+    sc = from_dict({"name": "t", "devices": [mlu_group(2)]})
+    clock, calls, slow = ManualClock(), [], [True]
+    fast = in_process(sc, clock, calls)
+
+    def run(argv, timeout, env=None, **kw):
+        if list(argv[1:]) == ["topo"] and slow[0]:
+            slow[0] = False
+            raise TimeoutError("cnmon topo: no answer within the deadline")
+        return fast(argv, timeout, env=env, **kw)
+
+    col = C.CnmonCollector("cnmon", clock=clock, interval=10, runner=run)
+    devs = col.collect()
+    assert calls.count(["topo"]) == 1  # asked again in the cycle, once
+    assert all(any(link.type == "mlulink" for link in d.links) for d in devs if d.identity.parent is None)

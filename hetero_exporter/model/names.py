@@ -59,7 +59,8 @@ HEALTH_STATUS = Metric("accelerator_health_status", "gauge",
 HEALTH_REASON = Metric("accelerator_health_reason_info", "gauge",
                        "One series per active health reason; always 1.", DEV + ("code", "reason"))
 FIELD_STATUS = Metric("accelerator_field_status", "gauge",
-                      "Quality status of each reading (ok, unsupported, error, stale); always 1.",
+                      "Quality status of each reading that has no value (unsupported, error, stale); always 1. "
+                      "An ok reading is its value series.",
                       DEV + ("field", "status"))
 QUALITY_INFO = Metric("accelerator_metric_quality_info", "gauge",
                       "Where a field comes from and how it is measured, per vendor: the window a sampled "

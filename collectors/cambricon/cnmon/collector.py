@@ -260,6 +260,12 @@ class CnmonCollector(CliCollector):
             value = None
         self.topo_schedule.done(job, now, value, ok=value is not None)
 
+    def _topo_missing(self) -> bool:
+        """No MLU-Link matrix yet, and the topology call is on (topo_interval > 0) and not given up."""
+        job = (_NODE, "topo")
+        st = self.topo_schedule.state(job)
+        return st is not None and st.value is None and not st.disabled
+
     def _links(self, by_card: Mapping[int, str]) -> dict[str, tuple[Link, ...]]:
         """MLU-Link links of the last ``cnmon topo`` (MLUn is card n) between the cards'
         physical functions (``by_card``: card -> uuid)."""
@@ -282,6 +288,8 @@ class CnmonCollector(CliCollector):
         new = [n for n in cards if self.schedule.state((n, "info")) is None or self._identity_pending(n)]
         if new:  # identity: once per card, before its first sample
             self._fetch_info(new, deadline, identity=True)
+            if self._topo_missing() and deadline - time.monotonic() > 0.25 * self.budget:
+                self._refresh_topo(deadline)  # the start-up call ran out of time (a loaded node): once more now
         elif deadline - time.monotonic() > 0.25 * self.budget:  # details never cost the summary
             if self.topo_schedule.due([(_NODE, "topo")], now):
                 self._refresh_topo(deadline)

@@ -161,7 +161,7 @@ class NvmlCollector:
     def __init__(self, nvml: Any, clock: Callable[[], float], sysfs_root: str = "/sys", *,
                  wake: Callable[[], None] = lambda: None, events: bool = True,
                  event_wait_ms: int = 1000, event_hold_seconds: float = 10.0,
-                 identities: Optional[IdentityMemory] = None, profiling: bool = True):
+                 identities: Optional[IdentityMemory] = None, profiling: bool = True, interval: float = 10.0):
         self._nv = nvml
         self._f = Funnel(nvml)
         self._clock = clock
@@ -185,7 +185,7 @@ class NvmlCollector:
         self._names: dict[int, Optional[str]] = {}
         self._mig = mig.MigReader(nvml, self._f)
         self._topology = Topology(nvml, self._f)
-        self._gpm = gpm.GpmReader(nvml, self._f) if profiling else None  # NVML GPM: profiling (nvml/gpm.py)
+        self._gpm = gpm.GpmReader(nvml, self._f, interval=interval) if profiling else None  # NVML GPM: profiling (nvml/gpm.py)
         self._nvlink_states: dict[str, Optional[list[bool]]] = {}
         self._specs: dict[str, list[tuple[str, Any]]] = {}  # uuid -> batched field-value ids
         # constants looked up once (hot loop of the batched call)
@@ -706,7 +706,7 @@ def _settings(options: CollectorOptions) -> dict:
             "event_wait_ms": int(s.get("event_wait_ms", 1000)),
             "identities": options.identity_memory(NvmlCollector.name),
             # NVML GPM profiling where the GPU has it (Hopper and later): on unless turned off
-            "profiling": bool(s.get("profiling", True)),
+            "profiling": bool(s.get("profiling", True)), "interval": options.interval_seconds,
             # an event stays a health reason for one interval: the window a poll would cover
             "event_hold_seconds": float(s.get("event_hold_seconds", options.interval_seconds))}
 

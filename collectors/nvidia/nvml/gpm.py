@@ -4,8 +4,8 @@ GPM (Hopper and later; ``nvmlGpmQueryDeviceSupport``) turns two samples of a GPU
 performance counters into metrics over the time between them (``nvmlGpmMetricsGet``). Per GPU
 (``nvmlGpmSampleGet``) and per MIG instance (``nvmlGpmMigSampleGet`` on the parent's handle with
 the GPU instance id) one sample is taken each cycle and paired with the previous cycle's, so a
-value is the average over the real time between the two (``method: sampled``, the window that
-time rounded to 0.1 s, so the quality series do not churn). A key seen for the first time gets
+value is the average over the real time between the two (``method: sampled``, the window the collection
+interval while it spans about one, so the quality series do not churn). A key seen for the first time gets
 two samples ``MIN_WINDOW`` apart, all keys of the cycle sharing one wait, so the first snapshot
 (and ``inspect``) has values too. At most 10 Hz: a sample younger than ``MIN_WINDOW`` is not
 replaced, the previous values are repeated.
@@ -95,9 +95,10 @@ class _Held:
 class GpmReader:
     """The GPM readings of GPUs and MIG instances, one pair of samples per cycle."""
 
-    def __init__(self, nv: Any, funnel: Funnel, *, monotonic: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, nv: Any, funnel: Funnel, *, interval: float = 10.0,
+                 monotonic: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
         self._nv, self._f = nv, funnel
+        self._interval = interval
         self._monotonic, self._sleep = monotonic, sleep
         self._supported: dict[str, bool] = {}  # GPU uuid -> GPM supported
         self._held: dict[tuple, _Held] = {}  # (uuid, gpu instance or None) -> the previous sample
@@ -173,7 +174,7 @@ class GpmReader:
             return _marked(fields, "error")
         at = self._monotonic()
         try:
-            values = self._metrics(uuid, held.sample, sample, fields, round(max(MIN_WINDOW, at - held.at), 1))
+            values = self._metrics(uuid, held.sample, sample, fields, self._window(at - held.at))
         except Exception:
             self._free(sample)
             self._drop(key)
@@ -181,6 +182,14 @@ class GpmReader:
         self._free(held.sample)
         self._held[key] = _Held(sample, at, values)
         return values
+
+    def _window(self, elapsed: float) -> float:
+        """The window a pair covers, as its quality says: the collection interval while the pair
+        spans about one (the usual cycle: a stable label, no series churn from jitter), else the
+        real time between the samples to 0.1 s (a late cycle, an early wake-up, the first pair)."""
+        if abs(elapsed - self._interval) <= 0.25 * self._interval:
+            return self._interval
+        return round(max(MIN_WINDOW, elapsed), 1)
 
     def _metrics(self, uuid: str, s1: Any, s2: Any, fields: tuple[GpmField, ...], window: float) -> dict[str, Reading]:
         nv = self._nv
