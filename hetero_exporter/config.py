@@ -22,6 +22,9 @@ Example (every key optional)::
       max_records_per_second: 5000
       max_pending: 1024     # distinct (vendor, device, code) events held between cycles
       dedup_seconds: 60     # a fault the vendor API also reports within this counts once
+    metrics:                # which reading families /metrics serves, as dcgm-exporter's CSV (docs/metrics.md)
+      exclude: [accelerator_tensor_pipe_utilization_ratio, clock_throttle_{reason}]   # families or fields
+      # include: [...]      # only these (identity, health and the agent's own families always stay)
     finops:                 # prices for accelerator_price_per_hour (README: FinOps)
       currency: USD
       reference: A100-SXM4-80GB   # a profile model; it must have a price below
@@ -211,6 +214,24 @@ def _health(path: str, value: Any) -> dict:
     return doc
 
 
+def _metric_names(path: str, value: Any) -> list:
+    """``metrics.include`` / ``.exclude``: families (``accelerator_fan_speed_ratio``) or catalogue
+    fields (``fan_speed_ratio``, ``temperature_{sensor}_celsius``, or one reading such as
+    ``temperature_edge_celsius``); an unknown name is refused, naming it."""
+    from hetero_exporter.model import fields as F
+    from hetero_exporter.model import names as N
+    names = v.list_of(path, value, v.string, max_items=1024)
+    known_fields = {f.name for f in F.CATALOGUE}
+    for i, name in enumerate(names):
+        if name not in N.BY_NAME and name not in known_fields and F.lookup(name) is None:
+            raise ValidationError(f"{path}[{i}]", f"unknown metric family or field {v.describe(name)}",
+                                  "a family of docs/metrics.md or a field of its first column")
+    return names
+
+
+METRICS: dict[str, Check] = {"include": _metric_names, "exclude": _metric_names}
+
+
 def _scoring(path: str, value: Any) -> dict:
     # the extender and `score` take their settings from flags; nothing is read here yet
     return v.mapping(path, value, ())
@@ -225,6 +246,7 @@ TOP: dict[str, Check] = {
     "collectors": _collectors, "health": _health, "attribution": lambda p, x: _section(p, x, ATTRIBUTION),
     "scoring": _scoring, "kernel_log": lambda p, x: _section(p, x, KERNEL_LOG),
     "finops": lambda p, x: x,  # finops.parse checks it
+    "metrics": lambda p, x: _section(p, x, METRICS),
 }
 KNOWN_KEYS = set(TOP)
 
@@ -246,6 +268,7 @@ class Config:
     attribution: Mapping[str, Any] = field(default_factory=dict)
     scoring: Mapping[str, Any] = field(default_factory=dict)
     kernel_log: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, Any] = field(default_factory=dict)  # include / exclude (exposition.selection)
     finops: finops_mod.FinOps = field(default_factory=finops_mod.FinOps)
 
     def collector_settings(self, name: str) -> Mapping[str, Any]:

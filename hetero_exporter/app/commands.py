@@ -40,8 +40,10 @@ def _registry(agent: Agent, store: Any) -> Any:
     from prometheus_client import CollectorRegistry
 
     from hetero_exporter.exposition.collector import SnapshotCollector
+    from hetero_exporter.exposition.selection import Selection
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(SnapshotCollector(store.latest, clock=agent.clock, finops=agent.finops()))
+    reg.register(SnapshotCollector(store.latest, clock=agent.clock, finops=agent.finops(),
+                                   selection=Selection.of(agent.config.metrics)))
     return reg
 
 

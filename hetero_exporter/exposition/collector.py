@@ -19,6 +19,7 @@ from hetero_exporter.model import fields as F
 from hetero_exporter import finops as finops_mod
 from hetero_exporter.model import names as N
 from hetero_exporter.model import HEALTH_STATES, DeviceSample, NodeSnapshot
+from hetero_exporter.exposition.selection import EVERYTHING, Selection
 
 _EMPTY = ""
 # Every kind sampling.classify (and the sampler's "late" and "busy") can give a failed cycle: each collector's
@@ -66,12 +67,13 @@ class _Families:
         return [self._by_name[m.name] for m in N.ALL if m.name in self._by_name]
 
 
-def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = None) -> list[PromMetric]:
+def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = None,
+                   selection: Selection = EVERYTHING) -> list[PromMetric]:
     """Every family of DESIGN.md's table that the snapshot has data for; the FinOps families
-    (prices, shares) only with ``finops`` settings. Families come out in the order their
-    sinks are made (the device families first, reading families as first met)."""
+    (prices, shares) only with ``finops`` settings; readings as ``selection`` says. Families come
+    out in the order their sinks are made (the device families first, reading families as first met)."""
     fam = _Families()
-    devices = _DeviceFamilies(fam)
+    devices = _DeviceFamilies(fam, selection)
     for d in snap.devices:
         devices.add(d)
     _inventory_families(fam, snap)
@@ -86,8 +88,9 @@ class _DeviceFamilies:
     """The per-device families of one build: identity, readings and their quality, health,
     faults, profile, processes, allocations."""
 
-    def __init__(self, fam: "_Families"):
+    def __init__(self, fam: "_Families", selection: Selection = EVERYTHING):
         self.fam = fam
+        self.selection = selection
         self.info, self.field_status = fam.sink(N.DEVICE_INFO), fam.sink(N.FIELD_STATUS)
         self.quality_info = fam.sink(N.QUALITY_INFO)
         self.health, self.reason = fam.sink(N.HEALTH_STATUS), fam.sink(N.HEALTH_REASON)
@@ -114,7 +117,11 @@ class _DeviceFamilies:
 
     def _readings(self, d: DeviceSample) -> None:
         vendor, uuid = d.identity.vendor, d.identity.uuid
+        select = None if self.selection.everything else self.selection
         for field, reading in d.readings.items():
+            target = N.metric_for_field(field)
+            if select is not None and not select.allows(field, target[0].name if target else None):
+                continue
             q = reading.quality
             if q.status != "ok":  # an ok field is its value series (the series budget: tests/test_series_budget.py)
                 self.field_status({"vendor": vendor, "uuid": uuid, "field": field, "status": q.status}, 1)
@@ -126,7 +133,6 @@ class _DeviceFamilies:
                                    "error_bound": _fmt_num(q.error_bound)}, 1)
             if q.status != "ok" or reading.value is None:
                 continue  # unsupported / error / stale values are absent, never 0
-            target = N.metric_for_field(field)
             if target is not None:
                 metric, extra = target
                 add = self.value_sinks.get(metric.name)
@@ -234,9 +240,10 @@ class SnapshotCollector:
 
     def __init__(self, latest: Callable[[], Optional[NodeSnapshot]],
                  clock: Callable[[], float] = time.time,
-                 finops: Optional[finops_mod.FinOps] = None):
+                 finops: Optional[finops_mod.FinOps] = None, selection: Selection = EVERYTHING):
         self._latest = latest
         self._finops = finops
+        self._selection = selection
         self._clock = clock
         self._lock = threading.Lock()
         self._cached_for: Optional[NodeSnapshot] = None
@@ -251,7 +258,7 @@ class SnapshotCollector:
             return
         with self._lock:
             if self._cached_for is not snap:
-                self._cached = build_families(snap, self._finops)
+                self._cached = build_families(snap, self._finops, self._selection)
                 self._cached_for = snap
             families = self._cached
         yield from families
