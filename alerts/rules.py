@@ -88,8 +88,10 @@ DEVICE_RULES = [
                  "application faults point at the workload; repeated device or link faults point at the "
                  "hardware: drain the device and reset it."),
     Rule("AcceleratorUncorrectableECC",
-         # summed so that the counter's own severity label does not clash with the alert's
-         f'sum by (node, vendor, uuid) (increase({N.ECC_ERRORS.name}{{severity="uncorrected"}}[{ECC_WINDOW}]))'
+         # summed so that the counter's own severity label does not clash with the alert's; a vendor
+         # whose tool counts per RAS block only (no aggregate) is read from its blocks, never both
+         f'(sum by (node, vendor, uuid) (increase({N.ECC_ERRORS.name}{{severity="uncorrected"}}[{ECC_WINDOW}]))'
+         f' or sum by (node, vendor, uuid) (increase({N.ECC_BLOCK_ERRORS.name}{{severity="uncorrected"}}[{ECC_WINDOW}])))'
          " > 0", "warning",
          summary=f"Uncorrectable ECC errors: {DEVICE}",
          description=f"{DEVICE} ({IDENTITY}) counted {{{{ $value | printf \"%.0f\" }}}} uncorrectable ECC "

@@ -9,6 +9,14 @@ pod_memory = by_device(sel(N.PROCESS_MEMORY), ("model",))
 pod_busy = by_device(sel(N.PROCESS_UTILIZATION), ("model",))
 allocated = by_device(sel(N.ALLOCATION), ("model",))
 POD_KEYS = "namespace, pod, container, vendor, model"
+DEVICE_KEYS = "node, vendor, model, index"
+
+
+def engine(name: str) -> str:
+    """One engine's busy share per device (the engine family of names.py)."""
+    matcher = 'engine="' + name + '"'
+    return f"avg by ({DEVICE_KEYS}) ({by_device(sel(N.ENGINE_UTILIZATION, matcher))})"
+
 
 dashboard = build_dashboard(
     title="Accelerators / Workloads",
@@ -38,6 +46,30 @@ dashboard = build_dashboard(
             timeseries("Cost-weighted compute in use",
                        "Busy ratio times the device's cost weight, summed per namespace.",
                        Q(f"sum by (namespace) ({weighted(pod_busy, N.COST_WEIGHT)})", NS), stacked=True),
+        ]]),
+        Section("Profiling", [[
+            timeseries("SM active and occupancy",
+                       "Share of SMs busy (engine=compute) and resident warps over the maximum (occupancy), per "
+                       "device: NVML GPM on Hopper and later, amdsmi and the NPU tools where they report it.",
+                       Q(engine("compute"), "active {{node}} {{vendor}} {{index}}"),
+                       Q(f"avg by ({DEVICE_KEYS}) ({by_device(sel(N.COMPUTE_OCCUPANCY))})",
+                         "occupancy {{node}} {{vendor}} {{index}}"), unit="percentunit"),
+            timeseries("Tensor and DRAM",
+                       "Tensor-pipe busy share (any tensor op) and DRAM bandwidth in use over its maximum.",
+                       Q(engine("tensor"), "tensor {{node}} {{vendor}} {{index}}"),
+                       Q(engine("memory"), "DRAM {{node}} {{vendor}} {{index}}"), unit="percentunit"),
+            timeseries("PCIe and NVLink throughput",
+                       "Bytes per second over PCIe and the device interconnect (rates the vendor reports).",
+                       Q(f"sum by (node, vendor, direction) ({by_device(sel(N.PCIE_THROUGHPUT))})",
+                         "PCIe {{direction}} {{node}} {{vendor}}"),
+                       Q(f"sum by (node, vendor, link_type, direction) ({by_device(sel(N.INTERCONNECT_THROUGHPUT))})",
+                         "{{link_type}} {{direction}} {{node}}"), unit="Bps"),
+        ], [
+            timeseries("Engines by vendor",
+                       "Every engine each vendor reports, one vocabulary (compute, tensor, fp64/32/16, integer, "
+                       "memory, encoder, decoder, jpeg, ofa, vector, aicpu): the mean over the devices.",
+                       Q(f"avg by (vendor, engine) ({by_device(sel(N.ENGINE_UTILIZATION))})", "{{vendor}} {{engine}}"),
+                       unit="percentunit"),
         ]]),
         Section("By pod", [[
             table("Pods", "Per pod and container: allocated devices, their cost weight, device memory and compute "

@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 # Vendor-specific fields (carried in the JSON model and accelerator_field_status).
 from hetero_exporter.collectors.amd.fields import (  # noqa: E402,F401 - part of this module's API
     ECC_DEFERRED, MEDIA_UTILIZATION, PCIE_BANDWIDTH, PCIE_NAK_RECEIVED, PCIE_NAK_SENT, PCIE_RECOVERY,
-    PCIE_REPLAY, PCIE_REPLAY_ROLLOVER, PCIE_SPEED, PCIE_WIDTH, TEMP_EDGE, XGMI_RX, XGMI_TX)
+    PCIE_REPLAY, PCIE_REPLAY_ROLLOVER, PCIE_SPEED, PCIE_WIDTH, PCIE_WIDTH_MAX, TEMP_EDGE, XGMI_RX, XGMI_TX)
 
 # Static quality of each field: the amdsmi call, method, window, resolution, error bound.
 # AMD documents no accuracy figures for these sensors: error_bound stays None where unknown.
@@ -87,6 +87,7 @@ QUALITY: dict[str, Quality] = {
     F.ECC_UNCORRECTED: Quality("amdsmi_get_gpu_total_ecc_count.uncorrectable_count", "measured", None, 1.0),
     ECC_DEFERRED: Quality("amdsmi_get_gpu_total_ecc_count.deferred_count", "measured", None, 1.0),
     PCIE_WIDTH: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_width", "measured", None, 1.0),
+    PCIE_WIDTH_MAX: Quality("amdsmi_get_pcie_info.pcie_static.max_pcie_width", "measured", None, 1.0),
     PCIE_SPEED: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_speed", "measured", None, 1e6),
     # amdsmi.h: "current instantaneous PCIe bandwidth in Mb/s" (1 Mb/s = 125000 B/s steps)
     PCIE_BANDWIDTH: Quality("amdsmi_get_pcie_info.pcie_metric.pcie_bandwidth", "measured", None, 125000.0),
@@ -383,6 +384,9 @@ class AmdSmiCollector:
                                 (PCIE_NAK_SENT, "pcie_nak_sent_count", 1.0),
                                 (PCIE_NAK_RECEIVED, "pcie_nak_received_count", 1.0)):
             self._put(r, field, metric.get(k), st, scale)
+        static = pcie.get("pcie_static", {}) if isinstance(pcie, Mapping) else {}
+        # the link's width against the widest the device and its slot support (a downgraded link)
+        self._put(r, PCIE_WIDTH_MAX, static.get("max_pcie_width"), st)
         links, st = self._fetch(key, "amdsmi_get_link_metrics", h)
         raw["links"] = self._xgmi_counters(links if st == "ok" else None, st, r)
         return raw

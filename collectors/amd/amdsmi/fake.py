@@ -538,7 +538,8 @@ class FakeAmdSmi:
         replays = int(spec.value("pcie_replay_total", t) or 0)
         return {"pcie_static": {"max_pcie_width": 16, "max_pcie_speed": 32000, "pcie_interface_version": 5,
                                 "slot_type": "OAM"},
-                "pcie_metric": {"pcie_width": 16, "pcie_speed": 32000, "pcie_bandwidth": 18,
+                "pcie_metric": {"pcie_width": int(spec.value("pcie_link_width", t) or 16), "pcie_speed": 32000,
+                                "pcie_bandwidth": 18,
                                 "pcie_replay_count": replays, "pcie_l0_to_recovery_count": 0,
                                 "pcie_replay_roll_over_count": 0, "pcie_nak_sent_count": 0,
                                 "pcie_nak_received_count": 0, "pcie_lc_perf_other_end_recovery_count": 0}}
