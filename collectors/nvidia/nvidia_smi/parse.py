@@ -96,6 +96,10 @@ FIELD_MAP: tuple[tuple[str, tuple[str, ...], str, str, Optional[float]], ...] = 
     (C.REMAPPED_UNCORRECTABLE, ("remapped_rows/remapped_row_unc",), "count", "measured", None),
     (C.REMAP_PENDING, ("remapped_rows/remapped_row_pending",), "flag", "measured", None),
     (C.REMAP_FAILED, ("remapped_rows/remapped_row_failure",), "flag", "measured", None),
+    # the rest of dcgm-exporter's default set the report prints (issue 27): N/A on most data-center GPUs' fans
+    ("fan_speed_ratio", ("fan_speed",), "ratio", "measured", None),
+    ("engine_encoder_utilization_ratio", ("utilization/encoder_util",), "ratio", "sampled", 1.0),
+    ("engine_decoder_utilization_ratio", ("utilization/decoder_util",), "ratio", "sampled", 1.0),
 )
 # ECC counters: (field, section, severity)
 _ECC = ((F.ECC_CORRECTED, "aggregate", "corrected"), (F.ECC_UNCORRECTED, "aggregate", "uncorrected"),
