@@ -67,6 +67,18 @@ from hetero_exporter.collectors.amd.fields import (  # noqa: E402,F401 - part of
 # SMU firmware activity averages: AMD does not document their window; 1 s nominal, the period
 # of the SMU metrics table they are read from (as for the average socket power).
 _SMU_AVERAGE_S = 1.0
+# amdsmi_get_violation_status (ROCm 6.4+): which limit holds the clocks down now, as
+# clock_throttle_<reason> (1 while active); the reasons in the vocabulary nvml uses where they
+# mean the same (power_cap, hw_thermal), AMD's own otherwise. A field amdsmi answers "N/A" for
+# is unsupported.
+VIOLATIONS: tuple[tuple[str, str], ...] = (
+    ("power_cap", "active_ppt_pwr"),           # package power tracking (PVIOL)
+    ("socket_thermal", "active_socket_thrm"),  # socket temperature limit (TVIOL)
+    ("hw_thermal", "active_prochot_thrm"),     # PROCHOT: the hardware thermal signal
+    ("vr_thermal", "active_vr_thrm"),          # voltage regulator temperature
+    ("hbm_thermal", "active_hbm_thrm"),        # HBM temperature
+)
+
 QUALITY: dict[str, Quality] = {
     F.UTILIZATION: Quality("amdsmi_get_gpu_activity.gfx_activity", "sampled", _SMU_AVERAGE_S, 0.01),
     F.MEMORY_UTILIZATION: Quality("amdsmi_get_gpu_activity.umc_activity", "sampled", _SMU_AVERAGE_S, 0.01),
@@ -111,6 +123,10 @@ PROCESS_UTILIZATION_SOURCE = "amdsmi_get_gpu_process_list.engine_usage.gfx (ns, 
 
 _ECC_KINDS = (("correctable_count", "corrected"), ("uncorrectable_count", "uncorrected"),
               ("deferred_count", "deferred"))
+
+
+_VIOLATION_QUALITY = {k: Quality(f"amdsmi_get_violation_status.{k}", "measured", None, 1.0) for _, k in VIOLATIONS}
+QUALITY.update({f"clock_throttle_{reason}": _VIOLATION_QUALITY[k] for reason, k in VIOLATIONS})
 
 
 def ecc_block_field(block: str, kind: str) -> str:
@@ -384,12 +400,21 @@ class AmdSmiCollector:
                                 (PCIE_NAK_SENT, "pcie_nak_sent_count", 1.0),
                                 (PCIE_NAK_RECEIVED, "pcie_nak_received_count", 1.0)):
             self._put(r, field, metric.get(k), st, scale)
+        self._violations(key, h, r)
         static = pcie.get("pcie_static", {}) if isinstance(pcie, Mapping) else {}
         # the link's width against the widest the device and its slot support (a downgraded link)
         self._put(r, PCIE_WIDTH_MAX, static.get("max_pcie_width"), st)
         links, st = self._fetch(key, "amdsmi_get_link_metrics", h)
         raw["links"] = self._xgmi_counters(links if st == "ok" else None, st, r)
         return raw
+
+    def _violations(self, key: str, h: Any, r: dict) -> None:
+        """Clock throttle reasons from amdsmi_get_violation_status (bools; "N/A" unsupported)."""
+        got, st = self._fetch(key, "amdsmi_get_violation_status", h)
+        for reason, k in VIOLATIONS:
+            v = got.get(k) if isinstance(got, Mapping) else None
+            self._put(r, f"clock_throttle_{reason}", float(v) if isinstance(v, bool) else None, st,
+                      quality=_VIOLATION_QUALITY[k])
 
     def _ecc(self, lg: _Logical, r: dict) -> dict[str, dict[str, int]]:
         """Totals plus per-block counters of the ECC-enabled RAS blocks; returns block counts."""

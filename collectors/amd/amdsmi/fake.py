@@ -276,6 +276,7 @@ _CALL_FIELD = {
     "amdsmi_get_link_metrics": "interconnect",
     "amdsmi_get_gpu_cper_entries": "cper",
     "amdsmi_get_pcie_info": "pcie",
+    "amdsmi_get_violation_status": "violations",
 }
 ENERGY_RESOLUTION_UJ = 15.259  # amdsmi's counter_resolution on MI200/MI300 (15.3 uJ per count)
 _CPER_SEVERITIES = ("non_fatal_uncorrected", "fatal", "non_fatal_corrected")
@@ -531,6 +532,17 @@ class FakeAmdSmi:
         for counts in self._ecc(spec, t).values():
             for k in out:
                 out[k] += counts[k]
+        return out
+
+    def amdsmi_get_violation_status(self, h: _Handle) -> dict:
+        """Throttle flags from the device values clock_throttle_<reason> (0/1); "N/A" where absent."""
+        from hetero_exporter.collectors.amd.amdsmi.collector import VIOLATIONS
+        spec, t = self._dev(h, "amdsmi_get_violation_status")
+        out: dict = {}
+        for reason, key in VIOLATIONS:
+            v = spec.value(f"clock_throttle_{reason}", t)
+            out[key] = "N/A" if v is None else bool(v)
+            out[key.replace("active_", "per_")] = "N/A" if v is None else 100.0 * bool(v)
         return out
 
     def amdsmi_get_pcie_info(self, h: _Handle) -> dict:
