@@ -23,7 +23,7 @@ Example (every key optional)::
       max_pending: 1024     # distinct (vendor, device, code) events held between cycles
       dedup_seconds: 60     # a fault the vendor API also reports within this counts once
     metrics:                # which reading families /metrics serves, as dcgm-exporter's CSV (docs/metrics.md)
-      exclude: [accelerator_tensor_pipe_utilization_ratio, clock_throttle_{reason}]   # families or fields
+      exclude: [accelerator_tensor_pipe_utilization_ratio, "clock_throttle_{reason}"]   # families or fields
       # include: [...]      # only these (identity, health and the agent's own families always stay)
     finops:                 # prices for accelerator_price_per_hour (README: FinOps)
       currency: USD
