@@ -55,6 +55,10 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     C.PCIE_REPLAY: (0.0, 0.0),
     C.RECOVERY_ACTION: (0.0, 0.0),
     **{C.clock_reason_field(n): (0.0, 0.0) for _, n, _ in C.CLOCK_REASONS},
+    "fan_speed_ratio": (0.05, 0.0),  # a fan curve moves between the captures
+    # GPM's decoder is the mean over the NVDEC engines across the cycle; nvidia-smi's is NVML's own window
+    "engine_encoder_utilization_ratio": (0.15, 0.0),
+    "engine_decoder_utilization_ratio": (0.15, 0.0),
 }
 NVML_ONLY = (F.ENERGY, C.NVLINK_ACTIVE, C.NVLINK_INACTIVE, C.NVLINK_RX, C.NVLINK_TX)
 # Fields whose support both sources must agree on (outside MIG, where nvidia-smi prints N/A
@@ -176,3 +180,31 @@ def test_inspect_lists_the_gpu_with_model_memory_clocks_and_power(captured):
             if d.value(field) is not None:
                 assert r[field]["quality"]["status"] == "ok" and r[field]["value"] > 0
     assert "COLLECTORS" in table and "nvml" in table
+
+
+def test_gpm_profiling_where_the_gpu_has_it(captured):
+    """Issue 27: on Hopper and later every GPM field has a value in range, per GPU and MIG instance
+    (compare with ``nvidia-smi dmon -s t`` and dcgm-exporter's DCGM_FI_PROF_* by hand: -s prints them);
+    on older GPUs they are unsupported, never 0."""
+    from hetero_exporter.collectors.nvidia.nvml import gpm
+    first, second, _ = captured
+    for d in second:
+        present = [f.field for f in gpm.FIELDS if f.field in d.readings]
+        if not present:
+            continue  # a MIG instance gets the per-instance fields only
+        statuses = {d.readings[f].quality.status for f in present}
+        print(f"{d.identity.uuid[:12]} {d.identity.model}: GPM {sorted(statuses)} "
+              + " ".join(f"{f.split('_utilization')[0]}={d.readings[f].value:.3g}" for f in present
+                         if d.readings[f].value is not None))
+        hopper = any(g in (d.identity.name or d.identity.model) for g in ("H100", "H200", "H20", "H800", "GH200", "B100", "B200", "GB200"))
+        if hopper:
+            assert "ok" in statuses, statuses
+            for f in present:
+                r = d.readings[f]
+                if r.value is not None and f.endswith("_ratio"):
+                    assert 0.0 <= r.value <= 1.0 + 1e-6, (f, r.value)
+                if r.value is not None:
+                    assert r.quality.method == "sampled" and r.quality.window_seconds >= gpm.MIN_WINDOW
+        else:
+            gpm_only = [f for f in present if not f.startswith(("pcie_", "engine_decoder"))]
+            assert {d.readings[f].quality.status for f in gpm_only} <= {"unsupported"}, d.identity.model
