@@ -7,6 +7,7 @@ Identity lives on ``accelerator_device_info``; value series carry only ``vendor`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -236,6 +237,7 @@ BY_NAME: dict[str, Metric] = {m.name: m for m in ALL}
 
 
 
+@functools.lru_cache(maxsize=4096)  # per reading name, for every build of the families (the scrape path)
 def metric_for_field(field: str) -> Optional[tuple[Metric, tuple[str, ...]]]:
     """The metric a reading field is exported as, with its extra label values (in the metric's
     label order), or None for a field the catalogue (model/fields.py) marks JSON-only or does
