@@ -141,7 +141,7 @@ class GpmReader:
             for _, _, _, r, fields in live:
                 _mark(r, fields, "error")
         self._forget(k for k, *_ in live)
-        for _, _, migs in ((t[0], t[1], t[3]) for t in targets):
+        for *_, migs in targets:
             for _, _, r in migs:
                 _mig_utilization(r)
 
