@@ -52,15 +52,17 @@ class Environment:
     workdir: Optional[str] = None  # where a simulation writes its fake tools and roots
     name: Optional[str] = None  # the scenario's name, for the serving log line
 
-    def __init__(self, settings: Settings, host_root: Optional[str]):
+    def __init__(self, settings: Settings, host_root: Optional[str],
+                 at_start: Optional[list[pci.PciDevice]] = None):
         self.settings = settings
         self.host_root = host_root
         self.clock: Callable[[], float] = time.time
         self.boot_id = boot_id()  # the snapshot's and the health loop's (sticky faults)
         sysfs = settings.config.sysfs_root
-        # the bus at start: which collectors run, and what a removed device is told from
+        # the bus at start (``at_start``: already scanned by choose()): which collectors run,
+        # and what a removed device is told from
         self._readable = pci.readable(sysfs)
-        self._at_start = pci.scan(sysfs)
+        self._at_start = pci.scan(sysfs) if at_start is None else at_start
 
     def node_name(self) -> Optional[str]:
         """The node's name when neither a flag, the config nor $NODE_NAME gives one (None: the host name)."""
@@ -232,11 +234,13 @@ def choose(settings: Settings, *, simulate: Optional[str], simulate_if_absent: b
            host_root: Optional[str]) -> Environment:
     """The simulated node ``simulate`` names, the default one when ``simulate_if_absent`` and
     the bus shows no accelerator, else the host."""
-    if simulate is None and simulate_if_absent and not pci.scan(settings.config.sysfs_root):
-        # checked before the host's environment is made: a CPU node's agent then simulates
-        simulate = "default"
-        log.info("no accelerator on the PCI bus: simulating the default scenario")
+    bus = None
+    if simulate is None and simulate_if_absent:
+        bus = pci.scan(settings.config.sysfs_root)  # the host environment reuses this scan
+        if not bus:  # a CPU node's agent then simulates
+            simulate = "default"
+            log.info("no accelerator on the PCI bus: simulating the default scenario")
     if simulate is None:
-        return Environment(settings, host_root)
+        return Environment(settings, host_root, at_start=bus)
     from hetero_exporter.simulate import load
     return SimulatedEnvironment(settings, load(simulate), at)

@@ -24,6 +24,7 @@ JPEG engines are one ``decoder`` / ``jpeg`` value: the mean over the engines tha
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ FIELDS: tuple[GpmField, ...] = (
 MIG_FIELDS = tuple(f for f in FIELDS if not f.field.startswith(("pcie_", "interconnect_")))
 
 
+@functools.lru_cache(maxsize=512)  # per field and window: the same few objects every cycle
 def _quality(f: GpmField, window: Optional[float]) -> Quality:
     # GPM reports doubles, not steps: the resolution stated is what a double percent or MiB/s
     # carries well past any use (1e-4 of a ratio, 1 byte per second)
