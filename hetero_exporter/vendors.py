@@ -15,7 +15,9 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-from importlib import metadata
+import re
+import sys
+from pathlib import Path
 from typing import Any, Optional
 
 from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
@@ -47,8 +49,40 @@ def _builtin() -> tuple[VendorSpec, ...]:
     return tuple(out)
 
 
+_GROUP_HEADER = re.compile(r"^\s*\[\s*" + re.escape(ENTRY_POINT_GROUP) + r"\s*\]", re.M)
+_ENTRY_POINT_FILES = ("*.dist-info/entry_points.txt", "*.egg-info/entry_points.txt", "EGG-INFO/entry_points.txt")
+
+
+def _may_declare_plugins() -> bool:
+    """Whether a distribution on ``sys.path`` may declare the plugin group. A cheap look at the
+    ``entry_points.txt`` files first: importlib.metadata (with zipfile and csv) costs ~0.8 MiB
+    of resident memory (BENCHMARKS.md) and is imported only where a file names the group. A
+    path entry that is not a directory (a zip), or a meta-path finder with distributions of
+    its own, is left to importlib.metadata."""
+    from importlib.machinery import PathFinder
+    if any(hasattr(f, "find_distributions") and f is not PathFinder for f in sys.meta_path):
+        return True
+    for entry in sys.path:
+        root = Path(entry or ".")
+        try:
+            if not root.exists():
+                continue
+            if not root.is_dir():
+                return True
+            for pattern in _ENTRY_POINT_FILES:
+                for f in root.glob(pattern):
+                    if _GROUP_HEADER.search(f.read_text(encoding="utf-8", errors="replace")):
+                        return True
+        except OSError:
+            return True  # unreadable: let importlib.metadata decide (and fail softly)
+    return False
+
+
 @functools.lru_cache(maxsize=None)
 def _plugins() -> tuple[VendorSpec, ...]:
+    if not _may_declare_plugins():
+        return ()
+    from importlib import metadata
     try:
         eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
     except Exception:  # noqa: BLE001 - a broken plugin distribution must not stop the agent

@@ -122,3 +122,22 @@ def test_a_registered_spec_reaches_every_core_reader():
     finally:
         vendors.unregister("zeta")
     assert vendor_of("zeta.example/xpu") is None and parse_resource("zeta.example/xpu") is None
+
+
+def test_the_plugin_scan_is_skipped_only_where_no_distribution_can_declare_the_group(tmp_path, monkeypatch):
+    """importlib.metadata is imported only where an entry_points.txt names the group, or where
+    the path holds something the cheap look cannot read (a zip)."""
+    from hetero_exporter import vendors
+    other = tmp_path / "other-1.0.dist-info"
+    other.mkdir()
+    (other / "entry_points.txt").write_text("[console_scripts]\nother = other:main\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(tmp_path / "absent")])
+    assert vendors._may_declare_plugins() is False
+    (other / "entry_points.txt").write_text("[console_scripts]\nother = other:main\n\n[ hetero_exporter.collectors ]\n"
+                                            "x = other\n")
+    assert vendors._may_declare_plugins() is True
+    (other / "entry_points.txt").write_text("")
+    zipped = tmp_path / "plugins.zip"
+    zipped.write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(zipped)])
+    assert vendors._may_declare_plugins() is True
