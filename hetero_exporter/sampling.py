@@ -220,7 +220,7 @@ class _ProfileCache:
         ident = d.identity
         mem = d.value(MEMORY_TOTAL)
         # memory only matters for unknown models; keep it in the key so estimates follow it
-        key = (ident.vendor, ident.model, ident.kind, mem if profiles.table().lookup(ident.model) is None else None)
+        key = (ident.vendor, ident.model, ident.kind, mem if profiles.lookup(ident.model, ident.vendor) is None else None)
         p = self._cache.get(key)
         if p is None:
             p = profiles.profile_for(ident.vendor, ident.model, kind=ident.kind, memory_total_bytes=mem)

@@ -87,3 +87,23 @@ def test_each_vendor_brings_its_profiles_in_its_package():
         models = [p["model"] for p in doc["profiles"]]
         assert models, spec.name
         assert all(profiles.table().lookup(m).vendor == spec.name for m in models), spec.name
+
+
+def test_a_vendors_table_reads_only_its_own_file_and_answers_as_the_whole_table(monkeypatch):
+    """A one-vendor node parses the reference and its vendor's profiles, not every vendor's
+    (~0.4 MiB of RSS, BENCHMARKS.md); each vendor's table agrees with the whole table."""
+    from hetero_exporter import vendors
+    whole = profiles.table()
+    read = []
+    real_load = profiles._load
+    monkeypatch.setattr(profiles, "_load", lambda path: read.append(path.parent.name) or real_load(path))
+    monkeypatch.setattr(profiles, "_TABLE", [None, None])
+    monkeypatch.setattr(profiles, "_VENDOR_TABLES", {})
+    assert profiles.normalize_model("nvidia", "NVIDIA H100 80GB HBM3") == "H100-SXM5-80GB"
+    assert not profiles.profile_for("nvidia", "H100-SXM5-80GB").estimated
+    assert profiles.lookup("A100-SXM4-80GB") is not None  # FinOps' default reference: vendor-blind, found first
+    assert sorted(read) == ["nvidia", "profiles"]
+    for e in whole.entries:
+        assert profiles.lookup(e.profile.model, e.profile.vendor) == whole.lookup(e.profile.model), e.profile.model
+    assert profiles.lookup("no-such-model") is None
+    assert set(profiles._VENDOR_TABLES) == set(vendors.specs())

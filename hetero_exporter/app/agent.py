@@ -110,7 +110,7 @@ class Agent:
         device without a price costs reference price x cost_weight / reference cost_weight."""
         from hetero_exporter import profiles
         fin = self.config.finops
-        prof = profiles.table().lookup(fin.reference)
+        prof = profiles.lookup(fin.reference)
         return fin.with_reference_cost_weight(None if prof is None else prof.cost_weight)
 
     # ---- collectors

@@ -140,21 +140,22 @@ def _load(path: Path) -> dict:
         return yaml.load(f, Loader=_LOADER) or {}
 
 
+def _vendor_document(spec: vendors.VendorSpec) -> Optional[tuple[dict, str, str, str]]:
+    if not spec.profiles:
+        return None
+    try:
+        path = spec.data_path(spec.profiles)
+    except FileNotFoundError:
+        return None
+    return (_load(path), str(path), spec.name, spec.kind) if path.is_file() else None
+
+
 def _vendor_documents() -> tuple[tuple[dict, str, str, str], ...]:
-    out = []
-    for spec in vendors.specs().values():
-        if not spec.profiles:
-            continue
-        try:
-            path = spec.data_path(spec.profiles)
-        except FileNotFoundError:
-            continue
-        if path.is_file():
-            out.append((_load(path), str(path), spec.name, spec.kind))
-    return tuple(out)
+    return tuple(d for d in map(_vendor_document, vendors.specs().values()) if d is not None)
 
 
 _TABLE: list = [None, None]  # [vendors.generation() it was built at, ProfileTable]
+_VENDOR_TABLES: dict[str, tuple[int, ProfileTable]] = {}
 
 
 def table() -> ProfileTable:
@@ -166,10 +167,42 @@ def table() -> ProfileTable:
     return _TABLE[1]
 
 
+def vendor_table(vendor: str) -> ProfileTable:
+    """The reference's entries plus one vendor's: what a node's own devices need. Parsing every
+    vendor's file costs ~0.4 MiB of resident memory that a one-vendor node would keep
+    (BENCHMARKS.md); the whole table is built only where a vendor-blind lookup asks for it."""
+    gen = vendors.generation()
+    if _TABLE[1] is not None and _TABLE[0] == gen:
+        return _TABLE[1]
+    cached = _VENDOR_TABLES.get(vendor)
+    if cached is None or cached[0] != gen:
+        spec = vendors.spec(vendor)
+        doc = _vendor_document(spec) if spec is not None else None
+        cached = (gen, _build(_load(_DATA), (doc,) if doc is not None else ()))
+        _VENDOR_TABLES[vendor] = cached
+    return cached[1]
+
+
+def _table_of(vendor: str) -> ProfileTable:
+    return vendor_table(vendor) if vendor else table()
+
+
+def lookup(model: str, vendor: str = "") -> Optional[Profile]:
+    """The profile of a normalized model name, among ``vendor``'s; when '', the first vendor
+    (in spec order) that has it, each vendor's file read only when the ones before lack it."""
+    if vendor:
+        return vendor_table(vendor).lookup(model)
+    for name in vendors.specs():
+        found = vendor_table(name).lookup(model)
+        if found is not None:
+            return found
+    return None
+
+
 def normalize_model(vendor: str, raw_name: str) -> str:
-    return table().normalize(vendor, raw_name)
+    return _table_of(vendor).normalize(vendor, raw_name)
 
 
 def profile_for(vendor: str, model: str, *, kind: str = "",
                 memory_total_bytes: Optional[float] = None) -> Profile:
-    return table().profile_for(vendor, model, kind=kind, memory_total_bytes=memory_total_bytes)
+    return _table_of(vendor).profile_for(vendor, model, kind=kind, memory_total_bytes=memory_total_bytes)

@@ -102,7 +102,7 @@ def _model(vendor: str, name: Optional[str], device_id: Optional[str]) -> str:
     if name:
         model = profiles.normalize_model(vendor, name)
         inner = re.search(r"\[([^\]]+)\]", name)
-        if profiles.table().lookup(model) is None and inner:
+        if profiles.lookup(model, vendor) is None and inner:
             model = profiles.normalize_model(vendor, inner.group(1))
         return model
     return profiles.normalize_model(vendor, device_id) if device_id else "unknown"
