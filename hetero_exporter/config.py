@@ -232,6 +232,56 @@ def _metric_names(path: str, value: Any) -> list:
 METRICS: dict[str, Check] = {"include": _metric_names, "exclude": _metric_names}
 
 
+_HEADER_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"  # an HTTP token; gRPC metadata keys are these, lower-cased
+
+
+def _otlp_endpoint(path: str, value: Any) -> str:
+    """``http(s)://HOST[:PORT][/PATH]`` or, for gRPC, ``HOST:PORT``: no blanks or control characters."""
+    from urllib.parse import urlsplit
+    text = v.string(path, value, non_empty=True, max_length=2048, pattern=r"[^\s\x00-\x1f\x7f]+")
+    url = urlsplit(text if "://" in text else "//" + text)
+    try:
+        port = url.port  # ValueError past 65535 or not a number
+    except ValueError:
+        port = -1
+    if (url.scheme not in ("", "http", "https")) or not url.hostname or port == -1:
+        raise ValidationError(path, f"not an OTLP endpoint: {v.describe(text)}",
+                              "http://HOST:4318, https://HOST:4317, HOST:4317")
+    return text
+
+
+def _otlp_headers(path: str, value: Any) -> dict:
+    out = {}
+    for k, x in v.mapping(path, value, max_items=32).items():
+        v.string(path, k, pattern=_HEADER_NAME)
+        out[k.lower()] = v.string(v.join(path, k), x, max_length=8192, pattern=r"[^\r\n\x00]*")
+    return out
+
+
+def _otlp_resource(path: str, value: Any) -> dict:
+    return {v.string(path, k, max_length=255, non_empty=True): v.string(v.join(path, k), x, max_length=4096)
+            for k, x in v.mapping(path, value, max_items=64).items()}
+
+
+OTLP_TLS: dict[str, Check] = {"insecure": v.boolean, "ca_file": _path, "cert_file": _path, "key_file": _path}
+OTLP: dict[str, Check] = {
+    "endpoint": _otlp_endpoint, "protocol": lambda p, x: v.string(p, x, choices=("grpc", "http")),
+    "interval": _seconds(3600.0, 1.0), "timeout": _seconds(60.0, 0.1),
+    "headers": _otlp_headers, "tls": lambda p, x: _section(p, x, OTLP_TLS), "resource": _otlp_resource,
+}
+
+
+def _otlp(path: str, value: Any) -> dict:
+    """``otlp`` (opt-in): where and how the OTLP metrics exporter sends (README: OpenTelemetry)."""
+    doc = _section(path, value, OTLP)
+    if "endpoint" not in doc:
+        raise ValidationError(v.join(path, "endpoint"), "missing", "the OTLP receiver, e.g. http://otel-collector:4318")
+    tls = doc.get("tls") or {}
+    if ("cert_file" in tls) != ("key_file" in tls):
+        raise ValidationError(v.join(path, "tls"), "cert_file and key_file go together", "both or neither")
+    return doc
+
+
 def _scoring(path: str, value: Any) -> dict:
     # the extender and `score` take their settings from flags; nothing is read here yet
     return v.mapping(path, value, ())
@@ -247,6 +297,7 @@ TOP: dict[str, Check] = {
     "scoring": _scoring, "kernel_log": lambda p, x: _section(p, x, KERNEL_LOG),
     "finops": lambda p, x: x,  # finops.parse checks it
     "metrics": lambda p, x: _section(p, x, METRICS),
+    "otlp": _otlp,
 }
 KNOWN_KEYS = set(TOP)
 
@@ -269,6 +320,7 @@ class Config:
     scoring: Mapping[str, Any] = field(default_factory=dict)
     kernel_log: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, Any] = field(default_factory=dict)  # include / exclude (exposition.selection)
+    otlp: Mapping[str, Any] = field(default_factory=dict)  # empty: no OTLP export
     finops: finops_mod.FinOps = field(default_factory=finops_mod.FinOps)
 
     def collector_settings(self, name: str) -> Mapping[str, Any]:

@@ -62,6 +62,23 @@ def _self_metrics(agent: Agent, reg: Any, web: Any) -> None:
         reg.register(TlsCertificateCollector(web.certificate_expiry))
 
 
+def _exporters(agent: Agent, reg: Any, store: Any) -> None:
+    """The configured pipelines (OTLP), each on its own thread, with their failure counter;
+    nothing of theirs is imported where none is configured."""
+    otlp = agent.settings.otlp
+    if otlp is None:
+        return
+    from hetero_exporter import __version__
+    from hetero_exporter.exposition.export import ExportFailures
+    from hetero_exporter.exposition.export.otlp import OtlpExporter
+    from hetero_exporter.exposition.selection import Selection
+    failures = ExportFailures()
+    reg.register(failures)
+    exporter = OtlpExporter(otlp, store.latest, agent.node, failures, finops=agent.finops(),
+                            selection=Selection.of(agent.config.metrics), version=__version__)
+    agent.services.start("otlp", exporter.start, exporter.close)
+
+
 def run(options: Options, web_config_file: Optional[str]) -> int:
     """The agent: serve /metrics (and /snapshot, /ready) while the sampler publishes snapshots
     and the health loop acts on them, until SIGTERM, SIGINT or SIGHUP."""
@@ -81,6 +98,7 @@ def run(options: Options, web_config_file: Optional[str]) -> int:
         health = agent.health_loop(reg)
         store.subscribe(health.offer)
         agent.services.start("health-loop", health.start, health.stop)
+        _exporters(agent, reg, store)
         host, port = server.address
         log.info("serving", extra={"listen": f"{host}:{port}", "node": agent.node,
                                    "collectors": ",".join(sampler.collector_names) or "none",

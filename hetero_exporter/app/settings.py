@@ -80,6 +80,36 @@ class HealthSettings:
 
 
 @dataclass(frozen=True)
+class OtlpTlsSettings:
+    """``otlp.tls``: plaintext only with ``insecure: true`` (gRPC) or an http:// endpoint."""
+
+    insecure: bool = False
+    ca_file: Optional[str] = None  # PEM bundle that signs the receiver (default: the system's)
+    cert_file: Optional[str] = None  # client certificate and key (mTLS), both or neither
+    key_file: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class OtlpSettings:
+    """``otlp`` (opt-in): the OTLP metrics exporter (README: OpenTelemetry)."""
+
+    endpoint: str
+    protocol: str = "grpc"  # grpc (port 4317) | http (protobuf over HTTP, port 4318, path /v1/metrics)
+    interval: float = 30.0  # seconds between exports of the latest snapshot
+    timeout: float = 10.0  # seconds one export may take (clamped to the interval)
+    headers: Mapping[str, str] = field(default_factory=dict)  # e.g. authorization
+    tls: OtlpTlsSettings = OtlpTlsSettings()
+    resource: Mapping[str, str] = field(default_factory=dict)  # extra resource attributes
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> Optional["OtlpSettings"]:
+        """None where the section is absent (no export, and the SDK never imported)."""
+        if not raw:
+            return None
+        return _typed(cls, raw, tls=_typed(OtlpTlsSettings, raw.get("tls") or {}))
+
+
+@dataclass(frozen=True)
 class Settings:
     """The agent's configuration: the file's top level (``config.Config``) and its sections, typed."""
 
@@ -87,10 +117,12 @@ class Settings:
     kernel_log: KernelLogSettings
     attribution: AttributionSettings
     health: HealthSettings
+    otlp: Optional[OtlpSettings] = None
 
     @classmethod
     def parse(cls, cfg: config_mod.Config, *, health_mode: Optional[str] = None,
               kernel_log: Optional[str] = None) -> "Settings":
         return cls(config=cfg, kernel_log=KernelLogSettings.parse(cfg.kernel_log, kernel_log),
                    attribution=_typed(AttributionSettings, cfg.attribution),
-                   health=HealthSettings.parse(cfg.health, health_mode))
+                   health=HealthSettings.parse(cfg.health, health_mode),
+                   otlp=OtlpSettings.parse(cfg.otlp))

@@ -128,6 +128,9 @@ TOOL_PROCESSES_KILLED = Metric("accelerator_tool_processes_killed_total", "count
 TLS_CERTIFICATE_EXPIRY = Metric("accelerator_tls_certificate_expiry_timestamp_seconds", "gauge",
                                 "Unix time the served TLS certificate (--web.config.file) expires; absent "
                                 "without TLS or where its dates cannot be read.", ())
+EXPORT_FAILURES = Metric("accelerator_export_failures_total", "counter",
+                         "Exports to a pipeline (otlp, nvsentinel) that failed or were dropped; 0 from the start "
+                         "for each configured exporter.", ("exporter",))
 SNAPSHOT_AGE = Metric("accelerator_snapshot_age_seconds", "gauge",
                       "Seconds since the snapshot being served was taken.", ())
 HEALTH_ACTIONS = Metric("accelerator_health_actions_total", "counter",
