@@ -235,3 +235,12 @@ def test_without_the_section_the_sdk_is_never_imported():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "LOADED []"
+
+
+def test_the_mapping_table_in_the_docs_is_the_one_in_the_code():
+    text = (ROOT / "docs" / "opentelemetry.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| `accelerator_")]
+    documented = {(re.match(r"\| `([a-z_]+)", r).group(1), re.search(r"\| `(hw\.[a-z.]+)` \|", r).group(1))
+                  for r in rows if "`hw." in r}
+    in_code = {(fam, hw.name) for fam, hws in otlp_map.HW.items() for hw in hws}
+    assert documented == in_code
