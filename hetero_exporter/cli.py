@@ -5,12 +5,13 @@
                         [--health-mode observe|dry-run|enforce] [--log-format json|text]
                         [--kernel-log PATH|off]
     hetero-exporter inspect [--simulate [SCENARIO]] [--at T] [--json]
+    hetero-exporter top [--simulate [SCENARIO]] [--from http://HOST:PORT] [--interval S] [--once]
     hetero-exporter parse TOOL FILE [--json]        (TOOL kernel-log: a dmesg / journal / kmsg capture)
     hetero-exporter health --dry-run [--simulate [SCENARIO]] [--node-name NAME] [--kubeconfig FILE]
     hetero-exporter scheduler-extender [--listen HOST:PORT] [--kubeconfig FILE] [--policy binpack|spread]
     hetero-exporter score --pod POD.yaml --nodes NODES.json [--policy binpack|spread] [--json]
     hetero-exporter version
-    (run, inspect, health) [--host-root DIR]     vendor tools and driver libraries below the host's root
+    (run, inspect, top, health) [--host-root DIR]  vendor tools and driver libraries below the host's root
 """
 
 from __future__ import annotations
@@ -104,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(insp)
     insp.add_argument("--json", action="store_true", help="print the schema-1 JSON snapshot")
 
+    tp = sub.add_parser("top", help="a live view of every accelerator on the node (q quits)")
+    _add_common(tp)
+    tp.add_argument("--from", dest="source", metavar="URL",
+                    help="watch a running agent (http://HOST:9400: its /snapshot) instead of sampling here")
+    tp.add_argument("--once", action="store_true", help="print one frame and exit (scripts, bug reports)")
+
     hl = sub.add_parser("health", help="print what the health loop would do on this node now, and why")
     _add_common(hl)
     hl.add_argument("--dry-run", action="store_true", required=True,
@@ -149,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run, collects=True)
     insp.set_defaults(func=cmd_inspect, collects=True)
     hl.set_defaults(func=cmd_health, collects=True)
+    # the screen is the view: log lines would tear it (collector failures are row states there)
+    tp.set_defaults(func=cmd_top, collects=True, log_level="error")
     parse.set_defaults(func=_without_extra(cmd_parse), collects=False)
     ext.set_defaults(func=_without_extra(cmd_scheduler_extender), collects=False)
     score.set_defaults(func=_without_extra(cmd_score), collects=False)
@@ -232,6 +241,11 @@ def cmd_inspect(args: argparse.Namespace, extra: Sequence[str]) -> int:
 def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     from hetero_exporter.app import commands
     return commands.run(options(args, extra), args.web_config_file)
+
+
+def cmd_top(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from hetero_exporter.app import top
+    return top.top(options(args, extra), args.source, args.once)
 
 
 def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
