@@ -25,6 +25,10 @@ Example (every key optional)::
     metrics:                # which reading families /metrics serves, as dcgm-exporter's CSV (docs/metrics.md)
       exclude: [accelerator_tensor_pipe_utilization_ratio, "clock_throttle_{reason}"]   # families or fields
       # include: [...]      # only these (identity, health and the agent's own families always stay)
+    nvsentinel:             # opt-in: fault episodes and recoveries as NVSentinel HealthEvents
+      socket: /var/run/nvsentinel.sock   # its platform connector (any key turns the bridge on; enabled: false off)
+      timeout: 5            # seconds per send; retry_min_seconds: 1 .. retry_max_seconds: 60 while it is down
+      max_outbox: 1024      # unsent events kept (in kernel_log.state_dir); the oldest dropped beyond
     finops:                 # prices for accelerator_price_per_hour (README: FinOps)
       currency: USD
       reference: A100-SXM4-80GB   # a profile model; it must have a price below
@@ -282,6 +286,35 @@ def _otlp(path: str, value: Any) -> dict:
     return doc
 
 
+def _unix_socket(path: str, value: Any) -> str:
+    """An absolute socket path or ``unix:///path`` (a unix socket path holds at most 107 bytes)."""
+    text = v.string(path, value, non_empty=True, max_length=114, pattern=r"[^\s\x00-\x1f\x7f]+")
+    name = text[len("unix://"):] if text.startswith("unix://") else text
+    if not name.startswith("/") or len(name.encode()) > 107:
+        raise ValidationError(path, f"not a unix socket path: {v.describe(text)}",
+                              "an absolute path of at most 107 bytes, or unix:///PATH")
+    return text
+
+
+# nvsentinel (opt-in): the NVSentinel HealthEvent bridge (exposition/export/nvsentinel/settings.py
+# NvSentinelSettings: the same keys, typed, with their defaults). max_outbox: at most
+# episodes.MAX_CLOSING, what the state file may hold.
+NVSENTINEL: dict[str, Check] = {
+    "enabled": v.boolean, "socket": _unix_socket, "timeout": _seconds(600.0, 0.01),
+    "retry_min_seconds": _seconds(3600.0, 0.01), "retry_max_seconds": _seconds(86400.0, 0.01),
+    "max_outbox": _integer(1, 8192), "batch": _integer(1, 1000), "settle_snapshots": _integer(0, 1000),
+}
+
+
+def _nvsentinel(path: str, value: Any) -> dict:
+    """``nvsentinel``: fault episodes and recoveries to NVSentinel's platform connector socket."""
+    doc = _section(path, value, NVSENTINEL)
+    if doc.get("retry_min_seconds", 1.0) > doc.get("retry_max_seconds", 60.0):
+        raise ValidationError(v.join(path, "retry_min_seconds"), "above retry_max_seconds",
+                              "retry_min_seconds <= retry_max_seconds (defaults 1 and 60)")
+    return doc
+
+
 def _scoring(path: str, value: Any) -> dict:
     # the extender and `score` take their settings from flags; nothing is read here yet
     return v.mapping(path, value, ())
@@ -298,6 +331,7 @@ TOP: dict[str, Check] = {
     "finops": lambda p, x: x,  # finops.parse checks it
     "metrics": lambda p, x: _section(p, x, METRICS),
     "otlp": _otlp,
+    "nvsentinel": _nvsentinel,
 }
 KNOWN_KEYS = set(TOP)
 
@@ -321,6 +355,7 @@ class Config:
     kernel_log: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, Any] = field(default_factory=dict)  # include / exclude (exposition.selection)
     otlp: Mapping[str, Any] = field(default_factory=dict)  # empty: no OTLP export
+    nvsentinel: Mapping[str, Any] = field(default_factory=dict)  # empty: no NVSentinel bridge
     finops: finops_mod.FinOps = field(default_factory=finops_mod.FinOps)
 
     def collector_settings(self, name: str) -> Mapping[str, Any]:

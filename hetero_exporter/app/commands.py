@@ -62,21 +62,32 @@ def _self_metrics(agent: Agent, reg: Any, web: Any) -> None:
         reg.register(TlsCertificateCollector(web.certificate_expiry))
 
 
-def _exporters(agent: Agent, reg: Any, store: Any) -> None:
-    """The configured pipelines (OTLP), each on its own thread, with their failure counter;
-    nothing of theirs is imported where none is configured."""
-    otlp = agent.settings.otlp
-    if otlp is None:
+def _exporters(agent: Agent, reg: Any, store: Any, health: Any) -> None:
+    """The configured pipelines (OTLP, the NVSentinel bridge), each on its own thread, with one
+    failure counter; nothing of theirs is imported where none is configured."""
+    otlp, nvsentinel = agent.settings.otlp, agent.settings.nvsentinel
+    if otlp is None and nvsentinel is None:
         return
-    from hetero_exporter import __version__
     from hetero_exporter.exposition.export import ExportFailures
-    from hetero_exporter.exposition.export.otlp import OtlpExporter
-    from hetero_exporter.exposition.selection import Selection
     failures = ExportFailures()
     reg.register(failures)
-    exporter = OtlpExporter(otlp, store.latest, agent.node, failures, finops=agent.finops(),
-                            selection=Selection.of(agent.config.metrics), version=__version__)
-    agent.services.start("otlp", exporter.start, exporter.close)
+    if otlp is not None:
+        from hetero_exporter import __version__
+        from hetero_exporter.exposition.export.otlp import OtlpExporter
+        from hetero_exporter.exposition.selection import Selection
+        exporter = OtlpExporter(otlp, store.latest, agent.node, failures, finops=agent.finops(),
+                                selection=Selection.of(agent.config.metrics), version=__version__)
+        agent.services.start("otlp", exporter.start, exporter.close)
+    if nvsentinel is not None:
+        from hetero_exporter.exposition.export.nvsentinel.bridge import NvSentinelBridge
+        from hetero_exporter.health.detect import texts
+        policy = agent.settings.health.policy
+        bridge = NvSentinelBridge(nvsentinel, agent.node, agent.settings.health.remedy.mode, agent.state_dir,
+                                  failures, condition_reason=policy.condition_reason,
+                                  fault_text=lambda vendor, fault, uuid: texts.fault_text(vendor, fault, policy, uuid),
+                                  ready=lambda: health.remedy.restored)  # as the health loop: after the Node's sticky faults
+        agent.services.start("nvsentinel", bridge.start, bridge.close)
+        store.subscribe(bridge.offer)
 
 
 def run(options: Options, web_config_file: Optional[str]) -> int:
@@ -98,7 +109,7 @@ def run(options: Options, web_config_file: Optional[str]) -> int:
         health = agent.health_loop(reg)
         store.subscribe(health.offer)
         agent.services.start("health-loop", health.start, health.stop)
-        _exporters(agent, reg, store)
+        _exporters(agent, reg, store, health)
         host, port = server.address
         log.info("serving", extra={"listen": f"{host}:{port}", "node": agent.node,
                                    "collectors": ",".join(sampler.collector_names) or "none",

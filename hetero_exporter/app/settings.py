@@ -109,6 +109,13 @@ class OtlpSettings:
         return _typed(cls, raw, tls=_typed(OtlpTlsSettings, raw.get("tls") or {}))
 
 
+def _nvsentinel(raw: Mapping[str, Any]) -> Any:
+    if not raw:
+        return None
+    from hetero_exporter.exposition.export.nvsentinel.settings import NvSentinelSettings
+    return NvSentinelSettings.parse(raw)
+
+
 @dataclass(frozen=True)
 class Settings:
     """The agent's configuration: the file's top level (``config.Config``) and its sections, typed."""
@@ -118,6 +125,7 @@ class Settings:
     attribution: AttributionSettings
     health: HealthSettings
     otlp: Optional[OtlpSettings] = None
+    nvsentinel: Any = None  # exposition.export.nvsentinel.settings.NvSentinelSettings, None: no bridge
 
     @classmethod
     def parse(cls, cfg: config_mod.Config, *, health_mode: Optional[str] = None,
@@ -125,4 +133,4 @@ class Settings:
         return cls(config=cfg, kernel_log=KernelLogSettings.parse(cfg.kernel_log, kernel_log),
                    attribution=_typed(AttributionSettings, cfg.attribution),
                    health=HealthSettings.parse(cfg.health, health_mode),
-                   otlp=OtlpSettings.parse(cfg.otlp))
+                   otlp=OtlpSettings.parse(cfg.otlp), nvsentinel=_nvsentinel(cfg.nvsentinel))

@@ -1,0 +1,243 @@
+"""The NVSentinel HealthEvent bridge: fault episodes of the judged snapshots to NVSentinel's
+platform connector socket, from a bounded outbox kept in the agent's state dir.
+
+``offer(snapshot, evaluation)`` (a ``SnapshotStore`` subscriber, like the health loop's) only
+folds the judged snapshot into the episodes (``episodes.Tracker``) and wakes the sender; it never
+waits on the socket or the disk. The sender thread saves the state file, then sends the oldest
+unsent events in one call under a deadline; after a failed call it waits (``retry_min_seconds``,
+doubled per failure up to ``retry_max_seconds``) and tries again, while the socket is absent or
+down, as long as the bridge runs. Each failed call and each event dropped (the outbox full, or
+refused by the peer) counts once in ``ExportFailures("nvsentinel")``.
+
+Across a restart with the same state dir: an episode whose opening was sent is not sent again
+while it stays open, and one that closed while the agent was down yields its recovery from the
+first judged snapshot that shows it over (``settle_snapshots`` later for warnings, which the judge
+must confirm again). Delivery is at least once: a call whose answer was lost (a deadline that
+passed after the peer stored the events, a crash between the answer and the save) is sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Optional
+
+from hetero_exporter.exposition.export import ExportFailures
+from hetero_exporter.exposition.export.nvsentinel import state as state_file
+from hetero_exporter.exposition.export.nvsentinel.episodes import StateError, Tracker
+from hetero_exporter.exposition.export.nvsentinel.settings import NvSentinelSettings
+from hetero_exporter.model import Fault, NodeSnapshot
+from hetero_exporter.model.errors import ExitError
+
+log = logging.getLogger(__name__)
+
+EXPORTER = "nvsentinel"  # accelerator_export_failures_total{exporter}
+IDLE_SECONDS = 60.0  # the sender's longest sleep with nothing to send (it is woken by offer)
+JOIN_SECONDS = 10.0  # close() lets a call in flight finish this long at most, then cancels it
+
+
+class NvSentinelUnavailable(ExitError):
+    """The bridge is configured but its gRPC libraries are not installed."""
+
+
+class NvSentinelBridge:
+    """Fault episodes and recoveries as NVSentinel HealthEvents.
+
+    ``mode``: the health mode (observe | dry-run -> STORE_ONLY, enforce -> EXECUTE_REMEDIATION);
+    ``state_dir``: where the state file lives (None: in memory only, nothing survives a restart);
+    ``condition_reason(vendor, code)``: the node condition's reason, the events' checkName (the
+    health policy's ``condition_reason``); ``fault_text(vendor, fault, uuid)``: the condition's words
+    for a fault (``health.detect.texts.fault_text`` with the policy), else the fault's own message;
+    ``ready()``: False while the judge still lacks the sticky faults an earlier agent recorded
+    (the health loop's ``Remedy.restored``): snapshots offered until then, and the first after,
+    are ignored, so a restart does not close an episode the judge has not restored yet."""
+
+    def __init__(self, settings: NvSentinelSettings, node_name: str, mode: str, state_dir: Optional[str],
+                 failures: ExportFailures, *, condition_reason: Callable[[str, str], str],
+                 fault_text: Optional[Callable[[str, Fault, str], str]] = None,
+                 ready: Optional[Callable[[], bool]] = None) -> None:
+        self.settings = settings
+        self.node = node_name
+        self.failures = failures
+        failures.declare(EXPORTER)
+        self._ready = ready
+        self._was_unready = False
+        self._tracker = Tracker(node_name, mode, condition_reason=condition_reason, fault_text=fault_text,
+                                max_outbox=settings.max_outbox, settle_snapshots=settings.settle_snapshots)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._client: Any = None
+        self._dirty = False
+        self._save_failed = False
+        self._failing: Optional[str] = None  # the error of the failing sends, None while they go
+        self._single = False  # send one event per call (after the peer refused a batch)
+        self.sent_total = 0
+        self._path = state_file.path_in(state_dir)
+        self._load()
+
+    # ---- the state file
+
+    def _load(self) -> None:
+        if self._path is None:
+            return
+        try:
+            doc = state_file.load(self._path)
+            dropped = self._tracker.restore(doc) if doc is not None else 0
+        except (OSError, ValueError, StateError) as e:  # StateError is a ValueError; named for the reader
+            log.warning("NVSentinel bridge state unreadable; starting without it (the file is replaced)",
+                        extra={"path": self._path, "error": str(e)[:300]})
+            self._dirty = True
+            return
+        if dropped:
+            self.failures.add(EXPORTER, dropped)
+            self._dirty = True
+        if doc is not None:
+            log.info("NVSentinel bridge state read back", extra={
+                "path": self._path, "open": len(self._tracker.open), "unsent": len(self._tracker.pending())})
+
+    def _save(self) -> None:
+        with self._lock:
+            if not self._dirty or self._path is None:
+                return
+            doc, self._dirty = self._tracker.to_doc(), False
+        try:
+            state_file.save(self._path, doc)
+        except (OSError, ValueError) as e:
+            with self._lock:
+                self._dirty = True
+            if not self._save_failed:
+                log.warning("NVSentinel bridge state not saved (a restart may resend or miss events)",
+                            extra={"path": self._path, "error": str(e)[:300]})
+            self._save_failed = True
+            return
+        if self._save_failed:
+            log.info("NVSentinel bridge state saved again", extra={"path": self._path})
+        self._save_failed = False
+
+    # ---- the caller's side
+
+    def offer(self, snapshot: NodeSnapshot, evaluation: Any) -> None:
+        """Fold one judged snapshot into the episodes and wake the sender (never waits on the
+        socket or the disk). An unjudged snapshot (``evaluation`` None) says nothing."""
+        if evaluation is None:
+            return
+        if self._ready is not None and not self._ready():
+            self._was_unready = True
+            return
+        if self._was_unready:  # judged before the restore finished: act from the next one
+            self._was_unready = False
+            return
+        with self._lock:
+            before = len(self._tracker.open), self._tracker.next_seq
+            dropped = self._tracker.observe(snapshot, evaluation)
+            changed = (len(self._tracker.open), self._tracker.next_seq) != before or dropped
+            self._dirty = self._dirty or bool(changed)
+        if dropped:
+            self.failures.add(EXPORTER, dropped)
+            log.warning("NVSentinel outbox full: oldest events dropped", extra={"dropped": dropped})
+        if changed:
+            self._wake.set()
+
+    def pending(self) -> int:
+        """Events not yet sent."""
+        with self._lock:
+            return len(self._tracker.pending())
+
+    def open_episodes(self) -> list[tuple[str, str]]:
+        """(uuid, code) of the open episodes."""
+        with self._lock:
+            return sorted(self._tracker.open)
+
+    # ---- the sender
+
+    def start(self) -> None:
+        """Start the sender thread. NvSentinelUnavailable (one line, exit 1) without grpcio/protobuf."""
+        if self._thread is not None:
+            return
+        try:
+            from hetero_exporter.exposition.export.nvsentinel.client import PlatformConnectorClient
+        except ImportError as e:
+            raise NvSentinelUnavailable(f"nvsentinel: the bridge needs grpcio and protobuf ({e}); "
+                                        "pip install 'hetero-exporter[all]'") from None
+        self._client = PlatformConnectorClient(self.settings.target, self.settings.timeout)
+        self._thread = threading.Thread(target=self._run, name="nvsentinel-bridge", daemon=True)
+        self._thread.start()
+        self._wake.set()  # what the state file held goes out first
+
+    def close(self) -> None:
+        """Stop the sender and save the state. A call in flight may finish within its deadline
+        (at most ``JOIN_SECONDS``); past that it is cancelled, and its events stay unsent."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(min(self.settings.timeout, JOIN_SECONDS))
+        if self._client is not None:
+            self._client.close()
+        if self._thread is not None:
+            self._thread.join(JOIN_SECONDS)
+        self._save()
+
+    def _run(self) -> None:
+        delay = 0.0
+        while not self._stop.is_set():
+            if delay:
+                self._stop.wait(delay)
+            else:
+                self._wake.wait(IDLE_SECONDS)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            self._save()
+            delay = self._send_once(delay)
+
+    def _send_once(self, delay: float) -> float:
+        """One call with the oldest unsent events; the wait before the next try (0: none)."""
+        with self._lock:
+            batch = self._tracker.pending()[: 1 if self._single else self.settings.batch]
+        if not batch:
+            return 0.0
+        try:
+            self._client.send([e.fields(self.node) for e in batch])
+        except Exception as e:  # noqa: BLE001 - SendError, or a bug in one event: the thread goes on
+            if self._stop.is_set():
+                return 0.0  # closing: the events stay in the outbox (and the state file)
+            return self._failed(batch, e, delay)
+        with self._lock:
+            self._tracker.mark_sent(e.seq for e in batch)
+            self._dirty = True
+            more = bool(self._tracker.pending())
+        self.sent_total += len(batch)
+        self._single = False
+        if self._failing is not None:
+            log.info("NVSentinel platform connector reached again", extra={"target": self.settings.target})
+            self._failing = None
+        self._save()
+        if more:
+            self._wake.set()
+        return 0.0
+
+    def _failed(self, batch: list, e: Exception, delay: float) -> float:
+        self.failures.add(EXPORTER)
+        why = str(e) or type(e).__name__
+        refused = e.refused if hasattr(e, "refused") else True  # not a SendError: a bug in an event
+        if refused and len(batch) == 1:
+            with self._lock:  # the peer (or our encoding) refuses this event: it would block the rest
+                self._tracker.mark_sent([batch[0].seq])
+                self._dirty = True
+            self.failures.add(EXPORTER)
+            log.warning("NVSentinel refused an event: dropped", extra={
+                "check": batch[0].episode.check_name, "uuid": batch[0].episode.uuid, "error": why[:300]})
+            self._wake.set()
+            return 0.0
+        if refused:
+            self._single = True  # find the event it refuses, one call each
+            return self.settings.retry_min_seconds
+        if self._failing is None:
+            log.warning("NVSentinel platform connector not reachable; events wait in the outbox", extra={
+                "target": self.settings.target, "error": why[:300], "pending": self.pending()})
+        self._failing = why
+        if not delay:
+            return self.settings.retry_min_seconds
+        return min(self.settings.retry_max_seconds, delay * 2)

@@ -1,0 +1,64 @@
+"""The bridge's state file under the agent's state dir: open episodes and unsent events.
+
+Read back as hostile (the state dir is a host path): a regular file of this user that no one
+else may write, not a link, at most ``MAX_STATE_BYTES`` (``smallfile.read_regular``), JSON whose
+every field ``episodes.parse_doc`` checks. Written atomically (a temporary file in the same
+folder, fsync, rename), mode 0600.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from typing import Any, Optional
+
+from hetero_exporter import smallfile
+
+STATE_FILE = "nvsentinel.json"
+MAX_STATE_BYTES = 16 << 20  # episodes are ~1 KiB each; MAX_OPEN of them and a full outbox fit
+
+
+def path_in(state_dir: Optional[str]) -> Optional[str]:
+    return os.path.join(state_dir, STATE_FILE) if state_dir else None
+
+
+def _owned_by_us(st: os.stat_result) -> None:
+    if st.st_uid != os.geteuid():
+        raise ValueError(f"owned by uid {st.st_uid}, not by this agent's uid {os.geteuid()}")
+    if st.st_mode & 0o022:
+        raise ValueError(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+
+
+def load(path: str) -> Optional[Any]:
+    """The JSON document at ``path``; None when there is none. ValueError (a bad file: not
+    regular, a link, too big, not ours, not JSON) or OSError otherwise."""
+    try:
+        data = smallfile.read_regular(path, MAX_STATE_BYTES, follow_links=False, check=_owned_by_us)
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f"not JSON: {e}") from None
+
+
+def save(path: str, doc: Any) -> None:
+    """``doc`` as JSON at ``path`` through a temporary file and a rename; OSError as raised."""
+    data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".nvsentinel-", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
