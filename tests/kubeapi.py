@@ -19,6 +19,12 @@ against this server. It speaks what the agent uses, the way the API server (1.37
   ``resource.k8s.io/v1`` ``resourceslices`` and ``devicetaintrules`` (+ ``status``); ``policy/v1``
   ``poddisruptionbudgets`` (+ ``status``). The main resource ignores status changes and the
   ``status`` subresource ignores everything but status (as the strategies do).
+- A custom resource: Node Feature Discovery's ``nfd.k8s-sigs.io/v1alpha1`` ``nodefeatures``
+  (namespaced, no status subresource, the CRD of NFD 0.17+: ``spec`` and ``status`` required),
+  served as the API server serves a CRD: no strategic merge patch (415), no PUT without a
+  resourceVersion (422), ``metadata.generation`` bumped by any change outside metadata, the structural schema's types checked (422 Invalid
+  naming the field), unknown fields refused or dropped as above, owner references validated.
+  ``KubeAPIServer(nfd=False)``: the CRD is not installed (404 on its paths, absent from discovery).
 - Discovery: ``/api``, ``/api/v1``, ``/apis``, ``/apis/{group}``, ``/apis/{group}/{version}``
   (APIVersions, APIGroupList, APIGroup, APIResourceList with subresources such as
   ``pods/eviction``); an unserved group/version is 404. ``KubeAPIServer(dra=False)``: no
@@ -94,6 +100,7 @@ class Resource:
     namespaced: bool
     status: bool = False  # has a status subresource
     short_names: tuple[str, ...] = ()
+    custom: bool = False  # served from a CustomResourceDefinition
 
     @property
     def api_version(self) -> str:
@@ -104,6 +111,7 @@ class Resource:
         return self.kind.lower()
 
 
+NFD_GROUP = "nfd.k8s-sigs.io"  # Node Feature Discovery's custom resources
 RESOURCES: dict[tuple[str, str, str], Resource] = {
     (r.group, r.version, r.plural): r
     for r in (
@@ -117,6 +125,8 @@ RESOURCES: dict[tuple[str, str, str], Resource] = {
         Resource("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", namespaced=False, status=True),
         Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True, status=True,
                  short_names=("pdb",)),
+        Resource(NFD_GROUP, "v1alpha1", "nodefeatures", "NodeFeature", namespaced=True,
+                 custom=True),
     )
 }
 NODES = RESOURCES[("", "v1", "nodes")]
@@ -127,6 +137,7 @@ LEASES = RESOURCES[("coordination.k8s.io", "v1", "leases")]
 RESOURCE_SLICES = RESOURCES[("resource.k8s.io", "v1", "resourceslices")]
 DEVICE_TAINT_RULES = RESOURCES[("resource.k8s.io", "v1", "devicetaintrules")]
 PDBS = RESOURCES[("policy", "v1", "poddisruptionbudgets")]
+NODE_FEATURES = RESOURCES[(NFD_GROUP, "v1alpha1", "nodefeatures")]
 DRA_GROUP = "resource.k8s.io"
 # resource.k8s.io versions that can be served (KubeAPIServer(dra_versions=...)): the v1beta2 schemas of
 # ResourceSlice and DeviceTaintRule are those of v1 (v1beta2 was made to become v1), so one stored
@@ -517,18 +528,20 @@ class KubeAPIServer:
 
     def __init__(self, token: str = "test-token", history: int = 10000,
                  bookmark_seconds: float = 1.0, max_watch_seconds: float = 60.0, *, dra: bool = True,
-                 dra_versions: Iterable[str] = ("v1",), field_validation: str = "Strict"):
+                 dra_versions: Iterable[str] = ("v1",), field_validation: str = "Strict", nfd: bool = True):
         """``dra=False``: resource.k8s.io is not served at all (a cluster without DRA: 404 on its
         paths, absent from discovery); ``dra_versions``: the resource.k8s.io versions served, of
         ``DRA_VERSIONS`` (``("v1beta2",)``: a cluster from before DeviceTaintRule reached v1);
         ``field_validation``: what an unknown field of a schema'd kind gets when the request
-        does not say (``Strict``: 400; ``Warn``: dropped, with a Warning header; ``Ignore``)."""
+        does not say (``Strict``: 400; ``Warn``: dropped, with a Warning header; ``Ignore``);
+        ``nfd=False``: NFD's NodeFeature CRD is not installed (404 on nfd.k8s-sigs.io)."""
         versions = tuple(dra_versions)
         if not versions or any(v not in DRA_VERSIONS for v in versions):
             raise ValueError(f"dra_versions: some of {DRA_VERSIONS}, not {versions!r}")
         if field_validation not in ("Strict", "Warn", "Ignore"):
             raise ValueError(f"field_validation: Strict, Warn or Ignore, not {field_validation!r}")
         self.dra, self.dra_versions, self.field_validation = dra, versions, field_validation
+        self.nfd = nfd
         self._local = threading.local()  # per request: fieldValidation, warnings, the version asked for
         self.token = token
         self.bookmark_seconds = bookmark_seconds
@@ -820,6 +833,8 @@ class KubeAPIServer:
         """The versions of ``group`` this server answers ("" is core); [] when not served."""
         if group == DRA_GROUP:
             return list(self.dra_versions) if self.dra else []
+        if group == NFD_GROUP and not self.nfd:
+            return []
         return sorted({r.version for r in RESOURCES.values() if r.group == group})
 
     def resolve(self, group: str, version: str, plural: str) -> Optional[Resource]:
@@ -833,14 +848,20 @@ class KubeAPIServer:
         schema = SCHEMAS.get(res.kind)
         if schema is None:
             return obj
-        decoder = Decoder(res.kind, getattr(self._local, "version", None) or res.version)
-        out = decoder.object(obj, schema)
-        if decoder.unknown:
+        if res.custom:  # unstructured JSON: nothing fails to decode, unknown fields are pruned
+            unknown: list[str] = []
+            out = prune_unknown(obj, {"apiVersion": ANY, "kind": ANY, "metadata": ANY, "spec": schema,
+                                      "status": ANY}, "", unknown)
+        else:
+            decoder = Decoder(res.kind, getattr(self._local, "version", None) or res.version)
+            out = decoder.object(obj, schema)
+            unknown = decoder.unknown
+        if unknown:
             mode = getattr(self._local, "field_validation", None) or self.field_validation
             if mode == "Strict":
-                raise unknown_fields_error(decoder.unknown)
+                raise unknown_fields_error(unknown)
             if mode == "Warn":
-                self._local.warnings = [f'unknown field "{f}"' for f in decoder.unknown]
+                self._local.warnings = [f'unknown field "{f}"' for f in unknown]
         return out
 
     @staticmethod
@@ -1134,6 +1155,9 @@ SCHEMAS: dict[str, dict] = {
               "renewTime": MICRO_TIME, "leaseTransitions": INT, "preferredHolder": STRING, "strategy": STRING},
     "PodDisruptionBudget": {"minAvailable": INT_OR_STRING, "maxUnavailable": INT_OR_STRING, "selector": ANY,
                             "unhealthyPodEvictionPolicy": STRING},
+    # pruning only (unknown fields); the types are the structural schema's, checked with 422 by
+    # validate_node_feature, as the API server validates a custom resource
+    "NodeFeature": {"features": {"flags": ANY, "attributes": ANY, "instances": ANY}, "labels": ANY},
 }
 DELETE_OPTIONS = {"kind": STRING, "apiVersion": STRING, "gracePeriodSeconds": INT, "orphanDependents": BOOL,
                   "preconditions": {"uid": STRING, "resourceVersion": STRING}, "propagationPolicy": STRING,
@@ -1207,6 +1231,22 @@ class Decoder:
         """A whole object: its top-level fields and its spec (metadata and status stored as sent)."""
         top = {"apiVersion": STRING, "kind": STRING, "metadata": ANY, "spec": spec_schema, "status": ANY}
         return self.value(obj, top, "")
+
+
+def prune_unknown(v: Any, schema: Any, path: str, unknown: list[str]) -> Any:
+    """A custom resource's structural pruning: fields its schema does not name are dropped (and
+    listed in ``unknown``); where the value is not of the schema's shape it is kept for the
+    validation to refuse (422), never a decoding error."""
+    if schema == ANY or not isinstance(schema, dict) or "*" in schema or not isinstance(v, dict):
+        return v
+    out = {}
+    for k, x in v.items():
+        sub = f"{path}.{k}" if path else k
+        if k in schema:
+            out[k] = prune_unknown(x, schema[k], sub, unknown)
+        else:
+            unknown.append(sub)
+    return out
 
 
 def unknown_fields_error(unknown: list[str]) -> ApiError:
@@ -1489,15 +1529,109 @@ def validate_pod(obj: dict, errs: FieldErrors) -> None:
         qualified_name(errs, f"status.conditions[{i}].type", ctype)
 
 
+def owner_references(errs: FieldErrors, obj: dict) -> None:
+    """ValidateOwnerReferences: apiVersion, kind, name and uid each required; at most one controller."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    if not isinstance(refs, list):
+        errs.invalid("metadata.ownerReferences", refs, "must be a list")
+        return
+    controllers = 0
+    for i, ref in enumerate(refs):
+        path = f"metadata.ownerReferences[{i}]"
+        if not isinstance(ref, dict):
+            errs.invalid(path, ref, "must be an object")
+            continue
+        for key in ("apiVersion", "kind", "name", "uid"):
+            if not ref.get(key):
+                errs.invalid(f"{path}.{key}", ref.get(key) or "", f"{key} must not be empty")
+        controllers += ref.get("controller") is True
+    if controllers > 1:
+        errs.invalid("metadata.ownerReferences", refs, "Only one reference can have Controller set to true")
+
+
+def _crd_type(errs: FieldErrors, path: str, v: Any, want: str) -> bool:
+    """The structural schema's type check, as the API server words it; False when it fails."""
+    ok = {"string": isinstance(v, str), "object": isinstance(v, dict), "array": isinstance(v, list),
+          "integer": isinstance(v, int) and not isinstance(v, bool)}[want]
+    if not ok:
+        got = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}.get(
+            type(v), "null")
+        errs.add(path, "Invalid value", f'"{got}": {path} in body must be of type {want}: "{got}"')
+    return ok
+
+
+def _string_map(errs: FieldErrors, path: str, v: Any) -> None:
+    if v is None or not _crd_type(errs, path, v, "object"):
+        return
+    for k, x in v.items():
+        _crd_type(errs, f"{path}.{k}", x, "string")
+
+
+def validate_node_feature(obj: dict, errs: FieldErrors) -> None:
+    """NFD's NodeFeature CRD (deployment/base/nfd-crds/nfd-api-crds.yaml of NFD 0.17+): spec and
+    status required; spec.labels and the feature sets' elements maps of strings."""
+    _metadata(errs, obj)
+    owner_references(errs, obj)
+    for key in ("spec", "status"):
+        if key not in obj or obj[key] is None:
+            errs.required(key)
+        else:
+            _crd_type(errs, key, obj[key], "object")
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    for key, want in (("lastAppliedAt", "string"), ("numberOfFeatures", "integer"),
+                      ("numberOfFeatureErrors", "integer"), ("numberOfLabels", "integer")):
+        if status.get(key) is not None:
+            _crd_type(errs, f"status.{key}", status[key], want)
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    _string_map(errs, "spec.labels", spec.get("labels"))
+    features = spec.get("features")
+    if features is None or not _crd_type(errs, "spec.features", features, "object"):
+        return
+    for kind in ("flags", "attributes", "instances"):
+        sets = features.get(kind)
+        if sets is None or not _crd_type(errs, f"spec.features.{kind}", sets, "object"):
+            continue
+        for name, fs in sets.items():
+            path = f"spec.features.{kind}.{name}"
+            if not _crd_type(errs, path, fs, "object"):
+                continue
+            if "elements" not in fs:
+                errs.required(f"{path}.elements")
+                continue
+            elements = fs["elements"]
+            if kind == "attributes":
+                _string_map(errs, f"{path}.elements", elements)
+            elif kind == "flags":
+                if _crd_type(errs, f"{path}.elements", elements, "object"):
+                    for k, x in elements.items():
+                        _crd_type(errs, f"{path}.elements.{k}", x, "object")
+            elif _crd_type(errs, f"{path}.elements", elements, "array"):
+                for i, inst in enumerate(elements):
+                    if _crd_type(errs, f"{path}.elements[{i}]", inst, "object"):
+                        if "attributes" not in inst:
+                            errs.required(f"{path}.elements[{i}].attributes")
+                        else:
+                            _string_map(errs, f"{path}.elements[{i}].attributes", inst["attributes"])
+
+
 VALIDATORS: dict[str, Callable[[dict, FieldErrors], None]] = {
     "DeviceTaintRule": validate_device_taint_rule, "ResourceSlice": validate_resource_slice,
     "Lease": validate_lease, "PodDisruptionBudget": validate_pdb, "Pod": validate_pod,
+    "NodeFeature": validate_node_feature,
 }
 
 
 def prepare(res: Resource, new: dict, old: Optional[dict]) -> None:
     """The strategies' PrepareForCreate / PrepareForUpdate: generation, DeviceTaint.timeAdded."""
     meta = new.setdefault("metadata", {})
+    if res.custom and not res.status:
+        # a custom resource without a status subresource: any change outside metadata is a new generation
+        outside = lambda o: {k: v for k, v in (o or {}).items() if k not in ("metadata", "apiVersion", "kind")}  # noqa: E731
+        if old is None:
+            meta["generation"] = 1
+        else:
+            gen = int((old.get("metadata") or {}).get("generation") or 1)
+            meta["generation"] = gen + 1 if outside(new) != outside(old) else gen
     if res.kind in GENERATION_KINDS:
         if old is None:
             meta["generation"] = 1
@@ -1868,16 +2002,28 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "PUT":
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "the body of a replace must be an object")
+            if res.custom and not (body.get("metadata") or {}).get("resourceVersion"):
+                # a custom resource allows no unconditional update (AllowUnconditionalUpdate: false)
+                raise ApiError(422, "Invalid", f'{res.kind}.{res.group} "{name}" is invalid: metadata.resourceVersion: '
+                                               "Invalid value: 0x0: must be specified for an update",
+                               {"name": name, "group": res.group, "kind": res.kind,
+                                "causes": [{"reason": "FieldValueInvalid", "field": "metadata.resourceVersion",
+                                            "message": "Invalid value: 0x0: must be specified for an update"}]})
             obj, changed = api._update(res, key_ns, name, sub, lambda cur: copy.deepcopy(body), dry)
             return 200, obj, changed
         if method == "PATCH":
             mt = ctype.split(";")[0].strip().lower()
             if mt == "application/merge-patch+json":
                 fn = lambda cur: merge_patch(cur, body)  # noqa: E731
-            elif mt == "application/strategic-merge-patch+json":
+            elif mt == "application/strategic-merge-patch+json" and not res.custom:
                 fn = lambda cur: strategic_merge_patch(cur, body, res.kind)  # noqa: E731
             elif mt == "application/json-patch+json":
                 fn = lambda cur: json_patch(cur, body)  # noqa: E731
+            elif res.custom:  # a CRD's handler accepts no strategic merge patch (no Go struct tags)
+                raise ApiError(415, "UnsupportedMediaType",
+                               "the body of the request was in an unknown format - accepted media types "
+                               "include: application/json-patch+json, application/merge-patch+json, "
+                               f"application/apply-patch+yaml (got {mt!r})")
             else:
                 raise ApiError(415, "UnsupportedMediaType",
                                f"the body of the request was in an unknown format - accepted media types "

@@ -123,13 +123,21 @@ def test_rbac_allows_what_the_health_loop_and_attribution_do(rendered):
               ("resource.k8s.io", "devicetaintrules", "list"), ("resource.k8s.io", "devicetaintrules", "create"),
               ("resource.k8s.io", "devicetaintrules", "patch"), ("resource.k8s.io", "devicetaintrules", "delete")}
     assert granted == needed  # nothing more: no nodes watch (the extender's), no node update or delete
-    # the budget's Lease slots: a Role, bound in the agent's own namespace (kustomize moves both)
-    role, binding = one(objs, "Role"), one(objs, "RoleBinding")
-    assert {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-            for v in rule["verbs"]} == {("coordination.k8s.io", "leases", v) for v in ("list", "create", "update", "delete")}
+    # Roles, each bound in the agent's own namespace (kustomize moves both): the budget's Lease
+    # slots, and the NodeFeature of the opt-in nodefeature mode (docs/nodefeature.md)
+    wanted = {"budget": {("coordination.k8s.io", "leases", v) for v in ("list", "create", "update", "delete")},
+              "nodefeature": {("nfd.k8s-sigs.io", "nodefeatures", v) for v in ("get", "create", "update", "delete")}}
+    roles = {r["metadata"]["name"]: r for r in by_kind(objs, "Role")}
+    bindings = {b["roleRef"]["name"]: b for b in by_kind(objs, "RoleBinding")}
+    assert len(roles) == len(bindings) == len(wanted)
     sa = one(objs, "ServiceAccount")["metadata"]
-    assert role["metadata"]["namespace"] == sa["namespace"] == binding["metadata"]["namespace"]
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    for what, grants in wanted.items():
+        (name,) = [n for n in roles if n.endswith(f"-{what}")]
+        role, binding = roles[name], bindings[name]
+        assert {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+                for v in rule["verbs"]} == grants
+        assert role["metadata"]["namespace"] == sa["namespace"] == binding["metadata"]["namespace"]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
 
 
 def daemonsets(objs: list[dict]) -> list[dict]:
@@ -315,6 +323,38 @@ def test_node_restriction_confines_pod_signals_and_device_taints_to_its_own_node
     assert not rule("UPDATE", _rule("gpu-node-7"), old=_rule(None))  # a rule someone else made
     assert rule("DELETE", None, old=_rule("gpu-node-7"))
     assert not rule("DELETE", None, old=_rule("gpu-node-8"))
+
+
+def _nodefeature(node: str | None) -> dict:
+    """A NodeFeature as the agent writes it in nodefeature mode (labelled with ``node``; None: no label)."""
+    meta: dict = {"name": f"hetero-exporter-{node or 'x'}", "namespace": "hetero-exporter"}
+    if node is not None:
+        meta["labels"] = {"nfd.node.kubernetes.io/node-name": node, "app.kubernetes.io/managed-by": "hetero-exporter"}
+    return {"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature", "metadata": meta,
+            "spec": {"labels": {"hetero-exporter.io/accelerator": "true"}}, "status": {}}
+
+
+def test_node_restriction_confines_nodefeatures_to_its_own_node(rendered):
+    """Nodefeature mode (docs/nodefeature.md): a stolen token cannot have nfd-master label another
+    node, by creating, retargeting, taking over or deleting a NodeFeature of another node."""
+    pytest.importorskip("celpy", reason="cel-python evaluates the policy's CEL (pip install cel-python)")
+    objs = _agent_objects(rendered)
+    policy = AdmissionPolicy(one(objs, "ValidatingAdmissionPolicy"))
+    sa = one(objs, "ServiceAccount")["metadata"]
+    agent = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
+
+    def nf(op, new, old=None, node="gpu-node-7", user=agent):
+        return policy.admits(_request(user, op, "nodefeatures", sa["namespace"], node=node, group="nfd.k8s-sigs.io"),
+                             new, old)
+
+    own, other = _nodefeature("gpu-node-7"), _nodefeature("gpu-node-8")
+    assert nf("CREATE", own) and nf("UPDATE", own, old=own) and nf("DELETE", None, old=own)
+    assert not nf("CREATE", other) and not nf("CREATE", _nodefeature(None))
+    assert not nf("UPDATE", other, old=own)  # retargeting its own at another node
+    assert not nf("UPDATE", own, old=other)  # taking over another node's
+    assert not nf("DELETE", None, old=other)
+    assert not nf("CREATE", own, node=None)  # a token that names no node
+    assert nf("CREATE", other, node=None, user="system:serviceaccount:node-feature-discovery:nfd-worker")
 
 
 def test_node_restriction_refuses_what_one_stolen_node_token_could_do_to_others(rendered):

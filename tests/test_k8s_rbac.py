@@ -18,7 +18,8 @@ pytest.importorskip("kubernetes")
 
 
 def _granted() -> set[tuple[str, str, str]]:
-    """The ClusterRole's grants and the Role's (the budget's Leases, in the agent's namespace)."""
+    """The ClusterRole's grants and the Roles' (the budget's Leases and the opt-in NodeFeature, in
+    the agent's namespace)."""
     docs = list(yaml.safe_load_all((ROOT / "deploy" / "base" / "rbac.yaml").read_text()))
     roles = [d for d in docs if d and d["kind"] in ("ClusterRole", "Role")]
     assert {d["kind"] for d in roles} == {"ClusterRole", "Role"}
@@ -130,12 +131,24 @@ def test_device_signal_requests_are_granted(kube_api, make_agent):
     assert needed <= _granted(), needed - _granted()
 
 
+def test_nodefeature_requests_are_granted(kube_api, tmp_path):
+    """The opt-in nodefeature mode (docs/nodefeature.md): its NodeFeature created, replaced and
+    deleted in the agent's namespace."""
+    from test_nodefeature import nodefeature_lifecycle
+    nodefeature_lifecycle(kube_api, tmp_path)
+    needed = _needed(kube_api.requests)
+    assert {("nfd.k8s-sigs.io", "nodefeatures", v) for v in ("get", "create", "update", "delete")} <= needed
+    assert needed <= _granted(), needed - _granted()
+
+
 def test_every_grant_is_used_by_the_health_loop_or_the_pod_cache(kube_api, make_agent, tmp_path):
     """The other direction: a verb the agent never uses (nodes watch, once) is not granted."""
+    from test_nodefeature import nodefeature_lifecycle
     agent = make_agent("health-xid79.yaml", health={"cordon": True})
     kube_api.seed_node(agent.node)
     agent.run(0, 200)
     _run_device_signals(kube_api, make_agent)
+    nodefeature_lifecycle(kube_api, tmp_path)
     _run_pod_cache(kube_api, tmp_path)
     _run_slice_cache(kube_api, tmp_path)
     unused = _granted() - _needed(kube_api.requests)

@@ -12,7 +12,9 @@ Before a taint is added, the blast-radius budget is asked: fleet-wide, a Lease s
 (health/act/fleet_budget.py), renewed while the taint is on and given back on recovery.
 
 Modes: ``observe`` makes no call at all (metrics only); ``dry-run`` writes events that say what
-would be done, plus its bookkeeping and the inventory; ``enforce`` taints, conditions, labels.
+would be done, plus its bookkeeping and the inventory (in nodefeature mode: the devices annotation
+only; the NodeFeature is planned and explained, not written); ``enforce`` taints, conditions,
+labels (or the NodeFeature).
 
 ``HealthLoop`` runs reconcile on its own thread with the latest published snapshot, so the
 sampler never waits on the API server.
@@ -77,7 +79,7 @@ def empty_node(name: str) -> dict:
 
 HAMI_RESYNC_SECONDS = 10.0
 # the cluster-side actions, counted when they are applied (remedy_cluster), not with the Node patch
-CLUSTER_ACTIONS = frozenset({"device-taint", "pod-condition", "evict"})
+CLUSTER_ACTIONS = frozenset({"device-taint", "pod-condition", "evict", "nodefeature"})
 
 
 def no_resource(device: DeviceSample) -> str:
@@ -103,10 +105,15 @@ class Remedy:
         on = cluster is not None and cluster.enabled and cfg.mode != "observe"
         self._nodes = Nodes(cluster) if on else None
         self._events = Events(cluster) if on else None
-        self._cluster = ClusterSide(cluster, node_name, cfg, self.metrics, resource_of, slices,
-                                    clock, failed_pods) if on else None  # type: ignore[arg-type]
+        env = os.environ if environ is None else environ
+        if on and cfg.nodefeature and not cfg.nodefeature_namespace and not env.get("POD_NAMESPACE"):
+            log.warning("nodefeature mode without POD_NAMESPACE (the DaemonSet sets it from the downward API) "
+                        "or health.nodefeature_namespace: the NodeFeature goes to namespace "
+                        f"{cfg.nodefeature_home(env)}", extra={"node": node_name})
+        self._cluster = ClusterSide(cluster, node_name, cfg, self.metrics, resource_of, slices, clock, failed_pods,
+                                    nodefeature_namespace=cfg.nodefeature_home(env)) if on else None  # type: ignore[arg-type]
         # the fleet-wide budget takes Lease slots in enforce mode only: a dry-run never taints
-        self._fleet = FleetBudget(Leases(cluster, cfg.lease_namespace(os.environ if environ is None else environ)),
+        self._fleet = FleetBudget(Leases(cluster, cfg.lease_namespace(env)),
                                   node_name, domain=cfg.domain, lease_seconds=int(cfg.budget_lease_seconds),
                                   clock=clock) if on and cfg.fleet_budget and cfg.mode == "enforce" else None
         self._slot: Optional[bool] = None  # holds a budget slot; None: unknown (after a start)
@@ -169,7 +176,9 @@ class Remedy:
     def _budget(self, take_slot: bool = True) -> Budget:
         """Accelerator nodes and those carrying the taint; with the fleet-wide budget, the
         decision is a Lease slot (nodes failing in the same minute cannot overshoot)."""
-        selector = f"{self.cfg.present_label}=true" if self.cfg.inventory else None
+        # the accelerator label is ours in labels mode; in nodefeature mode nfd-master writes it (if
+        # it accepts it), so the nodes are found by our marks as without labels
+        selector = f"{self.cfg.present_label}=true" if self.cfg.inventory and not self.cfg.nodefeature else None
         try:
             nodes = self._nodes.list(selector)  # type: ignore[union-attr]
         except K8sError as e:

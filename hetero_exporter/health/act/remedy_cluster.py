@@ -1,12 +1,15 @@
 """The remedy's writes beyond the Node (issue 15), through k8s/: what it reads for the plan's
-``ClusterView`` (this node's ResourceSlices and its own DeviceTaintRules, this node's failed pods)
-and how it applies the per-device and per-pod outputs (DeviceTaintRules, pod conditions,
-evictions). health/act/remedy.py calls it after the Node patch; like the Node's, every write here is
+``ClusterView`` (this node's ResourceSlices and its own DeviceTaintRules, this node's failed pods,
+its NodeFeature in nodefeature mode) and how it applies the per-device and per-pod outputs
+(DeviceTaintRules, pod conditions, evictions) and the NodeFeature carrying the selection labels.
+health/act/remedy.py calls it after the Node patch; like the Node's, every write here is
 idempotent, so a lost answer or a restart repeats nothing that landed: rule names are fixed, rule
 updates carry the resourceVersion read, pod conditions merge by type, pod events have fixed names.
 
 A cluster without resource.k8s.io/v1 is said once; device taints stay off until a later probe
-(every ``DRA_PROBE_SECONDS``) finds it, and the rest works.
+(every ``DRA_PROBE_SECONDS``) finds it, and the rest works. Likewise a cluster without NFD's
+NodeFeature CRD (nodefeature mode): said once, asked again every ``NFD_PROBE_SECONDS``; meanwhile
+no selection label is published (and the Node labels an earlier labels-mode agent set stay).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from hetero_exporter.health.act.metrics import HealthMetrics
-from hetero_exporter.health.plan import ClusterView, RemedyConfig, label_value, rfc3339
+from hetero_exporter.health.plan import ClusterView, NodeFeatureRead, RemedyConfig, label_value, rfc3339
+from hetero_exporter.health.plan.nodefeature import object_name
 from hetero_exporter.k8s.client import Cluster, K8sError
 from hetero_exporter.k8s.dra import Dra
+from hetero_exporter.k8s.nodefeatures import NodeFeatures
 from hetero_exporter.k8s.pod_writes import PodWrites
 from hetero_exporter.model import DeviceSample, NodeSnapshot
 from hetero_exporter.model.keys import Keys
@@ -26,6 +31,7 @@ from hetero_exporter.model.keys import Keys
 log = logging.getLogger(__name__)
 
 DRA_PROBE_SECONDS = 3600.0  # a cluster without DRA is asked again this often (an upgrade may add it)
+NFD_PROBE_SECONDS = 600.0  # a cluster without the NodeFeature CRD (nodefeature mode) is asked again this often
 MANAGED_BY = "app.kubernetes.io/managed-by=hetero-exporter"
 MAX_KNOWN_PODS = 4096  # pods whose uid and node are remembered
 
@@ -48,7 +54,7 @@ class ClusterSide:
     def __init__(self, cluster: Cluster, node: str, cfg: RemedyConfig, metrics: HealthMetrics,
                  resource_of: Callable[[DeviceSample], str], slices: Any = None,
                  clock: Callable[[], float] = lambda: 0.0,
-                 failed_pods: Optional[Callable[[], Optional[list]]] = None):
+                 failed_pods: Optional[Callable[[], Optional[list]]] = None, nodefeature_namespace: str = ""):
         self.node, self.cfg, self.metrics = node, cfg, metrics
         self._clock = clock
         self._resource_of = resource_of
@@ -59,6 +65,10 @@ class ClusterSide:
         self._pods = PodWrites(cluster)
         self._dra_off: Optional[str] = None  # why DRA is off ("" served); None: not probed yet
         self._dra_probed = float("-inf")
+        # nodefeature mode: the NodeFeature of this node in the agent's namespace
+        self._nf = NodeFeatures(cluster, nodefeature_namespace or cfg.nodefeature_home()) if cfg.nodefeature else None
+        self._nf_off: Optional[str] = None  # why the NodeFeature API is off ("" served); None: not probed yet
+        self._nf_probed = float("-inf")
         self._rules_known: Optional[bool] = None  # did the last listing find rules of ours
         self._uids: dict[str, str] = {}
         self._nodes_of: dict[str, str] = {}  # "ns/name" -> spec.nodeName as the API server said
@@ -83,7 +93,34 @@ class ClusterSide:
                 if r:
                     resources[d.identity.uuid] = r
         return ClusterView(slices=slices, device_rules=rules, failed_pods=failed_pods, resources=resources,
-                           pods_book=pods_book)
+                           pods_book=pods_book, nodefeature=self._nodefeature())
+
+    def _nodefeature(self) -> Optional[NodeFeatureRead]:
+        """This node's NodeFeature as read (nodefeature mode); None when the API is not served or
+        the read failed (then nothing is planned for it, and no Node label of ours is removed)."""
+        nf = self._nf
+        if nf is None or self.cfg.mode == "observe":
+            return None
+        now = self._clock()
+        if self._nf_off is None or (self._nf_off and now - self._nf_probed >= NFD_PROBE_SECONDS):
+            try:
+                why = nf.served()
+            except K8sError as e:
+                log.warning("health: cannot ask whether the cluster serves NodeFeature", extra={"error": str(e)})
+                return None
+            self._nf_probed = now
+            if why and self._nf_off != why:
+                log.warning("inventory labels not published: nodefeature mode, and the cluster does not serve "
+                            "NFD's NodeFeature", extra={"node": self.node, "reason": why})
+            self._nf_off = why or ""
+        if self._nf_off:
+            return None
+        try:
+            return NodeFeatureRead(nf.namespace, nf.get(object_name(self.node)))
+        except K8sError as e:
+            log.warning("health: cannot read this node's NodeFeature; the inventory labels wait",
+                        extra={"node": self.node, "namespace": nf.namespace, "error": str(e)})
+            return None
 
     def _dra_served(self) -> bool:
         now = self._clock()
@@ -130,7 +167,35 @@ class ClusterSide:
             self._apply_rules(p.device_taints, done)
         if p.pod_signals is not None:
             self._apply_pods(p.pod_signals, done)
+        if getattr(p, "nodefeature", None) is not None and self._nf is not None:
+            self._apply_nodefeature(p.nodefeature, done)
         return done
+
+    def _apply_nodefeature(self, nf: Any, done: Applied) -> None:
+        """Create, replace or delete the NodeFeature as planned. A 409 (another writer, or an
+        earlier create that did land) or a 404 (deleted since it was read) is an error of this
+        cycle: the next one reads the object again and plans from what is there."""
+        api = self._nf
+        if nf.create is not None:
+            what, call = "create", lambda: api.create(nf.create)  # type: ignore[union-attr]
+        elif nf.replace is not None:
+            what, call = "update", lambda: api.replace(nf.name, nf.replace)  # type: ignore[union-attr]
+        elif nf.delete is not None:
+            what, call = "delete", lambda: api.delete(nf.name, *nf.delete)  # type: ignore[union-attr]
+        else:
+            return
+        try:
+            call()
+        except K8sError as e:
+            result = "exists" if e.already_exists else "conflict" if e.conflict else "error"
+            self.metrics.action("nodefeature", result)
+            done.errors.append(f"NodeFeature {nf.namespace}/{nf.name} {what}: {e}")
+            log.warning("health: NodeFeature write failed; the next cycle reads and plans again",
+                        extra={"node": self.node, "what": what, "namespace": nf.namespace, "error": str(e)})
+            return
+        self.metrics.action("nodefeature", "ok")
+        log.info("health: NodeFeature written", extra={"node": self.node, "what": what, "namespace": nf.namespace,
+                                                        "name": nf.name, "labels": len(nf.labels)})
 
     def _apply_rules(self, dt: Any, done: Applied) -> None:
         dra = self._dra

@@ -49,6 +49,12 @@ def render(snapshot: NodeSnapshot, ev: Evaluation, p: Plan, policy: Policy, cfg:
         shown = ", ".join(f"{k}={'(remove)' if v is None else v}" for k, v in sorted(labels.items()))
         lines.append(f"  {'labels':<11} {shown}")
         did = True
+    nf = p.nodefeature
+    if nf is not None and nf.writes:
+        verb = "create" if nf.create is not None else "update" if nf.replace is not None else "delete"
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(nf.labels.items())) if nf.delete is None else ""
+        lines.append(f"  {'nodefeature':<11} {verb} {nf.namespace}/{nf.name}" + (f": {shown}" if shown else ""))
+        did = True
     if not did:
         lines.append("  nothing: the node is already as it should be")
     if p.explain:

@@ -9,8 +9,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from hetero_exporter.health.plan import black_hole, device_taints, pod_signals, scheduler_annotations
+from hetero_exporter.health.plan import black_hole, device_taints, nodefeature, pod_signals, scheduler_annotations
 from hetero_exporter.health.plan.config import RemedyConfig
+from hetero_exporter.health.plan.inventory import selection_labels
 from hetero_exporter.health.detect.texts import event_id
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, Verdict
@@ -26,6 +27,7 @@ class ClusterView:
     failed_pods: Optional[tuple] = None  # this node's pods in phase Failed; None: not read
     resources: Mapping[str, str] = field(default_factory=dict)  # device uuid -> extended resource it is allocated as
     pods_book: Optional[Mapping[str, Any]] = None  # pod records settled after the last writes (None: the Node's)
+    nodefeature: Optional[nodefeature.NodeFeatureRead] = None  # None: not read (off, not served, or unreadable)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,16 @@ def plan_pods(name: str, snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict]
     if cfg.mode == "dry-run":
         ps.actions = [(a, f"dry-run {what}") for a, what in ps.actions]
     return ps
+
+
+def plan_nodefeature(name: str, node: Mapping[str, Any], snapshot: NodeSnapshot, view: ClusterView,
+                     cfg: RemedyConfig) -> Optional[nodefeature.NodeFeaturePlan]:
+    """The NodeFeature carrying the selection labels (nodefeature mode, dry-run and enforce; the
+    remedy writes it in enforce mode only); None when off or when it could not be read."""
+    if not cfg.nodefeature or cfg.mode == "observe" or view.nodefeature is None:
+        return None
+    uid = str((node.get("metadata") or {}).get("uid") or "")
+    return nodefeature.plan_nodefeature(name, uid, selection_labels(snapshot, cfg.domain), view.nodefeature, cfg.mode)
 
 
 def plan_annotations(annotations: Mapping[str, str], verdicts: Mapping[str, Verdict],

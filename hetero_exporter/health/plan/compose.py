@@ -14,11 +14,11 @@ from hetero_exporter.health.plan.book import Book
 from hetero_exporter.health.plan.bookkeeping import bookkeeping
 from hetero_exporter.health.plan.budget import Budget, needs_budget
 from hetero_exporter.health.plan.cluster import (ClusterView, plan_annotations, plan_device_rules, plan_node_faults,
-                                                 plan_pods)
+                                                 plan_nodefeature, plan_pods)
 from hetero_exporter.health.plan.condition import plan_condition
 from hetero_exporter.health.plan.config import RemedyConfig
 from hetero_exporter.health.plan.cordon import CordonPlan, plan_cordon
-from hetero_exporter.health.plan.inventory import InventoryPlan, plan_inventory
+from hetero_exporter.health.plan.inventory import InventoryPlan, plan_inventory, selection_labels
 from hetero_exporter.health.plan.taint import TaintPlan, plan_taint
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, StickyFault, Verdict
@@ -43,6 +43,7 @@ class Plan:
     device_taints: Any = None  # DeviceTaintPlan
     pod_signals: Any = None  # PodSignalPlan
     scheduler_annotations: Any = None  # AnnotationPlan
+    nodefeature: Any = None  # NodeFeaturePlan (health/plan/nodefeature.py): the selection labels for NFD
     node_faults: list = field(default_factory=list)  # black-hole NodeFaults
 
     @property
@@ -79,6 +80,7 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
     p.device_taints = plan_device_rules(name, view, verdicts, by_uuid, policy, cfg, now)
     p.pod_signals = plan_pods(name, snapshot, verdicts, book.pods, view, policy, cfg, now)
     p.scheduler_annotations = plan_annotations(annotations, verdicts, by_uuid, book.scheduler, cfg)
+    p.nodefeature = plan_nodefeature(name, node, snapshot, view, cfg)
     news = announce(name, snapshot, verdicts, book.devices, policy, now, sticky)
     taints = [dict(t) for t in spec.get("taints") or [] if isinstance(t, dict)]
     if callable(budget):
@@ -89,9 +91,12 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
                          taint.refused, cfg)
     condition = plan_condition((node.get("status") or {}).get("conditions") or [], snapshot, verdicts, nv,
                                policy, cfg, now, taint.refused, node_faults=faults.faults)
+    ready = p.nodefeature is not None and (p.nodefeature.writes or bool(p.nodefeature.labels)
+                                           or not selection_labels(snapshot, cfg.domain))
     inv = plan_inventory(snapshot, dict(meta.get("labels") or {}), annotations, book.labels, book.inventory_hash,
-                         book.inventory_time, cfg, now)
-    cluster_parts = [x for x in (p.device_taints, p.pod_signals, p.scheduler_annotations) if x is not None]
+                         book.inventory_time, cfg, now, nodefeature_ready=ready)
+    cluster_parts = [x for x in (p.device_taints, p.pod_signals, p.scheduler_annotations, p.nodefeature)
+                     if x is not None]
     for part in (faults, news, taint, cordon, condition, inv, *cluster_parts):
         p.explain.extend(part.explain)
         p.actions.extend(getattr(part, "actions", ()))

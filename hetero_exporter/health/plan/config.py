@@ -15,7 +15,10 @@ from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 MODES = ("observe", "dry-run", "enforce")
 CONDITION_TYPE = "AcceleratorUnhealthy"
 SCHEDULERS = ("volcano", "hami")  # integrations of health.scheduler_annotations
-DEFAULT_BUDGET_NAMESPACE = "hetero-exporter"
+# where the selection labels go (health.inventory_labels): the Node's own labels, or an NFD
+# NodeFeature object that nfd-master turns into the Node's labels (docs/nodefeature.md)
+INVENTORY_OUTLETS = ("labels", "nodefeature")
+DEFAULT_BUDGET_NAMESPACE = "hetero-exporter"  # the agent's namespace when POD_NAMESPACE does not say
 # keys of the config's health section that are not remedy settings
 OTHER_HEALTH_KEYS = frozenset({"policy", "pci_presence", "udev"})
 DNS_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
@@ -30,6 +33,10 @@ class RemedyConfig:
     cordon: bool = False  # opt-in: also mark the node unschedulable
     no_execute: bool = False  # opt-in: also a NoExecute taint (evicts pods without a toleration)
     inventory: bool = True  # the devices annotation and the selection labels
+    # opt-in "nodefeature": the selection labels as an NFD NodeFeature in the agent's namespace
+    # instead of labels on the Node (which then carries none of ours; docs/nodefeature.md)
+    inventory_labels: str = "labels"
+    nodefeature_namespace: str = ""  # the NodeFeature's namespace: "" = $POD_NAMESPACE, else hetero-exporter
     condition_heartbeat_seconds: float = 300.0
     inventory_heartbeat_seconds: float = 120.0
     inventory_max_bytes: int = 65536
@@ -63,6 +70,12 @@ class RemedyConfig:
             raise ValueError(f"health: unknown keys {unknown}; known: {sorted(known | OTHER_HEALTH_KEYS)}")
         values = {k: CHECKS[k](v.join("health", k), x) if k in CHECKS else x
                   for k, x in raw.items() if k in known}
+        if isinstance(values.get("inventory"), str):  # inventory: nodefeature (or labels): on, and where
+            outlet = values.pop("inventory")
+            if values.setdefault("inventory_labels", outlet) != outlet:
+                raise ValueError(f"health.inventory {outlet!r} and health.inventory_labels "
+                                 f"{values['inventory_labels']!r} disagree; set one of them")
+            values["inventory"] = True
         cfg = cls(**values)
         if mode is not None:
             cfg = dataclasses.replace(cfg, mode=mode)
@@ -110,10 +123,33 @@ class RemedyConfig:
     def lease_namespace(self, environ: Mapping[str, str] = os.environ) -> str:
         """Where the budget's Leases live: budget_namespace, else the agent's own namespace
         (POD_NAMESPACE, from the downward API) when it is a DNS label, else hetero-exporter."""
-        if self.budget_namespace:
-            return self.budget_namespace
-        own = environ.get("POD_NAMESPACE", "")
-        return own if re.fullmatch(DNS_LABEL, own) else DEFAULT_BUDGET_NAMESPACE
+        return self.budget_namespace or agent_namespace(environ)
+
+    @property
+    def nodefeature(self) -> bool:
+        """The selection labels go to an NFD NodeFeature, not to the Node."""
+        return self.inventory and self.inventory_labels == "nodefeature"
+
+    def nodefeature_home(self, environ: Mapping[str, str] = os.environ) -> str:
+        """The NodeFeature's namespace: nodefeature_namespace, else the agent's own (as the Leases')."""
+        return self.nodefeature_namespace or agent_namespace(environ)
+
+
+def agent_namespace(environ: Mapping[str, str] = os.environ) -> str:
+    """The agent's own namespace: POD_NAMESPACE (the DaemonSets set it from the downward API)
+    when it is a DNS label, else hetero-exporter (deploy/base's namespace)."""
+    own = environ.get("POD_NAMESPACE", "")
+    return own if re.fullmatch(DNS_LABEL, own) else DEFAULT_BUDGET_NAMESPACE
+
+
+def _inventory(path: str, value: Any) -> Any:
+    """``health.inventory``: true / false, or where the selection labels go (``labels``,
+    ``nodefeature``: on, published that way); a quoted "true" is refused like every boolean."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        return v.boolean(path, value)  # its one-line error names the key
+    return v.string(path, value, choices=INVENTORY_OUTLETS)
 
 
 def _number(minimum: float, maximum: float, integer: bool = False) -> Callable[[str, Any], Any]:
@@ -152,4 +188,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "allocatable_grace_seconds": _number(0.0, 86400.0),
     "fleet_budget": v.boolean, "budget_namespace": _namespace,
     "budget_lease_seconds": _number(30.0, 86400.0),
+    "inventory_labels": lambda p, x: v.string(p, x, choices=INVENTORY_OUTLETS),
+    "inventory": lambda p, x: _inventory(p, x),
+    "nodefeature_namespace": _namespace,
 }

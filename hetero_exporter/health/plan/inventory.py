@@ -1,7 +1,13 @@
 """The inventory on the Node (dry-run and enforce, ``health.inventory``): the devices annotation
 (compact schema-1 JSON the scheduler extender reads) and the selection labels (vendor, count,
 model, driver major, features). Labels someone else set are left alone; ours go when they no
-longer apply."""
+longer apply.
+
+With ``health.inventory_labels: nodefeature`` the selection labels go to an NFD NodeFeature
+(nodefeature.py) and no label of ours is written on the Node: the ones this agent set before
+(the book's ``labels``) are removed once, in enforce mode, in the cycle whose NodeFeature could
+be read (so it is written right after); dry-run and a NodeFeature that cannot be read leave them
+as they are."""
 
 from __future__ import annotations
 
@@ -102,10 +108,11 @@ def selection_labels(snapshot: NodeSnapshot, domain: str) -> dict[str, str]:
 
 def plan_inventory(snapshot: NodeSnapshot, labels: Mapping[str, str], annotations: Mapping[str, str],
                    owned: Sequence[str], inventory_hash: str, inventory_time: float, cfg: RemedyConfig,
-                   now: float) -> InventoryPlan:
+                   now: float, *, nodefeature_ready: bool = False) -> InventoryPlan:
     """``labels``, ``annotations``: the node's; ``owned``, ``inventory_hash``, ``inventory_time``:
     the book's. The annotation is rewritten when what it says changed, when it is missing, or
-    every ``inventory_heartbeat_seconds`` (its readers judge freshness by its time)."""
+    every ``inventory_heartbeat_seconds`` (its readers judge freshness by its time).
+    ``nodefeature_ready``: in nodefeature mode, the NodeFeature was read and will be written."""
     if not cfg.inventory or cfg.mode == "observe":
         return InventoryPlan({}, {}, owned, inventory_hash, inventory_time)
     explain: list[str] = []
@@ -120,7 +127,10 @@ def plan_inventory(snapshot: NodeSnapshot, labels: Mapping[str, str], annotation
         if dropped:
             explain.append(f"devices annotation: left out {', '.join(dropped)} to stay within "
                            f"{cfg.inventory_max_bytes} bytes")
-    new_labels, kept = _labels(selection_labels(snapshot, cfg.domain), labels, owned, explain)
+    if cfg.nodefeature:
+        new_labels, kept = _handover(labels, owned, cfg.mode, nodefeature_ready, explain)
+    else:
+        new_labels, kept = _labels(selection_labels(snapshot, cfg.domain), labels, owned, explain)
     if new_labels:
         actions.append(("labels", ",".join(sorted(new_labels))))
     return InventoryPlan(new_annotations, new_labels, kept, inventory_hash, inventory_time,
@@ -145,3 +155,23 @@ def _labels(want: Mapping[str, str], labels: Mapping[str, str], owned: Sequence[
             new_labels[k] = None
         mine.discard(k)
     return new_labels, sorted(mine & (set(want) | set(new_labels)))
+
+
+def _handover(labels: Mapping[str, str], owned: Sequence[str], mode: str, ready: bool,
+              explain: list[str]) -> tuple[dict[str, Optional[str]], list[str]]:
+    """Nodefeature mode: no label of ours is added or changed on the Node; the ones this agent set
+    (and still finds there) are removed once, in enforce mode, when the NodeFeature takes over."""
+    mine = sorted(k for k in set(owned) if k in labels)
+    if not mine:
+        return {}, []
+    listed = ", ".join(mine)
+    if mode == "enforce" and ready:
+        explain.append(f"labels: the {len(mine)} Node labels this agent set move to its NodeFeature: removed ({listed})")
+        return {k: None for k in mine}, []
+    if mode == "dry-run":
+        explain.append(f"[dry-run] labels: the {len(mine)} Node labels this agent set would move to its "
+                       f"NodeFeature and be removed ({listed})")
+    else:
+        explain.append(f"labels: the {len(mine)} Node labels this agent set stay until its NodeFeature "
+                       f"can be read ({listed})")
+    return {}, mine
