@@ -6,7 +6,10 @@
 
 The recording rules (group hetero-exporter.finops, issue 19) give cost per hour by namespace,
 pod, vendor and model, compute units held, their cost on the reference device and the saving
-against it, and idle cost; FINOPS_RULES below spells out the arithmetic.
+against it, and idle cost; FINOPS_RULES below spells out the arithmetic. Group hetero-exporter.fleet
+(issue 28) records the fleet health SLI (healthy devices over expected devices, per vendor and
+cluster-wide) and alerts on one fault code seen on many nodes at once (a rollout, not hardware);
+FLEET_RULES below, docs/fleet-rules.md for operators.
 Unit tests for every rule are in alerts/tests/ (``promtool test rules``); tests/test_alerts.py runs
 them, and tests/test_prometheus_integration.py loads the rules into a real Prometheus.
 Every rule carries the labels ``severity`` (critical | warning) and ``component``, and the
@@ -41,6 +44,9 @@ ECC_WINDOW = "30m"
 STALE_SNAPSHOT_SECONDS = 60     # six cycles at the default 10 s interval
 UNATTRIBUTED_RATIO = 0.25       # of the device's memory, held by no reported process
 CERT_EXPIRY_DAYS = 7            # the served TLS certificate expires within this many days
+CORRELATED_NODES = 5            # the same fault code on this many nodes ...
+CORRELATION_WINDOW = "10m"      # ... within this window is a driver/firmware/software event
+CORRELATION_WINDOW_SECONDS = 600
 
 # Device identity for annotations, looked up when the alert fires (the expression itself does
 # not join, so an alert never vanishes because the info series is missing).
@@ -77,7 +83,9 @@ DEVICE_RULES = [
                      f"{N.HEALTH_REASON.name} gives the fault code and reason.",
          runbook="Check the node's AcceleratorUnhealthy condition and events (kubectl describe node) for "
                  "the fault code. Drain the workloads on the device, then reset the device or reboot the "
-                 "node; if the fault returns, open a hardware case with the device serial/uuid."),
+                 "node; if the fault returns, open a hardware case with the device serial/uuid. If "
+                 "AcceleratorFaultOnManyNodes fires for the same vendor and code, the cause is a driver, "
+                 "firmware or software rollout: hold the hardware case and follow that alert."),
     Rule("AcceleratorFaultBurst",
          f"sum by (node, vendor, uuid) (increase({N.FAULT_EVENTS.name}[{FAULT_BURST_WINDOW}]))"
          f" >= {FAULT_BURST_EVENTS}", "warning",
@@ -86,7 +94,9 @@ DEVICE_RULES = [
                      f"in {FAULT_BURST_WINDOW}.",
          runbook=f"Look at {N.FAULT_EVENTS.name} by code on the Health and faults dashboard. Repeated "
                  "application faults point at the workload; repeated device or link faults point at the "
-                 "hardware: drain the device and reset it."),
+                 "hardware: drain the device and reset it. The same code on many nodes at once is a rollout, "
+                 "not hardware (AcceleratorFaultOnManyNodes, which inhibits this alert in "
+                 "alerts/alertmanager.example.yml)."),
     Rule("AcceleratorUncorrectableECC",
          # summed so that the counter's own severity label does not clash with the alert's; a vendor
          # whose tool counts per RAS block only (no aggregate) is read from its blocks, never both
@@ -289,8 +299,77 @@ FINOPS_RULES = [
            f"sum by (namespace) ({SHARE_COST} * {_ON} ({N.UTILIZATION.name} < bool {IDLE_UTILIZATION}))"),
 ]
 
+# --------------------------------------------------------------------------- fleet rules (issue 28)
+#
+# The fleet health SLI: healthy devices / expected devices, per vendor and over the whole cluster,
+# "one number for is my fleet good". Per node (the scrape's node label) and vendor:
+#   expected = max(devices_expected, devices_present): what the PCI bus shows, or what the tool shows
+#              where that is more or the PCI count is absent; a device on the bus that its tool does not
+#              report is expected and not healthy. max by node: an agent scraped twice (a rolling
+#              update) is counted once.
+#   healthy  = devices in health state ok (degraded, failed, unknown and missing are not), each uuid
+#              once, capped at expected (partition children, MIG instances, carry health series of
+#              their own and no label tells them apart here: the cap keeps the ratio at most 1), 0
+#              where none is ok.
+# Then sum over nodes; a vendor (or a cluster) with no expected device has no SLI rather than NaN.
+
+EXPECTED, PRESENT = N.DEVICES_EXPECTED.name, N.DEVICES_PRESENT.name
+NODE_EXPECTED = Record("node_vendor", "devices_expected", "max",
+                       f"max by (node, vendor) (({EXPECTED} >= {PRESENT}) or {PRESENT} or {EXPECTED})")
+_OK = f"count by (node, vendor) (max by (node, vendor, uuid) ({N.HEALTH_STATUS.name}{{state=\"ok\"}}) == 1)"
+NODE_HEALTHY = Record("node_vendor", "devices_healthy", "count",
+                      f"({_OK} <= {NODE_EXPECTED.record}) or ({NODE_EXPECTED.record} < {_OK})"
+                      f" or (0 * {NODE_EXPECTED.record})")
+VENDOR_SLI = Record("vendor", "devices_healthy", "ratio",
+                    f"sum by (vendor) ({NODE_HEALTHY.record}) / (sum by (vendor) ({NODE_EXPECTED.record}) > 0)")
+CLUSTER_SLI = Record("cluster", "devices_healthy", "ratio",
+                     f"sum({NODE_HEALTHY.record}) / (sum({NODE_EXPECTED.record}) > 0)")
+
+
+def recent_faults(*matchers: str, window: str = CORRELATION_WINDOW,
+                  seconds: int = CORRELATION_WINDOW_SECONDS) -> str:
+    """The fault series (one per device and code) with an event within the window: the latest
+    event's timestamp is that recent (this sees a code's first event too, whose counter series
+    starts at 1 and so has no increase), or the counter grew."""
+    m = "{%s}" % ", ".join(matchers) if matchers else ""
+    return (f"time() - {N.FAULT_LAST.name}{m} <= {seconds}"
+            f" or increase({N.FAULT_EVENTS.name}{m}[{window}]) > 0")
+
+
+# Annotation lookups for one vendor and code (Go template printf arguments: vendor, code, vendor, code).
+_RECENT_FOR_CODE = recent_faults("vendor=%q", "code=%q").replace('"', '\\"')  # inside a Go string
+_ARGS = "$labels.vendor $labels.code $labels.vendor $labels.code"
+AFFECTED_NODES = (f'{{{{ range $i, $s := printf "topk(10, count by (node) ({_RECENT_FOR_CODE}))" {_ARGS}'
+                  ' | query | sortByLabel "node" }}{{ if $i }}, {{ end }}{{ $s.Labels.node }}{{ end }}')
+AFFECTED_DRIVERS = (f'{{{{ range $i, $s := printf "count by (driver_version) ({N.DEVICE_INFO.name}'
+                    f' and on(node, uuid) ({_RECENT_FOR_CODE}))" {_ARGS}'
+                    ' | query | sortByLabel "driver_version" }}{{ if $i }}, {{ end }}'
+                    '{{ $s.Labels.driver_version }}: {{ $s.Value }}{{ else }}unknown{{ end }}')
+
+FAULT_ON_MANY_NODES = Rule(
+    "AcceleratorFaultOnManyNodes",
+    f"count by (vendor, code) (count by (node, vendor, code) ({recent_faults()})) >= {CORRELATED_NODES}",
+    "warning",
+    summary="{{ $labels.vendor }} fault {{ $labels.code }} on {{ $value | printf \"%.0f\" }} nodes within "
+            f"{CORRELATION_WINDOW}: likely a driver, firmware or software rollout, not hardware",
+    description="The same {{ $labels.vendor }} fault code {{ $labels.code }} was reported on "
+                "{{ $value | printf \"%.0f\" }} nodes within "
+                f"{CORRELATION_WINDOW} (threshold {CORRELATED_NODES} nodes). That is most likely a driver, firmware "
+                "or software rollout event (or one workload spread over those nodes), not "
+                "{{ $value | printf \"%.0f\" }} broken devices. Nodes (at most 10): "
+                f"{AFFECTED_NODES}. Affected devices by driver version: {AFFECTED_DRIVERS}.",
+    runbook="Do not open hardware cases for these devices yet. Find what changed on these nodes in the last hour: "
+            "driver or firmware version (compare driver_version on the Fleet overview), node image or kernel, "
+            "device plugin or operator rollout, a new CUDA/ROCm/CANN in a widely used container image, or one "
+            "job spread over the nodes. Pause or roll back that change and look the code up in the vendor's "
+            "release notes. Per-device fault bursts of this vendor are inhibited while this fires; failed "
+            "devices still page and stay tainted: they are out of service whatever the cause.")
+
+FLEET_RULES = [NODE_EXPECTED, NODE_HEALTHY, VENDOR_SLI, CLUSTER_SLI, FAULT_ON_MANY_NODES]
+
 GROUPS = [("hetero-exporter.devices", DEVICE_RULES), ("hetero-exporter.nodes", NODE_RULES),
-          ("hetero-exporter.agent", AGENT_RULES), ("hetero-exporter.finops", FINOPS_RULES)]
+          ("hetero-exporter.agent", AGENT_RULES), ("hetero-exporter.finops", FINOPS_RULES),
+          ("hetero-exporter.fleet", FLEET_RULES)]
 ALL_RULES = [r for _, rules in GROUPS for r in rules if isinstance(r, Rule)]  # the alerts
 RECORDING_RULES = [r for _, rules in GROUPS for r in rules if isinstance(r, Record)]
 

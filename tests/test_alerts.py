@@ -1,9 +1,12 @@
 """Alert rules (alerts/): generated from alerts/rules.py, valid for promtool, each covered by a
 promtool unit test that fires and one that stays quiet, metric names known; the example
-Alertmanager config passes amtool and routes critical alerts to on-call."""
+Alertmanager config passes amtool and routes critical alerts to on-call. The fleet rules (issue 28:
+the health SLI, the cross-node fault correlation) have unit tests that fail against a changed rule,
+and the fleet overview dashboard computes the same SLI as the recording rules."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -54,7 +57,7 @@ def test_the_issue_s_alerts_are_all_there():
     assert {"AcceleratorDeviceFailed", "AcceleratorFaultBurst", "AcceleratorDeviceMissing",
             "AcceleratorCollectorDown", "AcceleratorSnapshotStale", "AcceleratorUncorrectableECC",
             "AcceleratorThermal", "AcceleratorUnattributedMemoryHigh",
-            "AcceleratorTaintBudgetExhausted"} <= names
+            "AcceleratorTaintBudgetExhausted", "AcceleratorFaultOnManyNodes"} <= names
 
 
 def test_metric_names_in_rules_and_unit_tests_exist_in_names_py():
@@ -135,6 +138,7 @@ def test_amtool_check_config():
     ("AcceleratorDeviceMissing", "accelerator-oncall"),
     ("AcceleratorThermal", "accelerator-team"),
     ("AcceleratorCollectorDown", "accelerator-team"),
+    ("AcceleratorFaultOnManyNodes", "accelerator-team"),
 ])
 def test_alertmanager_routes_by_the_rule_s_severity(alert, receiver):
     amtool = require_tool("amtool")
@@ -154,3 +158,94 @@ def test_inhibit_rules_name_existing_alerts():
             value = m.split("=", 1)[1].strip('~"')
             mentioned |= set(value.split("|"))
     assert mentioned and mentioned <= names
+
+
+# --------------------------------------------------------------------------- fleet rules (issue 28)
+
+FLEET_TEST = ALERTS / "tests" / "fleet_health.test.yml"
+CORRELATION_TEST = ALERTS / "tests" / "fault_on_many_nodes.test.yml"
+
+
+def test_the_correlation_is_five_nodes_within_ten_minutes():
+    assert (rules.CORRELATED_NODES, rules.CORRELATION_WINDOW, rules.CORRELATION_WINDOW_SECONDS) == (5, "10m", 600)
+    rule = next(r for r in rules.ALL_RULES if r.alert == "AcceleratorFaultOnManyNodes")
+    assert rule.expr.endswith(">= 5") and "<= 600" in rule.expr and "[10m]" in rule.expr
+    text = rule.summary + rule.description
+    assert "{{ $labels.code }}" in text and "{{ $labels.vendor }}" in text
+    assert "driver, firmware or software rollout" in text and "not {{" in rule.description
+
+
+def test_the_correlation_inhibits_fault_bursts_of_its_vendor_but_never_a_failed_device():
+    doc = yaml.safe_load(AM_CONFIG.read_text())
+    by_source = [r for r in doc["inhibit_rules"] if r["source_matchers"] == ['alertname="AcceleratorFaultOnManyNodes"']]
+    assert by_source == [{"source_matchers": ['alertname="AcceleratorFaultOnManyNodes"'],
+                          "target_matchers": ['alertname="AcceleratorFaultBurst"'], "equal": ["vendor"]}]
+
+
+def _mutations():
+    """(id, text in the generated rule file, its replacement, the unit test file that must fail)."""
+    r = rules
+    expected = f"(({r.EXPECTED} >= {r.PRESENT}) or {r.PRESENT} or {r.EXPECTED})"
+    recent_counter = f" or increase({r.N.FAULT_EVENTS.name}[{r.CORRELATION_WINDOW}]) > 0"
+    return [
+        ("four nodes are enough", "> 0)) >= 5", "> 0)) >= 4", CORRELATION_TEST),
+        ("a 15 minute window", "<= 600", "<= 900", CORRELATION_TEST),
+        ("devices counted, not nodes", "count by (node, vendor, code) (", "count by (uuid, vendor, code) (",
+         CORRELATION_TEST),
+        ("the counter ignored", recent_counter, "", CORRELATION_TEST),
+        ("degraded counted as healthy", 'state="ok"', 'state=~"ok|degraded"', FLEET_TEST),
+        ("NaN where nothing is expected", f"(sum by (vendor) ({r.NODE_EXPECTED.record}) > 0)",
+         f"(sum by (vendor) ({r.NODE_EXPECTED.record}))", FLEET_TEST),
+        ("NaN for an empty fleet", f"(sum({r.NODE_EXPECTED.record}) > 0)", f"(sum({r.NODE_EXPECTED.record}))",
+         FLEET_TEST),
+        ("expected from the bus only", expected, f"({r.EXPECTED})", FLEET_TEST),
+        ("healthy not capped", r.NODE_HEALTHY.expr, f"{r._OK} or (0 * {r.NODE_EXPECTED.record})", FLEET_TEST),
+        ("no healthy device: absent, not 0", f" or (0 * {r.NODE_EXPECTED.record})", "", FLEET_TEST),
+    ]
+
+
+@pytest.mark.parametrize("old, new, test_file", [m[1:] for m in _mutations()], ids=[m[0] for m in _mutations()])
+def test_fleet_unit_tests_fail_against_a_changed_rule(tmp_path, old, new, test_file):
+    """Each part of the fleet rules is pinned by an assertion of their promtool tests."""
+    promtool = require_tool("promtool")
+    shutil.copytree(ALERTS, tmp_path / "alerts")
+    changed = tmp_path / "alerts" / rules.RULES_FILE.name
+    text = changed.read_text()
+    assert old in text
+    changed.write_text(text.replace(old, new))
+    res = run(promtool, "test", "rules", f"tests/{test_file.name}", cwd=tmp_path / "alerts")
+    out = res.stdout + res.stderr
+    # an expectation that failed, not a rule file that no longer loads
+    assert res.returncode != 0 and "FAILED" in out and "exp:" in out and "could not parse" not in out, out
+
+
+def _panel_expr(title: str) -> str:
+    dash = json.loads((ROOT / "dashboards" / "json" / "fleet-overview.json").read_text())
+    panel = next(p for p in dash["panels"] if p["title"] == title)
+    return re.sub(r"\$\{?(\w+)\}?", ".*", panel["targets"][0]["expr"])  # Grafana's "All"
+
+
+def test_the_fleet_dashboard_computes_what_the_rules_record(tmp_path):
+    """The fleet overview's SLI panels (raw series, so that the variables filter them) give the
+    recording rules' values on the inputs of fleet_health.test.yml, and its correlation panel counts
+    the nodes AcceleratorFaultOnManyNodes counts."""
+    promtool = require_tool("promtool")
+    panel_for = {rules.VENDOR_SLI.record: _panel_expr("Healthy share by vendor"),
+                 rules.CLUSTER_SLI.record: _panel_expr("Healthy share")}
+    tests = []
+    for t in yaml.safe_load(FLEET_TEST.read_text())["tests"]:
+        cases = [{"expr": panel_for[c["expr"]], "eval_time": c["eval_time"],
+                  "exp_samples": [{"labels": s["labels"].replace(c["expr"], "") or "{}", "value": s["value"]}
+                                  for s in c["exp_samples"]]}
+                 for c in t["promql_expr_test"] if c["expr"] in panel_for]
+        assert cases
+        tests.append({"interval": t["interval"], "input_series": t["input_series"], "promql_expr_test": cases})
+    firing = yaml.safe_load(CORRELATION_TEST.read_text())["tests"][0]
+    tests.append({"interval": firing["interval"], "input_series": firing["input_series"], "promql_expr_test": [
+        {"expr": _panel_expr("Nodes per fault code (10 min)"), "eval_time": "9m",
+         "exp_samples": [{"labels": '{vendor="nvidia", code="119"}', "value": 5},
+                         {"labels": '{vendor="nvidia", code="13"}', "value": 1}]}]})
+    path = tmp_path / "dashboard.test.yml"
+    path.write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m", "tests": tests}))
+    res = run(promtool, "test", "rules", str(path))
+    assert res.returncode == 0, res.stdout + res.stderr
