@@ -43,7 +43,7 @@ KERNEL_LOG_PARSE_LIMIT = 1 << 30  # bytes `parse kernel-log` reads (streamed: me
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="YAML config file (see README: Configuration)")
+    p.add_argument("--config", metavar="FILE", help="YAML config file (see docs/install.md: Configuration)")
     p.add_argument("--simulate", nargs="?", const="default", metavar="SCENARIO",
                    help="run on a simulated node: a built-in scenario name or a scenario file "
                         "(default: the built-in 'default')")

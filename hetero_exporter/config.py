@@ -9,13 +9,13 @@ Example (every key optional)::
     sysfs_root: /sys        # PCI enumeration (a host mount in a container)
     proc_root: /proc        # process attribution (hostPID)
     host_root: /host/root   # the host's / (DaemonSet mount): vendor tools and driver libraries;
-                            # else --host-root (wins), else $HOST_ROOT (README: Vendor tools from the host)
+                            # else --host-root (wins), else $HOST_ROOT (docs/troubleshooting.md: vendor tools from the host)
     host_exec: ld_library_path   # or chroot: how a tool of the host root runs (sdk/host_tools.py)
     collectors:
-      <collector>: {enabled: true, timeout: 5}   # a collector's name (``list-collectors``)
+      <collector>: {enabled: true, timeout: 5}   # a collector's name (`run --help` lists them)
       <other>: {enabled: false}
     health: {mode: observe}  # observe | dry-run | enforce; see the health section of README
-    kernel_log:             # the kernel log as a health source (README: Kernel log)
+    kernel_log:             # the kernel log as a health source (docs/health.md: Kernel log)
       enabled: true         # false: not followed
       path: /dev/kmsg       # or a text log followed like tail -F (/var/log/kern.log)
       state_dir: /var/lib/hetero-exporter   # cursor + boot id (a restart neither replays nor misses), device identities
@@ -29,7 +29,7 @@ Example (every key optional)::
       socket: /var/run/nvsentinel.sock   # its platform connector (any key turns the bridge on; enabled: false off)
       timeout: 5            # seconds per send; retry_min_seconds: 1 .. retry_max_seconds: 60 while it is down
       max_outbox: 1024      # unsent events kept (in kernel_log.state_dir); the oldest dropped beyond
-    finops:                 # prices for accelerator_price_per_hour (README: FinOps)
+    finops:                 # prices for accelerator_price_per_hour (docs/cost.md)
       currency: USD
       reference: A100-SXM4-80GB   # a profile model; it must have a price below
       prices:               # profile model -> price per device-hour; an EXAMPLE, override it
@@ -276,7 +276,7 @@ OTLP: dict[str, Check] = {
 
 
 def _otlp(path: str, value: Any) -> dict:
-    """``otlp`` (opt-in): where and how the OTLP metrics exporter sends (README: OpenTelemetry)."""
+    """``otlp`` (opt-in): where and how the OTLP metrics exporter sends (docs/opentelemetry.md)."""
     doc = _section(path, value, OTLP)
     if "endpoint" not in doc:
         raise ValidationError(v.join(path, "endpoint"), "missing", "the OTLP receiver, e.g. http://otel-collector:4318")

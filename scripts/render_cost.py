@@ -1,5 +1,5 @@
 """Render the cost dashboard's main panels to a PNG, from real Prometheus data of the simulated
-node (README's "Cost (FinOps)" section shows the result), as scripts/render_overview.py does for
+node (docs/cost.md shows the result), as scripts/render_overview.py does for
 the fleet overview.
 
     python scripts/render_cost.py [--seconds 120] [--interval 3] [--out docs/img/cost.png]

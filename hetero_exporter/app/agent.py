@@ -85,7 +85,7 @@ class Agent:
             interval=options.interval, log_format=options.log_format, kubeconfig=options.kubeconfig,
             listen=options.listen)
         settings = Settings.parse(cfg, health_mode=options.health_mode, kernel_log=options.kernel_log)
-        # vendor tools, driver libraries and runtime version files of the host (README: Vendor
+        # vendor tools, driver libraries and runtime version files of the host (docs/troubleshooting.md: Vendor
         # tools from the host); checked even when simulating, so a bad mount fails on any run
         host_root = config_mod.host_root(options.host_root, cfg)
         env = environment.choose(settings, simulate=options.simulate, simulate_if_absent=options.simulate_if_absent,
@@ -235,7 +235,7 @@ class Agent:
             out.append(kernel_log)
         return out
 
-    # ---- the kernel log as a health source (README: Kernel log)
+    # ---- the kernel log as a health source (docs/health.md: Kernel log)
 
     def kernel_log_faults(self, policy: Any) -> Any:
         """The follower (its own thread; the first read done before the first cycle) and the
@@ -279,7 +279,7 @@ class Agent:
         log.info("pod cache on", extra={"source": cluster.source, "node": self.node})
         return self._pod_cache
 
-    # ---- process -> pod attribution (README: Attribution)
+    # ---- process -> pod attribution (docs/metrics-guide.md: Attribution)
 
     def attribution(self) -> Any:
         """The source naming each device process's pod, over the environment's inputs."""
@@ -310,7 +310,7 @@ class Agent:
                                     timeout=timeout, extra_vendors=dict(a.resources), clock=self.clock)
         return self.services.start("podresources", lambda: poller.start(wait_first=timeout), poller.close)
 
-    # ---- the health loop (README: Health and Kubernetes)
+    # ---- the health loop (docs/health.md)
 
     def health_loop(self, metrics_registry: Any) -> Any:
         """The health loop over the sampler's verdicts (made once, not started); its metrics go

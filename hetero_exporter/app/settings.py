@@ -27,7 +27,7 @@ def _typed(cls: type, raw: Mapping[str, Any], **changes: Any) -> Any:
 
 @dataclass(frozen=True)
 class KernelLogSettings:
-    """``kernel_log``: the kernel log as a health source (README: Kernel log)."""
+    """``kernel_log``: the kernel log as a health source (docs/health.md: Kernel log)."""
 
     enabled: bool = True
     path: Optional[str] = None  # None or /dev/kmsg: the kmsg device; "syslog"; else a text file
@@ -50,7 +50,7 @@ class KernelLogSettings:
 
 @dataclass(frozen=True)
 class AttributionSettings:
-    """``attribution``: process -> container -> pod (README: Attribution)."""
+    """``attribution``: process -> container -> pod (docs/metrics-guide.md: Attribution)."""
 
     proc_root: Optional[str] = None  # None: the config's top-level proc_root
     pod_cache: bool = True  # watch this node's pods when Kubernetes is configured
@@ -91,7 +91,7 @@ class OtlpTlsSettings:
 
 @dataclass(frozen=True)
 class OtlpSettings:
-    """``otlp`` (opt-in): the OTLP metrics exporter (README: OpenTelemetry)."""
+    """``otlp`` (opt-in): the OTLP metrics exporter (docs/opentelemetry.md)."""
 
     endpoint: str
     protocol: str = "grpc"  # grpc (port 4317) | http (protobuf over HTTP, port 4318, path /v1/metrics)

@@ -1,6 +1,6 @@
 """The scheduler extender's own ``/metrics`` (a registry of its own, not the agent's exposition).
 
-Families (README: Scheduler extender):
+Families (docs/scheduling.md):
 
 - ``accelerator_extender_requests_total{verb,code}``: calls answered, by verb (``filter``,
   ``prioritize``, ``explain``) and HTTP status code.

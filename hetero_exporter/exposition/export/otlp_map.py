@@ -6,7 +6,7 @@ Pure (no OpenTelemetry import): ``points(snapshot)`` builds the same families a 
 - where the hardware semantic conventions have a metric (``hw.gpu.utilization``,
   ``hw.gpu.memory.usage``/``.limit``/``.utilization``, ``hw.gpu.io``, ``hw.power``, ``hw.energy``,
   ``hw.temperature``, ``hw.errors``, ``hw.status``), that name, its instrument kind, unit and
-  attribute names (``HW``; README: OpenTelemetry has the table);
+  attribute names (``HW``; docs/opentelemetry.md has the table);
 - every other family as ``accelerator.<family>`` without the ``accelerator_`` prefix and the
   unit suffix (``accelerator_fan_speed_ratio`` -> ``accelerator.fan_speed``, unit ``1``).
 

@@ -1,4 +1,4 @@
-"""The remedy's settings: the ``health:`` section of the agent config (README: Health and
+"""The remedy's settings: the ``health:`` section of the agent config (docs/health.md: Health and
 Kubernetes), checked key by key with one line naming the key (hetero_exporter/validate.py)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ DNS_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 
 @dataclass(frozen=True)
 class RemedyConfig:
-    """``health:`` section of the agent config (see README: Health and Kubernetes)."""
+    """``health:`` section of the agent config (see docs/health.md)."""
 
     mode: str = "observe"
     domain: str = DEFAULT_DOMAIN
