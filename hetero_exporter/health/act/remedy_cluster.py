@@ -195,7 +195,7 @@ class ClusterSide:
             return
         self.metrics.action("nodefeature", "ok")
         log.info("health: NodeFeature written", extra={"node": self.node, "what": what, "namespace": nf.namespace,
-                                                        "name": nf.name, "labels": len(nf.labels)})
+                                                        "object": nf.name, "labels": len(nf.labels)})
 
     def _apply_rules(self, dt: Any, done: Applied) -> None:
         dra = self._dra
