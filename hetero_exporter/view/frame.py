@@ -86,7 +86,7 @@ class CollectorLine:
 class Frame:
     node: str
     age: Optional[float]  # seconds since the snapshot was taken; None: no snapshot yet
-    drivers: tuple[tuple[str, str], ...]  # (vendor, driver versions)
+    drivers: tuple[tuple[str, str], ...]  # (vendor, "driver versions / runtime versions")
     collectors: tuple[CollectorLine, ...]
     devices: tuple[DeviceRow, ...]
     processes: tuple[ProcessRow, ...]
@@ -186,11 +186,22 @@ def _process_rows(snap: NodeSnapshot, state: ViewState) -> list[ProcessRow]:
 
 
 def _drivers(snap: NodeSnapshot) -> tuple[tuple[str, str], ...]:
-    seen: dict[str, set[str]] = {}
+    """Per vendor: its driver versions and, after a slash, its runtime versions (CUDA, CANN, ...)."""
+    drivers: dict[str, set[str]] = {}
+    runtimes: dict[str, set[str]] = {}
     for d in snap.devices:
-        if d.identity.driver_version:
-            seen.setdefault(d.identity.vendor, set()).add(d.identity.driver_version)
-    return tuple((v, ", ".join(sorted(vs))) for v, vs in sorted(seen.items()))
+        i = d.identity
+        if i.driver_version:
+            drivers.setdefault(i.vendor, set()).add(i.driver_version)
+        if i.runtime_version:
+            runtimes.setdefault(i.vendor, set()).add(i.runtime_version)
+    out = []
+    for vendor in sorted(set(drivers) | set(runtimes)):
+        text = ", ".join(sorted(drivers.get(vendor, ()))) or "-"
+        if vendor in runtimes:
+            text += " / " + ", ".join(sorted(runtimes[vendor]))
+        out.append((vendor, text))
+    return tuple(out)
 
 
 def build(snap: Optional[NodeSnapshot], state: ViewState, now: float, message: str = "") -> Frame:

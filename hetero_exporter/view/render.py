@@ -117,27 +117,39 @@ def _table(columns: list, rows: list, width: int) -> Table:
     return t
 
 
-def _header(f: Frame) -> list[RenderableType]:
+def _packed(label: str, items: list[tuple[str, str]], width: int) -> list[Text]:
+    """``label item  item  ...`` on as many lines as ``width`` needs, never breaking an item."""
+    lines: list[Text] = []
+    line = Text(label)
+    for text, style in items:
+        if line.cell_len + 2 + len(text) > width and line.cell_len > len(label):
+            lines.append(line)
+            line = Text(" " * len(label))
+        elif line.cell_len > len(label):
+            line.append("  ")
+        line.append(text, style)
+    lines.append(line)
+    return lines
+
+
+def _header(f: Frame, width: int) -> list[RenderableType]:
     age = "no snapshot" if f.age is None else f"snapshot {f.age:.1f}s old"
     lines = [Text.assemble(("hetero-exporter top", "bold"), f"  node {f.node or '-'}  {age}"),
              Text.assemble(f"sort {f.state.sort}  vendor {f.state.vendor or 'all'}  ", (KEYS, "dim"))]
     if f.message:
         lines.append(Text(f.message, "bold yellow"))
     if f.drivers:
-        lines.append(Text("drivers  " + "  ".join(f"{v} {ver}" for v, ver in f.drivers)))
+        lines += _packed("driver / runtime  ", [(f"{v} {ver}", "") for v, ver in f.drivers], width)
     if f.collectors:
-        ok = [c for c in f.collectors if c.state == "ok"]
-        parts: list = [f"collectors  {len(ok)} ok"]
-        for c in f.collectors:
-            if c.state != "ok":
-                parts += ["  ", (f"{c.name} {c.state}", STATE_STYLES.get(c.state, ""))]
-        lines.append(Text.assemble(*parts))
+        ok = sum(1 for c in f.collectors if c.state == "ok")
+        failing = [(f"{c.name} {c.state}", STATE_STYLES.get(c.state, "")) for c in f.collectors if c.state != "ok"]
+        lines += _packed("collectors  ", [(f"{ok} ok", "")] + failing, width)
     return lines
 
 
 def render(f: Frame, width: int) -> Group:
     """The whole frame: header, device table, process table (when shown and there are any)."""
-    parts: list[RenderableType] = [*_header(f)]
+    parts: list[RenderableType] = [*_header(f, width)]
     if f.devices:
         parts.append(_table(fit(DEVICE_COLUMNS, list(f.devices), width), list(f.devices), width))
     elif f.age is not None:
