@@ -219,3 +219,53 @@ def test_the_poller_keeps_the_last_snapshot_and_says_why_it_is_old():
 def test_no_snapshot_yet_is_said():
     text = _text(None, 100, message="connecting to http://agent:9400/snapshot")
     assert "connecting to http://agent:9400/snapshot" in text and "VENDOR" not in text
+
+
+def test_the_live_view_on_a_terminal_takes_keys_and_gives_the_screen_back():
+    """On a pseudo-terminal: the alternate screen is entered and left, s / v / p change the
+    header, q quits with status 0."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "hetero_exporter", "top", "--simulate",
+                             str(SCENARIOS / "top-failed-and-mig.yaml"), "--interval", "1"],
+                            stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+                            env={**os.environ, "TERM": "xterm-256color"})
+    os.close(slave)
+    out = bytearray()
+
+    def until(text: bytes, limit: float = 60.0) -> None:  # a bound, not a speed claim
+        end = time.monotonic() + limit
+        while text not in out:
+            assert time.monotonic() < end and proc.poll() is None, f"never showed {text!r}"
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    out.extend(os.read(master, 65536))
+                except OSError:
+                    return
+    try:
+        until(b"H100-SXM5-80GB")  # the first snapshot is in (before it, there is no vendor to filter by)
+        os.write(master, b"s")
+        until(b"sort util")
+        os.write(master, b"v")
+        until(b"vendor nvidia")
+        os.write(master, b"q")
+        assert proc.wait(30) == 0
+        while select.select([master], [], [], 0.5)[0]:  # what it wrote on its way out
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out.extend(chunk)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert b"\x1b[?1049h" in out and b"\x1b[?1049l" in out  # the alternate screen, entered and left
