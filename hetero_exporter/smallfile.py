@@ -1,4 +1,5 @@
-"""Reading a small file that someone else may have replaced: a regular file only, size-capped.
+"""Reading a small file that someone else may have replaced: a regular file only, size-capped;
+and writing one so that a reader never sees half of it (``write_atomically``).
 
 A state file, a certificate or a cursor lives on a host path or a mounted Secret; swapped for a
 FIFO it must not hang the reader, pointed at /dev/zero it must not fill memory. Opened
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from typing import Callable, Optional
 
 
@@ -43,3 +45,23 @@ def read_regular(path: str, limit: int, *, follow_links: bool = True,
     if size > limit:
         raise ValueError(f"over {limit} bytes")
     return b"".join(chunks)
+
+
+def write_atomically(path: str, data: bytes, prefix: str = ".state-") -> None:
+    """``data`` at ``path`` (mode 0600, its folder 0700 if made) through a temporary file beside
+    it, fsync'd, then renamed over it; OSError as raised, the temporary file removed."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

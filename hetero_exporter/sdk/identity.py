@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import stat
-import tempfile
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -295,18 +294,4 @@ def _read(path: str) -> tuple[list[DeviceIdentity], Optional[str], Optional[str]
 
 def _write_atomically(path: str, data: bytes) -> None:
     """``data`` at ``path`` (mode 0600) through a temporary file and a rename."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".identities-", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    smallfile.write_atomically(path, data, prefix=".identities-")

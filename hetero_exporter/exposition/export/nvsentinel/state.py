@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 from typing import Any, Optional
 
 from hetero_exporter import smallfile
@@ -47,18 +46,4 @@ def load(path: str) -> Optional[Any]:
 def save(path: str, doc: Any) -> None:
     """``doc`` as JSON at ``path`` through a temporary file and a rename; OSError as raised."""
     data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".nvsentinel-", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    smallfile.write_atomically(path, data, prefix=".nvsentinel-")
