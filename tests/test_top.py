@@ -235,7 +235,7 @@ def test_the_live_view_on_a_terminal_takes_keys_and_gives_the_screen_back():
     proc = subprocess.Popen([sys.executable, "-m", "hetero_exporter", "top", "--simulate",
                              str(SCENARIOS / "top-failed-and-mig.yaml"), "--interval", "1"],
                             stdin=slave, stdout=slave, stderr=slave, close_fds=True,
-                            env={**os.environ, "TERM": "xterm-256color"})
+                            env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"})
     os.close(slave)
     out = bytearray()
 
@@ -249,7 +249,7 @@ def test_the_live_view_on_a_terminal_takes_keys_and_gives_the_screen_back():
                 except OSError:
                     return
     try:
-        until(b"H100-SXM5-80GB")  # the first snapshot is in (before it, there is no vendor to filter by)
+        until(b"collectors  1 ok")  # the first snapshot is in (before it, there is no vendor to filter by)
         os.write(master, b"s")
         until(b"sort util")
         os.write(master, b"v")
