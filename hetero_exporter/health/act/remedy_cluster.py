@@ -48,6 +48,34 @@ class Applied:
     errors: list[str] = field(default_factory=list)
 
 
+class _ServedProbe:
+    """Whether the cluster serves an optional API (DRA, NFD's NodeFeature): asked once, then
+    again every ``every`` seconds while it is not (an upgrade may add it); said once per reason."""
+
+    def __init__(self, served: Callable[[], str], every: float, clock: Callable[[], float], node: str, what: str,
+                 off_message: str, level: int) -> None:
+        self._served, self._every, self._clock, self._node = served, every, clock, node
+        self._what, self._off_message, self._level = what, off_message, level
+        self._off: Optional[str] = None  # why it is off ("" served); None: not asked yet
+        self._asked = float("-inf")
+
+    def __call__(self) -> bool:
+        now = self._clock()
+        if self._off == "" or (self._off is not None and now - self._asked < self._every):
+            return self._off == ""
+        try:
+            why = self._served()
+        except K8sError as e:
+            log.warning(f"health: cannot ask whether the cluster serves {self._what}", extra={"error": str(e)})
+            return False
+        self._asked = now
+        if why and self._off != why:
+            log.log(self._level, self._off_message, extra={"node": self._node, "reason": why})
+        self._off = why or ""
+        return not why
+
+
+
 class ClusterSide:
     """Reads and writes of one node's per-device and per-pod signals."""
 
@@ -63,12 +91,14 @@ class ClusterSide:
         self._failed_pods = failed_pods
         self._dra = Dra(cluster) if cfg.device_taints else None
         self._pods = PodWrites(cluster)
-        self._dra_off: Optional[str] = None  # why DRA is off ("" served); None: not probed yet
-        self._dra_probed = float("-inf")
+        self._dra_served = None if self._dra is None else _ServedProbe(
+            self._dra.served, DRA_PROBE_SECONDS, clock, node, "DRA", "device taints off: the cluster does not serve "
+            "DRA; the node taint, condition and pod signals work without it", logging.INFO)
         # nodefeature mode: the NodeFeature of this node in the agent's namespace
         self._nf = NodeFeatures(cluster, nodefeature_namespace or cfg.nodefeature_home()) if cfg.nodefeature else None
-        self._nf_off: Optional[str] = None  # why the NodeFeature API is off ("" served); None: not probed yet
-        self._nf_probed = float("-inf")
+        self._nf_served = None if self._nf is None else _ServedProbe(
+            self._nf.served, NFD_PROBE_SECONDS, clock, node, "NodeFeature", "inventory labels not published: "
+            "nodefeature mode, and the cluster does not serve NFD's NodeFeature", logging.WARNING)
         self._rules_known: Optional[bool] = None  # did the last listing find rules of ours
         self._uids: dict[str, str] = {}
         self._nodes_of: dict[str, str] = {}  # "ns/name" -> spec.nodeName as the API server said
@@ -99,21 +129,7 @@ class ClusterSide:
         """This node's NodeFeature as read (nodefeature mode); None when the API is not served or
         the read failed (then nothing is planned for it, and no Node label of ours is removed)."""
         nf = self._nf
-        if nf is None or self.cfg.mode == "observe":
-            return None
-        now = self._clock()
-        if self._nf_off is None or (self._nf_off and now - self._nf_probed >= NFD_PROBE_SECONDS):
-            try:
-                why = nf.served()
-            except K8sError as e:
-                log.warning("health: cannot ask whether the cluster serves NodeFeature", extra={"error": str(e)})
-                return None
-            self._nf_probed = now
-            if why and self._nf_off != why:
-                log.warning("inventory labels not published: nodefeature mode, and the cluster does not serve "
-                            "NFD's NodeFeature", extra={"node": self.node, "reason": why})
-            self._nf_off = why or ""
-        if self._nf_off:
+        if nf is None or self._nf_served is None or self.cfg.mode == "observe" or not self._nf_served():
             return None
         try:
             return NodeFeatureRead(nf.namespace, nf.get(object_name(self.node)))
@@ -122,26 +138,10 @@ class ClusterSide:
                         extra={"node": self.node, "namespace": nf.namespace, "error": str(e)})
             return None
 
-    def _dra_served(self) -> bool:
-        now = self._clock()
-        if self._dra_off is not None and (self._dra_off == "" or now - self._dra_probed < DRA_PROBE_SECONDS):
-            return self._dra_off == ""
-        try:
-            why = self._dra.served()  # type: ignore[union-attr]
-        except K8sError as e:
-            log.warning("health: cannot ask whether the cluster serves DRA", extra={"error": str(e)})
-            return False
-        self._dra_probed = now
-        if why and self._dra_off != why:
-            log.info("device taints off: the cluster does not serve DRA; the node taint, condition and "
-                     "pod signals work without it", extra={"node": self.node, "reason": why})
-        self._dra_off = why or ""
-        return not why
-
     def _device_side(self, failing: bool) -> tuple[Optional[tuple], tuple]:
         if self._dra is None or self.cfg.mode == "observe" or not (failing or self._rules_known is not False):
             return None, ()
-        if not self._dra_served():
+        if self._dra_served is None or not self._dra_served():
             return None, ()
         try:
             rules = tuple(self._dra.rules(f"{MANAGED_BY},{Keys(self.cfg.domain).node}={label_value(self.node)}"))
