@@ -438,3 +438,59 @@ def test_old_topology_json_disabled_access_is_no_link_but_pcie_enabled_is():
         d["link_accessibility"] = {k: "ENABLED" for k in d["link_accessibility"]}
     a, b = amd_smi.parse_any(json.dumps(doc)).devices
     assert [(x.peer, x.type) for x in a.links] == [(b.identity.uuid, "pcie-hostbridge")]
+
+
+# --------------------------------------------------------------------------- hostile process CSV (issue 35, item 11)
+CSV_HEAD = "gpu,name,pid,gtt_mem,cpu_mem,vram_mem,mem_usage,gfx,enc\n"
+DIGITS_5000 = "9" * 5000  # past int()'s 4,300-digit limit for a string
+_cell = st.one_of(st.text(max_size=12), st.integers(0, 10**25).map(str),
+                  st.integers(4200, 5200).map(lambda n: "1" * n),  # int() refuses past 4,300 digits
+                  st.integers(131_000, 140_000).map(lambda n: '"' + "x" * n + '"'))  # csv's field limit: 131,072
+
+
+@pytest.mark.parametrize("row", [
+    f'0,"{"x" * 200_000}",12,0,0,0,0,0,0',  # csv.Error: field larger than field limit
+    f"0,x,{DIGITS_5000},0,0,0,0,0,0",  # int(pid): Exceeds the limit (4300 digits)
+    f"{DIGITS_5000},x,12,0,0,0,0,0,0",
+    f"0,x,12,0,0,{DIGITS_5000},0,0,0",
+    "0,x,123456789012345678901234,0,0,0,0,0,0",  # a pid of 24 digits: no pid
+    "²,x,12,0,0,0,0,0,0",  # str.isdigit() says yes, int() says no
+])
+def test_a_hostile_process_csv_row_is_a_one_line_parse_error(row):
+    with pytest.raises(ParseError) as e:
+        amd_smi.parse_any(CSV_HEAD + row + "\n")
+    assert str(e.value).startswith("amd-smi") and "\n" not in str(e.value)
+
+
+def test_a_pid_past_int_limits_in_process_json_is_no_process():
+    doc = [{"gpu": 0, "process_list": [{"process_info": {"pid": DIGITS_5000, "name": "x"}},
+                                       {"process_info": {"pid": "42", "name": "ok"}}]}]
+    snap = amd_smi.parse_any(json.dumps(doc))
+    assert [p.pid for p in snap.devices[0].processes] == [42]
+    with pytest.raises(ParseError):
+        amd_smi.parse_any(json.dumps([{"gpu": "0" * 5000 + "1"}]))
+
+
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+@given(st.lists(st.lists(_cell, min_size=9, max_size=9), min_size=1, max_size=3))
+def test_fuzzed_process_csv_parses_or_raises_parse_error(rows):
+    text = CSV_HEAD + "".join(",".join(r) + "\n" for r in rows)
+    try:
+        snap = amd_smi.parse_any(text)
+    except ParseError as e:
+        assert "\n" not in str(e)
+        return
+    json.loads(snapshot_to_json(snap))
+
+
+def test_parse_amd_smi_on_a_hostile_csv_says_one_line(tmp_path):
+    import subprocess
+    import sys
+    for n, row in enumerate((f'0,"{"x" * 200_000}",12,0,0,0,0,0,0', f"0,x,{DIGITS_5000},0,0,0,0,0,0")):
+        path = tmp_path / f"process{n}.csv"
+        path.write_text(CSV_HEAD + row + "\n")
+        out = subprocess.run([sys.executable, "-m", "hetero_exporter", "parse", "amd-smi", str(path)],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert out.returncode == 1 and out.stdout == "", out.stderr[-2000:]
+        assert out.stderr.count("\n") == 1 and out.stderr.startswith("hetero-exporter parse: "), out.stderr[-2000:]

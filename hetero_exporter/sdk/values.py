@@ -4,7 +4,9 @@ Vendor tools print a missing value as ``N/A``, ``NA``, ``-``, ``--``, ``[N/A]``,
 Supported``... and a quantity as ``81559 MiB``, ``300.00 W``, ``1980 MHz``, ``45 C``, ``12 %``.
 ``number`` and ``quantity`` turn them into floats in base units (bytes, watts, hertz, celsius,
 ratios) or None for NA; anything else raises ``ValueError`` with the text, which parsers turn
-into a ParseError naming the tool, field and line.
+into a ParseError naming the tool, field and line. ``integer`` reads an index, pid or count
+(ASCII digits, at most ``MAX_DIGITS``: ``int()`` of a 4,300-digit string raises a ValueError of
+its own, and ``str.isdigit`` passes digits ``int()`` refuses, such as ``²``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Mapping, Optional
 NA = frozenset({"", "n/a", "na", "-", "--", "[n/a]", "not supported", "[not supported]", "unknown",
                 "none", "null", "not available", "[unknown error]", "unavailable", "unsupported"})
 
+MAX_DIGITS = 20  # 2**64 has 20 digits: any index, pid or count a tool prints
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 # unit (lower case) -> factor to the base unit
@@ -80,3 +83,12 @@ def ratio(text: Optional[str]) -> Optional[float]:
     """A percentage (``45 %``, ``45``) as a ratio 0..1; None for NA."""
     v = number(text)
     return None if v is None else v / 100.0
+
+
+def integer(text: Optional[str], limit: int = MAX_DIGITS) -> Optional[int]:
+    """The non-negative integer ``text`` writes in ASCII digits (blanks around it ignored);
+    None for anything else: NA, a sign, a fraction, other digits, more than ``limit`` digits."""
+    t = text.strip() if isinstance(text, str) else ""
+    if not 0 < len(t) <= limit or not t.isascii() or not t.isdigit():
+        return None
+    return int(t)

@@ -184,7 +184,8 @@ def identity_of(index: int, tree: Any, runtime: Optional[str] = None, numa: Opti
     serial = _text(find(tree, "board/product_serial"))
     asic = _text(find(tree, "asic/asic_serial"))
     node = find(tree, "numa/node")
-    numa_node = int(node) if node and node.strip().isdigit() and int(node) < 1024 else numa
+    node_index = values.integer(node, 4)
+    numa_node = node_index if node_index is not None and node_index < 1024 else numa
     return DeviceIdentity(
         vendor=VENDOR, kind=KIND, index=index, uuid=device_uuid(VENDOR, index, asic, serial, bus),
         model=profiles.normalize_model(VENDOR, market), pci_address=bus, numa_node=numa_node,
@@ -206,14 +207,14 @@ def processes_of(tree: Any, uuid: str) -> tuple[ProcessSample, ...]:
             item = item["process_info"]
         if not isinstance(item, dict):
             continue  # "No running processes detected"
-        pid = find(item, "pid")
-        if not pid or not pid.strip().isdigit():
+        pid = values.integer(find(item, "pid"))
+        if pid is None:
             continue
         try:
             mem = quantity(find(item, "memory_usage/vram_mem", "vram_mem"), "B")
         except ValueError:
             mem = None
-        out.append(ProcessSample(pid=int(pid), device_uuid=uuid, memory_bytes=None if mem is None else int(mem),
+        out.append(ProcessSample(pid=pid, device_uuid=uuid, memory_bytes=None if mem is None else int(mem),
                                  name=_text(find(item, "name"))))
     return tuple(out)
 
@@ -264,13 +265,13 @@ def _links(out: AmdOutput, uuids: dict[int, str]) -> dict[int, tuple[Link, ...]]
     links: dict[int, list[Link]] = {}
     for idx, g in out.gpus.items():
         for item in _pairs(g.tree):
-            peer, kind = str(item.get("gpu", "")).strip(), str(item.get("link_type", "")).strip().upper()
-            if not peer.isdigit() or int(peer) == idx or kind not in LINK_TYPES:
+            peer, kind = values.integer(str(item.get("gpu", "")), 4), str(item.get("link_type", "")).strip().upper()
+            if peer is None or peer == idx or kind not in LINK_TYPES:
                 continue
             if str(item.get("link_status", "ENABLED")).upper() == "DISABLED":
                 continue
             bw = _bandwidth(item.get("bandwidth") or item.get("max_bandwidth"))
-            links.setdefault(idx, []).append(Link(peer=uuids.get(int(peer), f"amd-card{peer}"),
+            links.setdefault(idx, []).append(Link(peer=uuids.get(peer, f"amd-card{peer}"),
                                                   type=LINK_TYPES[kind], bandwidth_bytes_per_second=bw))
     return {k: tuple(v) for k, v in links.items()}
 

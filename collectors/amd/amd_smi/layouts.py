@@ -135,13 +135,13 @@ def default_view(text: str) -> tuple[dict[int, dict], list[dict]]:
                 raise ParseError(TOOL, f"row has {len(row.cells)} cells, the header {len(names)}", row.lineno)
             for cell, n in zip(row.cells, names):
                 cells.update(_assign(n, cell, row.lineno))
-        idx = cells.get("gpu", "")
-        if not idx.isdigit() or int(idx) > 9999:
-            raise ParseError(TOOL, f"GPU index {idx[:20]!r} is not a number", rec[-1].lineno)
-        if int(idx) in gpus:
+        idx = values.integer(cells.get("gpu"), 4)
+        if idx is None:
+            raise ParseError(TOOL, f"GPU index {cells.get('gpu', '')[:20]!r} is not a number", rec[-1].lineno)
+        if idx in gpus:
             raise ParseError(TOOL, f"GPU {idx} printed twice", rec[0].lineno)
         tables.check_devices(len(gpus) + 1, TOOL, rec[0].lineno)
-        gpus[int(idx)] = _gpu_tree(cells, driver, vbios)
+        gpus[idx] = _gpu_tree(cells, driver, vbios)
     if header is None:
         raise ParseError(TOOL, "an amd-smi box without its BDF / GPU-Name header")
     by_gpu: dict[int, list] = {i: [] for i in gpus} if saw_processes else {}
@@ -184,9 +184,10 @@ def _process_row(names: list[str], cell: str, lineno: int) -> dict:
         extra = len(got) - len(names)
         got = got[:at] + [" ".join(got[at:at + extra + 1])] + got[at + extra + 1:]
     row = dict(zip(names, got))
-    if not row["gpu"].isdigit() or not row["pid"].isdigit():
+    gpu = values.integer(row["gpu"], 4)
+    if gpu is None or values.integer(row["pid"]) is None:
         raise ParseError(TOOL, f"a process row without GPU and PID numbers: {cell.strip()[:60]!r}", lineno)
-    return {"_gpu": int(row["gpu"]), "pid": row["pid"], "name": row.get("process_name", "N/A"),
+    return {"_gpu": gpu, "pid": row["pid"], "name": row.get("process_name", "N/A"),
             "memory_usage": {"gtt_mem": row.get("gtt_mem", "N/A"), "vram_mem": row.get("vram_mem", "N/A")}}
 
 
@@ -196,21 +197,38 @@ def is_process_csv(text: str) -> bool:
     return first.startswith("gpu,") and "pid" in first.split(",")
 
 
+def _csv_rows(lines: list[str]) -> list[list[str]]:
+    """The CSV records of ``lines``; ParseError for a line over ``tables.MAX_LINE`` (the csv
+    module's own field limit would raise its csv.Error) or one the csv module refuses."""
+    for n, line in enumerate(lines, 1):
+        if len(line) > tables.MAX_LINE:
+            raise ParseError(TOOL, f"a CSV line of {len(line)} characters; amd-smi prints short lines", n)
+    try:
+        return list(csv.reader(lines))
+    except csv.Error as e:
+        raise ParseError(TOOL, f"not CSV: {e}") from None
+
+
 def process_csv(text: str) -> dict[int, dict]:
     lines = tables.lines_of(text.strip(), TOOL)
-    head = [h.strip().lower() for h in lines[0].split(",")]
+    rows = _csv_rows(lines)
+    head = [h.strip().lower() for h in rows[0]] if rows else []
+    if "gpu" not in head or "pid" not in head:
+        raise ParseError(TOOL, "a process CSV header without gpu and pid", 1)
     gpus: dict[int, dict] = {}
-    for n, row in enumerate(csv.reader(lines[1:]), 2):
+    for n, row in enumerate(rows[1:], 2):
         if not row:
             continue
         if len(row) != len(head):
             raise ParseError(TOOL, f"a CSV row of {len(row)} fields, the header {len(head)}", n)
         r = dict(zip(head, (c.strip() for c in row)))
-        if not r["gpu"].isdigit() or int(r["gpu"]) > 9999 or not r["pid"].isdigit():
+        gpu = values.integer(r["gpu"], 4)
+        if gpu is None or values.integer(r["pid"]) is None:
             raise ParseError(TOOL, "a CSV row whose gpu and pid are not numbers", n)
-        tree = gpus.setdefault(int(r["gpu"]), {"process_list": []})
+        tree = gpus.setdefault(gpu, {"process_list": []})
         tables.check_devices(len(gpus), TOOL, n)
-        mem = {k: (f"{r[k]} B" if r.get(k, "").isdigit() else "N/A") for k in ("gtt_mem", "cpu_mem", "vram_mem")}
+        sizes = {k: values.integer(r.get(k)) for k in ("gtt_mem", "cpu_mem", "vram_mem")}
+        mem = {k: "N/A" if b is None else f"{b} B" for k, b in sizes.items()}
         tree["process_list"].append({"process_info": {"pid": r["pid"], "name": r.get("name", "N/A"),
                                                       "memory_usage": mem}})
     return gpus

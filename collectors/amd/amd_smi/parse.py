@@ -158,9 +158,10 @@ def _monitor(text: str) -> dict[int, AmdGpu]:
         if len(cells) != len(header):
             raise ParseError(TOOL, f"monitor row has {len(cells)} cells, the header {len(header)}", lineno)
         row = dict(zip(header, cells))
-        if not row["gpu"].isdigit():
-            raise ParseError(TOOL, f"monitor row's GPU is {row['gpu'][:20]!r}, not a number", lineno)
-        idx = int(row.pop("gpu"))
+        gpu = row.pop("gpu")
+        idx = values.integer(gpu, 4)
+        if idx is None:
+            raise ParseError(TOOL, f"monitor row's GPU is {gpu[:20]!r}, not a number", lineno)
         if "xcp" in row and gpus.get(idx):
             continue  # a second XCP of a partitioned GPU: the device row is the first
         gpus[idx] = AmdGpu(idx, {"monitor": row})
@@ -199,11 +200,9 @@ def _json_gpus(doc: Any) -> dict[int, AmdGpu]:
         if not isinstance(item, dict) or "gpu" not in item:
             raise ParseError(TOOL, f"JSON item {n} is not an object with a 'gpu' index")
         raw = item["gpu"]
-        if isinstance(raw, bool) or not isinstance(raw, (int, str)) or not str(raw).strip().isdigit():
-            raise ParseError(TOOL, f"JSON item {n}: 'gpu' is {str(raw)[:20]!r}, not an index")
-        idx = int(raw)
-        if idx > 9999:
-            raise ParseError(TOOL, f"JSON item {n}: GPU index {idx} out of range")
+        idx = None if isinstance(raw, bool) or not isinstance(raw, (int, str)) else values.integer(str(raw), 4)
+        if idx is None:
+            raise ParseError(TOOL, f"JSON item {n}: 'gpu' is {str(raw)[:20]!r}, not an index of at most 4 digits")
         tree = _flatten({k: v for k, v in item.items() if k != "gpu"})
         if idx in gpus:  # partitions/XCPs print an object each: the first is the device
             continue

@@ -261,7 +261,7 @@ def build_devices(report: Report, now: float = 0.0,
             for card, ident, readings in devices]
 
 
-_PID_KEY = re.compile(r"^PID\s*(\d+)$")
+_PID_KEY = re.compile(r"^PID\s*([0-9]{1,20})$")  # int() refuses 4,300 digits
 
 
 def _processes(system: Mapping[str, str], by_index: Mapping[int, str],

@@ -112,7 +112,10 @@ def parse_json(text: str, tool: str = "rocm-smi") -> Report:
         if m:
             if not isinstance(body, dict):
                 raise ParseError(tool, f"{key}: expected an object of fields, got {type(body).__name__}")
-            cards.append(Card(int(m.group(1)), {str(k): _str(v) for k, v in body.items()}))
+            idx = values.integer(m.group(1), 4)
+            if idx is None:
+                raise ParseError(tool, f"{str(key)[:40]}: not a card index of at most 4 digits")
+            cards.append(Card(idx, {str(k): _str(v) for k, v in body.items()}))
             tables.check_devices(len(cards), tool)
         elif str(key).lower() == "system" and isinstance(body, dict):
             system = {str(k): _str(v) for k, v in body.items()}
@@ -145,7 +148,9 @@ def parse_keyed(text: str, tool: str = "rocm-smi") -> Report:
         if not m:
             continue
         dcu = dcu or m.group(1) in ("DCU", "HCU")
-        idx = int(m.group(2))
+        idx = values.integer(m.group(2), 4)
+        if idx is None:
+            raise ParseError(tool, f"{m.group(1)}[{m.group(2)[:20]}]: not an index of at most 4 digits", n)
         card = cards.setdefault(idx, Card(idx, line=n))
         tables.check_devices(len(cards), tool, n)
         # hy-smi --showbus joins two pairs on a line: "PCI Bus: 0000:05:00.0 --> SN: 2500238601000586"
@@ -294,7 +299,7 @@ def parse_report(text: str, tool: str = "rocm-smi") -> Report:
     return parse_concise(text, tool)
 
 
-_PID_GPUS = re.compile(r"^\s*PID (\d+) is using (\d+) DRM device\(s\):?\s*$")
+_PID_GPUS = re.compile(r"^\s*PID ([0-9]{1,20}) is using ([0-9]{1,4}) DRM device\(s\):?\s*$")
 
 
 def parse_pid_gpus(text: str) -> dict[int, tuple[int, ...]]:
@@ -308,7 +313,7 @@ def parse_pid_gpus(text: str) -> dict[int, tuple[int, ...]]:
         want, got = int(m.group(2)), []
         k = n + 1  # by index: a slice of the rest per PID line copies it each time
         while k < len(lines) and len(got) < want and re.fullmatch(r"[\d\s]+", lines[k].strip() or "x"):
-            got.extend(int(x) for x in lines[k].split())
+            got.extend(i for i in map(values.integer, lines[k].split()) if i is not None)
             k += 1
         out[int(m.group(1))] = tuple(got[:want])
     return out
@@ -317,7 +322,7 @@ def parse_pid_gpus(text: str) -> dict[int, tuple[int, ...]]:
 
 # --------------------------------------------------------------------------- topology
 
-_TOPO_KEY = re.compile(r"^\(Topology\) (Link type|Hops|Weight) between DRM devices (\d+) and (\d+)$", re.I)
+_TOPO_KEY = re.compile(r"^\(Topology\) (Link type|Hops|Weight) between DRM devices ([0-9]{1,4}) and ([0-9]{1,4})$", re.I)
 
 
 @dataclass(frozen=True)

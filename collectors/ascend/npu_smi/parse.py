@@ -139,9 +139,9 @@ class DetailDoc:
     @property
     def npu_id(self) -> Optional[int]:
         for block in (self.card, *self.chips.values()):
-            v = block.get("npu id")
-            if v is not None and v.strip().isdigit():
-                return int(v)
+            v = values.integer(block.get("npu id"))
+            if v is not None:
+                return v
         return None
 
     def get(self, chip_id: Optional[int], *keys: str) -> Optional[str]:
@@ -689,7 +689,7 @@ def parse_list(text: str) -> NpuList:
     return NpuList(total=total, cards=tuple(cards))
 
 
-_PROC_MEM_HEAD = re.compile(r"Process id\s*:\s*(\d+)\s+Process name\s*:")
+_PROC_MEM_HEAD = re.compile(r"Process id\s*:\s*([0-9]{1,20})\s+Process name\s*:")  # int() refuses 4,300 digits
 _PROC_MEM_TAIL = re.compile(r"\s*:\s*(\S+)")
 _PROC_MEM_KEY = "Process memory(MB)"
 
