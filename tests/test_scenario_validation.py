@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import copy
 import glob
+import importlib
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hetero_exporter import cli
+from hetero_exporter import cli, vendors
 from hetero_exporter.model import scenario as limits
 from hetero_exporter.simulate import scenario as sc
 from hetero_exporter.simulate.scenario import ScenarioError, from_dict
@@ -42,8 +44,46 @@ def refused(doc, field: str) -> str:
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(Path(p).relative_to(ROOT)))
 def test_every_shipped_scenario_still_loads(path):
-    s = sc.load(path)
+    with _throwaway_vendor(Path(path)):  # a test vendor's scenario names it: known while registered
+        s = sc.load(path)
     assert s.devices and all(d.vendor for d in s.devices)
+
+
+@contextmanager
+def _throwaway_vendor(path: Path):
+    """The vendor of a tests/vendors/<name>/scenario.yaml registered meanwhile (nothing for others)."""
+    if path.parent.parent != ROOT / "tests" / "vendors":
+        yield
+        return
+    sys.path.insert(0, str(path.parent.parent))
+    try:
+        spec = importlib.import_module(path.parent.name).SPEC
+        vendors.register(spec)
+        try:
+            yield
+        finally:
+            vendors.unregister(spec.name)
+    finally:
+        sys.path.remove(str(path.parent.parent))
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"devices": [group(), group(vendor="nvidai")]}, "devices[1].vendor"),
+    ({"devices": [group()], "faults": [{"at": 1, "vendor": "acme", "index": 0, "kind": "lost"}]}, "faults[0].vendor"),
+])
+def test_a_vendor_no_spec_knows_is_one_line_naming_the_entry_and_the_known_vendors(doc, field):
+    line = refused(doc, field)
+    assert "unknown vendor" in line and "allowed: " in line
+    assert all(name in line for name in vendors.specs()), line
+
+
+def test_an_unknown_vendor_in_a_scenario_file_exits_2_with_one_line(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump({"devices": [group(vendor="nvidai")]}))
+    out = subprocess.run([sys.executable, "-m", "hetero_exporter", "inspect", "--simulate", str(path)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.count("\n") == 1 and "devices[0].vendor: unknown vendor 'nvidai'" in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("doc, field", [

@@ -20,7 +20,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Sequence
 
 import yaml
 
@@ -457,15 +457,25 @@ def _pod(where: str, raw: Any) -> PodSpec:
 _TOP = ("name", "node", "devices", "faults", "pods", "links", "settings", "kernel_log")
 
 
-def from_dict(doc: Any, source: str = "", uuid_prefix: UuidPrefix = no_prefix) -> Scenario:
-    """A parsed scenario document -> Scenario; ScenarioError (one line, from ``source``) otherwise."""
+def from_dict(doc: Any, source: str = "", uuid_prefix: UuidPrefix = no_prefix,
+              known_vendors: Optional[Collection[str]] = None) -> Scenario:
+    """A parsed scenario document -> Scenario; ScenarioError (one line, from ``source``) otherwise.
+    ``known_vendors``: the vendor names a device group or a fault may name (the caller's registry:
+    the model knows none); None accepts any."""
     try:
-        return _from_dict(doc, source, uuid_prefix)
+        return _from_dict(doc, source, uuid_prefix, known_vendors)
     except ValidationError as e:
         raise e.rebased(ScenarioError, source) from None
 
 
-def _from_dict(doc: Any, source: str, prefix: UuidPrefix) -> Scenario:
+def _check_vendors(named: Iterable[tuple[str, str]], known: Collection[str]) -> None:
+    """Each (where, vendor) names a known vendor, else a ScenarioError naming the entry."""
+    for where, vendor in named:
+        if vendor not in known:
+            raise ScenarioError(where, f"unknown vendor {vendor!r}", sorted(known))
+
+
+def _from_dict(doc: Any, source: str, prefix: UuidPrefix, known: Optional[Collection[str]]) -> Scenario:
     doc = v.mapping("", doc, _TOP, extra_prefix="x-")  # x-...: YAML anchors for the groups
     name = v.optional(doc, "", "name", _text) or Path(source).stem or "scenario"
     groups = v.list_of("devices", doc.get("devices") or [], _group, max_items=MAX_GROUPS)
@@ -480,11 +490,15 @@ def _from_dict(doc: Any, source: str, prefix: UuidPrefix) -> Scenario:
         if processes > MAX_PROCESSES:
             raise ScenarioError(f"devices[{i}].processes", f"more than {MAX_PROCESSES} processes in all",
                                 f"at most {MAX_PROCESSES} processes over all devices")
+    if known is not None:
+        _check_vendors(((f"devices[{i}].vendor", g["vendor"]) for i, g in enumerate(groups)), known)
     next_index: dict[str, int] = {}
     devices: list[DeviceSpec] = []
     for i, group in enumerate(groups):
         devices.extend(_devices(group, f"devices[{i}]", name, next_index, prefix))
     faults = v.list_of("faults", doc.get("faults") or [], _fault, max_items=MAX_FAULTS)
+    if known is not None:
+        _check_vendors(((f"faults[{i}].vendor", f.vendor) for i, f in enumerate(faults)), known)
     pods = v.list_of("pods", doc.get("pods") or [], _pod, max_items=MAX_PODS)
     refs = {f"{p.namespace}/{p.name}" for p in pods}
     for d in devices:
@@ -502,7 +516,8 @@ def _from_dict(doc: Any, source: str, prefix: UuidPrefix) -> Scenario:
                     kernel_log=_kernel_log(doc.get("kernel_log"), devices))
 
 
-def load_file(path: str, uuid_prefix: UuidPrefix = no_prefix) -> Scenario:
+def load_file(path: str, uuid_prefix: UuidPrefix = no_prefix,
+              known_vendors: Optional[Collection[str]] = None) -> Scenario:
     """The scenario in the file at ``path`` (at most MAX_SCENARIO_BYTES are read)."""
     try:
         doc = v.load_yaml(v.read_text(path, MAX_SCENARIO_BYTES, "scenario"))
@@ -510,4 +525,4 @@ def load_file(path: str, uuid_prefix: UuidPrefix = no_prefix) -> Scenario:
         raise e.rebased(ScenarioError) from None
     except (yaml.YAMLError, ValueError) as e:  # ValueError: an integer too long to convert
         raise ScenarioError("", f"not valid YAML: {e}", source=path) from None
-    return from_dict(doc, path, uuid_prefix)
+    return from_dict(doc, path, uuid_prefix, known_vendors)

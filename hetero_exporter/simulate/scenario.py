@@ -2,7 +2,8 @@
 
 The types and the parsing are ``model.scenario`` (the model knows no vendor); this module adds
 what needs the vendor registry and the shipped files: the built-in scenarios
-(``simulate/scenarios/*.yaml``) and the uuid prefix of each vendor's simulated devices.
+(``simulate/scenarios/*.yaml``), the uuid prefix of each vendor's simulated devices, and the
+check that every vendor a scenario names is a known spec (one line naming the entry, exit 2).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ BUILTIN_DIR = Path(__file__).with_name("scenarios")
 
 def from_dict(doc: Any, source: str = "") -> Scenario:
     """A parsed scenario document -> Scenario, its devices' uuids with their vendors' prefixes."""
-    return model_scenario.from_dict(doc, source, vendors.uuid_prefix)
+    return model_scenario.from_dict(doc, source, vendors.uuid_prefix, known_vendors=vendors.specs())
 
 
 def builtin_names() -> list[str]:
@@ -36,4 +37,4 @@ def load(ref: Optional[str] = None) -> Scenario:
         if not path.is_file():
             raise ScenarioError("", f"no scenario {ref!r}: not a file, and not one of the built-in scenarios",
                                 builtin_names())
-    return model_scenario.load_file(str(path), vendors.uuid_prefix)
+    return model_scenario.load_file(str(path), vendors.uuid_prefix, known_vendors=vendors.specs())
