@@ -46,6 +46,7 @@ FILE_FORMAT = "hetero-exporter/identities"
 FILE_VERSION = 1
 MAX_DEVICES = 1024  # a node has at most a few dozen; more is not our file
 MAX_BYTES = 1 << 20  # 1 MiB: ~1 KiB per identity at most
+TMP_PREFIX = ".identities-"  # the file's temporary files (smallfile.write_atomically)
 
 
 def identity_file(state_dir: Optional[str], collector: str) -> Optional[str]:
@@ -118,6 +119,8 @@ class IdentityMemory:
         self._boot_id = boot_id
         self._machine_id = machine_id
         self._save_failed = False
+        if path and writable:  # what a save killed mid-write left
+            smallfile.remove_stale(os.path.dirname(path) or ".", TMP_PREFIX)
         if path:
             self._load(path, bus, removals)
 
@@ -294,4 +297,4 @@ def _read(path: str) -> tuple[list[DeviceIdentity], Optional[str], Optional[str]
 
 def _write_atomically(path: str, data: bytes) -> None:
     """``data`` at ``path`` (mode 0600) through a temporary file and a rename."""
-    smallfile.write_atomically(path, data, prefix=".identities-")
+    smallfile.write_atomically(path, data, prefix=TMP_PREFIX)

@@ -82,6 +82,7 @@ class NvSentinelBridge:
     def _load(self) -> None:
         if self._path is None:
             return
+        state_file.remove_stale(self._path)
         try:
             doc = state_file.load(self._path)
             dropped = self._tracker.restore(doc) if doc is not None else 0

@@ -3,7 +3,8 @@
 Read back as hostile (the state dir is a host path): a regular file of this user that no one
 else may write, not a link, at most ``MAX_STATE_BYTES`` (``smallfile.read_regular``), JSON whose
 every field ``episodes.parse_doc`` checks. Written atomically (a temporary file in the same
-folder, fsync, rename), mode 0600.
+folder, fsync, rename), mode 0600; ``remove_stale`` at start removes the temporary files of a
+save that a SIGKILL cut short.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hetero_exporter import smallfile
 
 STATE_FILE = "nvsentinel.json"
 MAX_STATE_BYTES = 16 << 20  # episodes are ~1 KiB each; MAX_OPEN of them and a full outbox fit
+TMP_PREFIX = ".nvsentinel-"  # its temporary files (smallfile.write_atomically)
 
 
 def path_in(state_dir: Optional[str]) -> Optional[str]:
@@ -46,4 +48,9 @@ def load(path: str) -> Optional[Any]:
 def save(path: str, doc: Any) -> None:
     """``doc`` as JSON at ``path`` through a temporary file and a rename; OSError as raised."""
     data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    smallfile.write_atomically(path, data, prefix=".nvsentinel-")
+    smallfile.write_atomically(path, data, prefix=TMP_PREFIX)
+
+
+def remove_stale(path: str) -> int:
+    """Remove the temporary files an interrupted ``save`` left beside ``path``; how many."""
+    return smallfile.remove_stale(os.path.dirname(path) or ".", TMP_PREFIX)
