@@ -89,8 +89,7 @@ READ_SIZE = 8192  # one /dev/kmsg record with its dictionary fits (CONSOLE_EXT_L
 MAX_LINE = 64 * 1024  # a text-log line longer than this is cut
 RESET_CODES = frozenset({"reset", "device-reset", "gpu-reset"})
 BOOT_MARKER = "Linux version "
-CHEAP_RECORD = 0.02  # records read a second: max_records_per_second / CHEAP_RECORD (50 x the rule runs)
-RATE_LIMITED = "rate-limited"  # dropped reason: an info-only record past the rule budget, not matched
+CHEAP_RECORD = 0.02  # tokens a record costs when the matcher's rules did not run on it
 
 
 def read_boot_id(path: str = BOOT_ID_FILE) -> Optional[str]:
@@ -101,9 +100,9 @@ def read_boot_id(path: str = BOOT_ID_FILE) -> Optional[str]:
         return None
 
 
-def _kmsg_api() -> tuple[Callable, Callable, Callable, str]:
-    from hetero_exporter.sdk.kmsg import BENIGN, Matcher, kmsg_record, split_record
-    return Matcher, split_record, kmsg_record, BENIGN
+def _kmsg_api() -> tuple[Callable, Callable, Callable]:
+    from hetero_exporter.sdk.kmsg import Matcher, kmsg_record, split_record
+    return Matcher, split_record, kmsg_record
 
 
 # --------------------------------------------------------------------------- sources
@@ -379,7 +378,6 @@ class Pending:
     first: float
     last: float
     order: int
-    urgent: bool = False  # more than an info fault, or a recovery: never evicted for another
 
 
 def _kmsg_header(raw: bytes) -> Optional[tuple[int, int, int, str, str]]:
@@ -404,23 +402,19 @@ class Follower:
                  matcher: Any = None, split: Optional[Callable[[str, int], Any]] = None,
                  clock: Callable[[], float] = time.time, max_records_per_second: float = 5000.0,
                  max_pending: int = 1024, wake: Optional[Callable[[], None]] = None,
-                 retry_seconds: float = 60.0, poll_seconds: float = 0.25, writable: bool = True,
-                 urgent_codes: Optional[Mapping[str, Iterable[str]]] = None):
+                 retry_seconds: float = 60.0, poll_seconds: float = 0.25, writable: bool = True):
         self.source = source
         self.state_dir = state_dir
         self.writable = writable  # False: the cursor is read, never saved (inspect, health --dry-run)
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
-        Matcher, split_record, self._kmsg_record, self._benign = _kmsg_api()
-        self._matcher = matcher if matcher is not None else Matcher(urgent_codes=urgent_codes)
+        Matcher, split_record, self._kmsg_record = _kmsg_api()
+        self._matcher = matcher if matcher is not None else Matcher()
         self._split = split if split is not None else split_record
         self._clock = clock
-        # two token buckets: rule runs (a text the matcher has not judged) and records read (any)
         self._rate = float(max_records_per_second)
         self._tokens = self._rate
-        self._reads = self._rate / CHEAP_RECORD
         self._refilled = time.monotonic()
-        self._spent = 0.0  # rule runs the last drain() used
-        self._read = 0  # records the last drain() read
+        self._spent = 0.0  # tokens the last drain() used
         self._max_pending = int(max_pending)
         self._wake = wake
         self._retry = retry_seconds
@@ -431,8 +425,7 @@ class Follower:
         self._order = 0
         self.records = 0
         self.events: dict[tuple[str, str], int] = {}
-        self.dropped: dict[str, int] = {"overwritten": 0, "queue-full": 0, RATE_LIMITED: 0}
-        self._benign_pending = 0  # pending entries that are not urgent (evicted first when full)
+        self.dropped: dict[str, int] = {"overwritten": 0, "queue-full": 0}
         self.up = False
         self.reason = "not started"
         self._said_why = False
@@ -520,28 +513,21 @@ class Follower:
         return True
 
     def _take_tokens(self) -> int:
-        """Refill both buckets; the rule runs available now (the records: ``self._reads``)."""
         now = time.monotonic()
-        elapsed, self._refilled = now - self._refilled, now
-        self._tokens = min(self._rate, self._tokens + elapsed * self._rate)
-        self._reads = min(self._rate / CHEAP_RECORD, self._reads + elapsed * self._rate / CHEAP_RECORD)
-        return max(0, int(self._tokens))
+        self._tokens = min(self._rate, self._tokens + (now - self._refilled) * self._rate)
+        self._refilled = now
+        return int(self._tokens)
 
-    def drain(self, limit: Optional[float] = None, reads: Optional[float] = None) -> tuple[int, bool]:
-        """Read what is there now: at most ``reads`` records (default ``limit / CHEAP_RECORD``),
-        the rules run on at most ``limit`` texts the matcher has not judged. Past ``limit``, a
-        record the matcher's triage finds urgent still has its rules run (a critical line never
-        waits behind benign ones); one that states at most an info fault is skipped and counted
-        (``dropped["rate-limited"]``). None: no limit. (records read, caught up)."""
-        if reads is None and limit is not None:
-            reads = limit / CHEAP_RECORD
+    def drain(self, limit: Optional[float] = None) -> tuple[int, bool]:
+        """Read what is there now, for at most ``limit`` tokens (a record the rules ran on costs
+        one, any other CHEAP_RECORD): (records read, caught up)."""
         with self._read_lock:
             if not self._opened and not self._open():
                 return 0, True
             n = 0
             spent = 0.0
             caught_up = False
-            while reads is None or n < reads:
+            while limit is None or spent < limit:
                 try:
                     raw = self.source.read()
                 except BrokenPipeError:  # overwritten: the gap is counted from the next seq
@@ -557,16 +543,11 @@ class Follower:
                     break
                 n += 1
                 evaluated = self._matcher.evaluated  # grows when the rules really ran on a record
-                self._record(raw, limit is not None and spent >= limit)
-                if self._matcher.evaluated != evaluated:
-                    spent += 1.0
-            self._spent, self._read = spent, n
-            lost = getattr(self.source, "take_overwritten", None)
-            lost = lost() if lost is not None else 0
+                self._record(raw)
+                spent += 1.0 if self._matcher.evaluated != evaluated else CHEAP_RECORD
+            self._spent = spent
             now = self._clock()
             with self._lock:
-                if lost:
-                    self.dropped["overwritten"] += lost
                 if caught_up:
                     self._behind_since = None
                     if not self._pending:
@@ -575,8 +556,7 @@ class Follower:
                     self._behind_since = now
             return n, caught_up
 
-    def _record(self, raw: bytes, shed: bool = False) -> None:
-        """One record. ``shed``: the rule budget is spent, only urgent texts are matched."""
+    def _record(self, raw: bytes) -> None:
         if self.source.kind == "kmsg":
             header = _kmsg_header(raw)
             if header is None:
@@ -596,8 +576,7 @@ class Follower:
             # a storm's repeat is answered from the matcher's memo before any Record is made
             events = self._matcher.replay(message, seq, str(usec)) if priority >> 3 == 0 else None
             if events is None:
-                self._handle(self._kmsg_record(seq, seq, str(usec), priority, message),
-                             self.source.wall_time(usec), shed)
+                self._handle(self._kmsg_record(seq, seq, str(usec), priority, message), self.source.wall_time(usec))
             elif events:
                 self._coalesce(events, self.source.wall_time(usec))
         else:
@@ -607,17 +586,12 @@ class Follower:
             if self.source.catching_up and BOOT_MARKER in text:
                 with self._lock:  # what came before belongs to an earlier boot
                     self._pending.clear()
-                    self._benign_pending = 0
-            self._handle(self._split(text, self.records), None, shed)
+            self._handle(self._split(text, self.records), None)
 
-    def _handle(self, record: Any, when: Optional[float], shed: bool = False) -> None:
+    def _handle(self, record: Any, when: Optional[float]) -> None:
         if record is None:
             return
         try:
-            if shed and record.kernel and self._matcher.triage(record.text) == self._benign:
-                with self._lock:
-                    self.dropped[RATE_LIMITED] += 1
-                return
             events = self._matcher.match(record)
         except Exception:  # noqa: BLE001 - a rule bug must not stop the follower
             log.exception("kernel log matcher failed on line %s", record.line)
@@ -646,29 +620,14 @@ class Follower:
                     if when > p.last:
                         p.last = when
                     p.order, p.event = self._order, ev
+                elif len(self._pending) >= self._max_pending:
+                    self.dropped["queue-full"] += 1
+                    continue
                 else:
-                    hot = self._matcher.urgent(ev)
-                    if len(self._pending) >= self._max_pending and not (hot and self._evict_benign()):
-                        self.dropped["queue-full"] += 1
-                        continue
-                    self._pending[key] = Pending(ev, 1, when, when, self._order, hot)
-                    self._benign_pending += not hot
+                    self._pending[key] = Pending(ev, 1, when, when, self._order)
                 urgent = urgent or ev.severity == "critical" or bool(ev.recovery)
         if urgent and self._wake is not None:
             self._wake()
-
-    def _evict_benign(self) -> bool:
-        """Make room for an urgent event: the oldest pending entry that is not urgent out
-        (its occurrences counted queue-full). False when every entry is urgent. Under the lock."""
-        if not self._benign_pending:
-            return False
-        for key, p in self._pending.items():
-            if not p.urgent:
-                del self._pending[key]
-                self._benign_pending -= 1
-                self.dropped["queue-full"] += p.count
-                return True
-        return False
 
     def take(self) -> list[Pending]:
         """The events matched since the last call, oldest first; their records count as
@@ -676,7 +635,6 @@ class Follower:
         with self._lock:
             out = sorted(self._pending.values(), key=lambda p: p.order)
             self._pending.clear()
-            self._benign_pending = 0
             self._committed = dict(self._cursor)
         return out
 
@@ -698,16 +656,15 @@ class Follower:
                 self._stop.wait(self._retry)
                 continue
             limit = None if first else self._take_tokens()
-            if limit is not None and self._reads < 1:
+            if limit == 0:
                 with self._lock:
                     if self._behind_since is None:
                         self._behind_since = self._clock()
                 self._stop.wait(1.0 / max(self._rate, 1.0))
                 continue
-            _n, caught_up = self.drain(limit, None if first else self._reads)
+            _n, caught_up = self.drain(limit)
             if not first:
-                self._tokens -= self._spent  # urgent lines past the budget borrow from the next second
-                self._reads -= self._read
+                self._tokens -= self._spent
             first = False
             self._first.set()
             self.save_state()
