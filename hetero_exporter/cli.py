@@ -32,6 +32,7 @@ from hetero_exporter.sdk.capture import DEFAULT_MAX_BYTES as CAPTURE_MAX_BYTES, 
 from hetero_exporter.model import NodeSnapshot, snapshot_to_json, to_dict
 from hetero_exporter.model.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, ExitError, InputError, UsageError
 from hetero_exporter.model.keys import DEFAULT_DOMAIN
+from hetero_exporter.terminal import printable
 
 log = logging.getLogger("hetero_exporter")
 
@@ -393,6 +394,9 @@ def _remove_simulation_workdirs() -> None:
         workdir.remove_all()
 
 
+MAX_ERROR = 2000  # characters of an error line
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -409,11 +413,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     except ExitError as e:
         # an InputError (ConfigError, ScenarioError, PolicyError, a bad flag) is one line naming
-        # the field: a bad input given by the user, not a crash
-        print(f"hetero-exporter: error: {e}", file=sys.stderr)
+        # the field: a bad input given by the user, not a crash. It may quote what a peer or a file
+        # said: printable, so that it stays one line of text on the user's terminal.
+        print(f"hetero-exporter: error: {printable(str(e), MAX_ERROR)}", file=sys.stderr)
         return e.exit_code
     except OSError as e:  # a file the command was given cannot be read, a port cannot be bound
-        print(f"hetero-exporter: error: {e}", file=sys.stderr)
+        print(f"hetero-exporter: error: {printable(str(e), MAX_ERROR)}", file=sys.stderr)
         return EXIT_FAIL
     except Exception as e:
         stop = _signal_exit(e)  # a SIGTERM that arrived during an import: exit as the signal asked

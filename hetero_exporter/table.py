@@ -1,4 +1,6 @@
-"""``hetero-exporter inspect``: one readable table for every accelerator on the node."""
+"""``hetero-exporter inspect``: one readable table for every accelerator on the node.
+
+Every string from a vendor tool or the kubelet is shown through ``terminal.printable``."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from typing import Optional
 
 from hetero_exporter.model import fields as F
 from hetero_exporter.model import DeviceSample, NodeSnapshot
+from hetero_exporter.terminal import printable
 
 GIB = 1 << 30
 
@@ -41,9 +44,9 @@ HEADER = ["VENDOR", "IDX", "MODEL", "UUID", "BUS", "HEALTH", "UTIL", "MEMORY", "
 
 
 def render(snap: NodeSnapshot) -> str:
-    rows = [HEADER] + [_row(d) for d in snap.devices]
+    rows = [HEADER] + [[printable(c) for c in _row(d)] for d in snap.devices]
     widths = [max(len(r[c]) for r in rows) for c in range(len(HEADER))]
-    lines = [f"node {snap.node}: {len(snap.devices)} device(s)"]
+    lines = [f"node {printable(snap.node)}: {len(snap.devices)} device(s)"]
     for r in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
     procs = [(d, p) for d in snap.devices for p in d.processes]
@@ -53,10 +56,11 @@ def render(snap: NodeSnapshot) -> str:
         prow = [["VENDOR", "IDX", "PID", "NAME", "MEMORY", "UTIL", "NAMESPACE/POD", "CONTAINER"]]
         for d, p in procs:
             pod = f"{p.namespace}/{p.pod}" if p.pod else "-"
-            prow.append([d.identity.vendor, str(d.identity.index), str(p.pid), p.name or "-",
-                         _num(p.memory_bytes, ".2f", GIB) + ("" if p.memory_bytes is None else " GiB"),
-                         "-" if p.utilization_ratio is None else f"{p.utilization_ratio * 100:.0f}%",
-                         pod, p.container or "-"])
+            prow.append([printable(c) for c in (
+                d.identity.vendor, str(d.identity.index), str(p.pid), p.name or "-",
+                _num(p.memory_bytes, ".2f", GIB) + ("" if p.memory_bytes is None else " GiB"),
+                "-" if p.utilization_ratio is None else f"{p.utilization_ratio * 100:.0f}%",
+                pod, p.container or "-")])
         pw = [max(len(r[c]) for r in prow) for c in range(len(prow[0]))]
         for r in prow:
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, pw)).rstrip())
@@ -64,7 +68,8 @@ def render(snap: NodeSnapshot) -> str:
     lines.append("COLLECTORS")
     for c in snap.collectors:
         state = "ok" if c.ok else f"FAILED ({c.error_kind}): {c.error}"
-        lines.append(f"  {c.name:<12} {state}  [{c.duration_seconds * 1000:.1f} ms, {c.devices} device(s)]")
+        lines.append(printable(f"  {c.name:<12} {state}  [{c.duration_seconds * 1000:.1f} ms, {c.devices} device(s)]",
+                               1000))
     if snap.expected:
         present = snap.present()
         for vendor, n in sorted(snap.expected.items()):

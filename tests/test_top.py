@@ -189,18 +189,8 @@ def test_an_unreachable_agent_is_exit_1_with_one_line():
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "127.0.0.1:9/snapshot" in done.stderr
 
 
-class _Body:
-    def __init__(self, body: bytes):
-        self._body = body
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def read(self, n: int) -> bytes:
-        return self._body[:n]
+class _Body(io.BytesIO):
+    """An HTTP answer's body as urlopen gives it: read(n) in pieces, until b''."""
 
 
 def test_the_poller_keeps_the_last_snapshot_and_says_why_it_is_old():

@@ -234,6 +234,8 @@ def snapshot_from_json(text: str | bytes) -> NodeSnapshot:
         doc = json.loads(text)
     except (ValueError, UnicodeDecodeError) as e:
         raise SchemaError(f"$: not valid JSON: {e}") from None
+    except RecursionError:  # the decoder's own depth check: a document nests ~15 deep
+        raise SchemaError("$: nested deeper than the JSON decoder's recursion limit; not a snapshot") from None
     return snapshot_from_doc(doc)
 
 

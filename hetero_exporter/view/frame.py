@@ -5,6 +5,11 @@ states, snapshot age), one row per device (MIG and partition children right unde
 plus one row per collector that has no device to show for itself (tool missing, timeout), and
 the process rows. ``ViewState`` is what the keys change: sort column, vendor filter, processes
 shown; its methods return a new state.
+
+Every string in a frame went through ``terminal.printable``: what a vendor tool, the kubelet or
+a remote agent wrote is shown as text, never acted on by the terminal. A frame holds at most
+``max_rows`` device and process rows (a snapshot of 100,000 processes is not drawn whole); the
+counts left out are in the frame.
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ from typing import Optional
 
 from hetero_exporter.model import fields as F
 from hetero_exporter.model import CollectorStatus, DeviceSample, NodeSnapshot
+from hetero_exporter.terminal import printable as _p
 
 SORT_KEYS = ("vendor", "util", "memory", "temp", "power", "state")
 # collector outcomes as a row says them (CollectorStatus.error_kind)
 COLLECTOR_STATES = {"unavailable": "tool missing", "timeout": "timeout", "late": "late", "busy": "late",
                     "parse": "bad output", "exception": "error"}
+MAX_ROWS = 1000  # device + process rows of one frame; a terminal shows fewer, --once prints these
+MAX_REASONS = 8  # reasons of one device shown in its fault cell
 _STATE_ORDER = {"failed": 0, "degraded": 1, "unknown": 2, "late": 3, "ok": 4}
 
 
@@ -93,6 +101,7 @@ class Frame:
     state: ViewState
     vendors: tuple[str, ...]  # every vendor on the node (the filter key cycles through them)
     message: str = ""  # why there is no fresh snapshot (agent unreachable, ...)
+    hidden: tuple[int, int] = (0, 0)  # device and process rows left out (more than the frame holds)
 
 
 def _collector_state(c: CollectorStatus) -> str:
@@ -108,13 +117,13 @@ def _row(d: DeviceSample, late: bool) -> DeviceRow:
     state = d.health.state
     if late and state == "ok":
         state = "late"  # values carried over from the last cycle that finished
-    fault = ", ".join(f"{r.code}: {r.message}" if r.message else r.code for r in d.health.reasons)
+    fault = ", ".join(f"{r.code}: {r.message}" if r.message else r.code for r in d.health.reasons[:MAX_REASONS])
     model = i.model or "-"
     if i.parent is not None and "-MIG-" in model:
         model = "MIG " + model.split("-MIG-", 1)[1]  # the parent's row names the GPU
-    return DeviceRow(i.vendor, str(i.index), model, i.uuid, d.value(F.UTILIZATION), d.value(F.MEMORY_USED),
-                     d.value(F.MEMORY_TOTAL), d.value(F.TEMP_CORE), d.value(F.POWER), d.value(F.POWER_LIMIT),
-                     state, fault, child=i.parent is not None)
+    return DeviceRow(_p(i.vendor), _p(str(i.index)), _p(model), _p(i.uuid), d.value(F.UTILIZATION),
+                     d.value(F.MEMORY_USED), d.value(F.MEMORY_TOTAL), d.value(F.TEMP_CORE), d.value(F.POWER),
+                     d.value(F.POWER_LIMIT), state, _p(fault), child=i.parent is not None)
 
 
 _NUMERIC = {"util": "util", "memory": "mem_used", "temp": "temp", "power": "power"}  # sort key -> field
@@ -154,8 +163,8 @@ def _device_rows(snap: NodeSnapshot, state: ViewState) -> list[DeviceRow]:
     with_devices = {d.identity.vendor for d in snap.devices}
     for c in snap.collectors:
         if not c.ok and c.vendor and c.vendor not in with_devices:
-            out.append(DeviceRow(c.vendor, "-", f"({c.name})", "", None, None, None, None, None, None,
-                                 _collector_state(c), (c.error or "")[:200]))
+            out.append(DeviceRow(_p(c.vendor), "-", f"({_p(c.name)})", "", None, None, None, None, None, None,
+                                 _collector_state(c), _p(c.error or "", 200)))
     if state.vendor is not None:
         out = [r for r in out if r.vendor == state.vendor]
     return out
@@ -168,7 +177,7 @@ def _device_labels(snap: NodeSnapshot) -> dict[str, str]:
     for d in snap.devices:
         i = d.identity
         parent = index.get(i.parent) if i.parent else None
-        out[i.uuid] = f"{i.vendor}:{i.index}" if parent is None else f"{i.vendor}:{parent}/{i.index}"
+        out[i.uuid] = _p(f"{i.vendor}:{i.index}" if parent is None else f"{i.vendor}:{parent}/{i.index}")
     return out
 
 
@@ -176,11 +185,12 @@ def _process_rows(snap: NodeSnapshot, state: ViewState) -> list[ProcessRow]:
     out = []
     labels = _device_labels(snap)
     for d in snap.devices:
-        if state.vendor is not None and d.identity.vendor != state.vendor:
+        if state.vendor is not None and _p(d.identity.vendor) != state.vendor:
             continue
         for p in d.processes:
-            out.append(ProcessRow(p.pid, labels[d.identity.uuid], p.name or "", p.memory_bytes,
-                                  p.utilization_ratio, p.namespace or "", p.pod or "", p.container or ""))
+            out.append(ProcessRow(p.pid, labels[d.identity.uuid], _p(p.name or ""), p.memory_bytes,
+                                  p.utilization_ratio, _p(p.namespace or ""), _p(p.pod or ""),
+                                  _p(p.container or "")))
     out.sort(key=lambda p: (-(p.memory or 0), p.pid))
     return out
 
@@ -200,15 +210,26 @@ def _drivers(snap: NodeSnapshot) -> tuple[tuple[str, str], ...]:
         text = ", ".join(sorted(drivers.get(vendor, ()))) or "-"
         if vendor in runtimes:
             text += " / " + ", ".join(sorted(runtimes[vendor]))
-        out.append((vendor, text))
+        out.append((_p(vendor), _p(text)))
     return tuple(out)
 
 
-def build(snap: Optional[NodeSnapshot], state: ViewState, now: float, message: str = "") -> Frame:
-    """The frame for ``snap`` (None: nothing to show yet, ``message`` says why)."""
+def build(snap: Optional[NodeSnapshot], state: ViewState, now: float, message: str = "",
+          max_rows: int = MAX_ROWS) -> Frame:
+    """The frame for ``snap`` (None: nothing to show yet, ``message`` says why), with at most
+    ``max_rows`` device rows and as many process rows as are left of that."""
+    message = _p(message, 1000)
     if snap is None:
         return Frame("", None, (), (), (), (), state, (), message or "waiting for the first snapshot")
-    collectors = tuple(CollectorLine(c.name, c.vendor or "", _collector_state(c), c.devices) for c in snap.collectors)
-    vendors = tuple(sorted({d.identity.vendor for d in snap.devices} | {c.vendor for c in snap.collectors if c.vendor}))
-    return Frame(snap.node, max(0.0, now - snap.time), _drivers(snap), collectors, tuple(_device_rows(snap, state)),
-                 tuple(_process_rows(snap, state)) if state.processes else (), state, vendors, message)
+    collectors = tuple(CollectorLine(_p(c.name), _p(c.vendor or ""), _collector_state(c), c.devices)
+                       for c in snap.collectors[:MAX_ROWS])
+    vendors = tuple(sorted({_p(d.identity.vendor) for d in snap.devices}
+                           | {_p(c.vendor) for c in snap.collectors if c.vendor})[:MAX_ROWS])
+    devices = _device_rows(snap, state)
+    processes = _process_rows(snap, state) if state.processes else []
+    rows = max(0, max_rows)
+    shown_devices = devices[:rows]
+    shown_processes = processes[:rows - len(shown_devices)]
+    hidden = len(devices) - len(shown_devices), len(processes) - len(shown_processes)
+    return Frame(_p(snap.node), max(0.0, now - snap.time), _drivers(snap), collectors, tuple(shown_devices),
+                 tuple(shown_processes), state, vendors, message, hidden)

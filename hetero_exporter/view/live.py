@@ -47,7 +47,8 @@ def run(latest: Callable[[], tuple[Optional[NodeSnapshot], str]], console: Conso
 
     def draw() -> Any:
         snap, message = latest()
-        f = frame_mod.build(snap, state, clock(), message)
+        # no more rows than the screen has lines: a huge snapshot costs a screenful, not its size
+        f = frame_mod.build(snap, state, clock(), message, max_rows=console.height)
         return f, render.render(f, console.width)
 
     with keys, Live(console=console, screen=console.is_terminal, auto_refresh=False,

@@ -3,7 +3,8 @@
 A narrow terminal drops whole columns (least needed first: model, fault, power and temperature,
 then memory) rather than wrapping rows; the table never grows past ``width``. Colour is the
 console's business: rich leaves it out where NO_COLOR is set or stdout is not a terminal, and
-every state is also spelt out, so nothing depends on colour.
+every state is also spelt out, so nothing depends on colour. Every cell is a ``Text``: what a
+snapshot says is never read as rich markup.
 """
 
 from __future__ import annotations
@@ -113,8 +114,13 @@ def _table(columns: list, rows: list, width: int) -> Table:
         t.add_column(header, min_width=w, max_width=None if last else w, no_wrap=True, overflow="ellipsis",
                      ratio=1 if last else None)
     for r in rows:
-        t.add_row(*(cell(r) for _h, cell, _m, _o in columns))
+        t.add_row(*(_plain(cell(r)) for _h, cell, _m, _o in columns))
     return t
+
+
+def _plain(value: RenderableType) -> RenderableType:
+    """A cell as Text: rich reads a str cell as markup (``[link=...]``, ``[/bold]``), a Text never."""
+    return Text(value) if isinstance(value, str) else value
 
 
 def _packed(label: str, items: list[tuple[str, str]], width: int) -> list[Text]:
@@ -138,6 +144,10 @@ def _header(f: Frame, width: int) -> list[RenderableType]:
              Text.assemble(f"sort {f.state.sort}  vendor {f.state.vendor or 'all'}  ", (KEYS, "dim"))]
     if f.message:
         lines.append(Text(f.message, "bold yellow"))
+    devices, processes = f.hidden
+    if devices or processes:  # in the header: the rows below it may run past the screen's last line
+        lines.append(Text(f"+{devices} devices, +{processes} processes not shown (more than the screen holds)",
+                          "dim"))
     if f.drivers:
         lines += _packed("driver / runtime  ", [(f"{v} {ver}", "") for v, ver in f.drivers], width)
     if f.collectors:
