@@ -180,12 +180,14 @@ def test_slow_heads_make_room_for_a_good_client(make_server):
 
 
 class SlowBodies:
-    """``n`` clients, each announcing a ``length``-byte body and sending it at 1 byte a second; one dropped
-    by the server connects again (at most ``reconnects`` times in all: the loop is bounded).
-    One thread and a selector, so 140 clients cost no 140 threads."""
+    """``n`` clients, each announcing a ``length``-byte body and sending it at ``rate`` bytes a
+    second (``rate * tick`` bytes every ``tick`` seconds; 1 byte a second by default); one dropped
+    or answered by the server connects again (at most ``reconnects`` times in all: the loop is
+    bounded). One thread and non-blocking sockets, so 140 clients cost no 140 threads."""
 
-    def __init__(self, address, n: int, length: int, reconnects: int = 5000):
-        self.address, self.n, self.budget = address, n, reconnects
+    def __init__(self, address, n: int, length: int, reconnects: int = 5000, rate: int = 1, tick: float = 1.0):
+        self.address, self.n, self.budget, self.tick = address, n, reconnects, tick
+        self.step = b" " * max(1, int(rate * tick))
         self.head = (b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % length)
         self.socks: list[socket.socket] = []
@@ -196,32 +198,40 @@ class SlowBodies:
     def _open(self) -> None:
         try:
             s = socket.create_connection(self.address, timeout=2)
-            s.sendall(self.head)
+            s.sendall(self.head + self.step)
             s.setblocking(False)
             self.socks.append(s)
         except OSError:
             pass
 
+    def _alive(self, s: socket.socket) -> bool:
+        """Sends the next piece; False once the server closed or answered (408, 503)."""
+        try:
+            s.recv(65536, socket.MSG_DONTWAIT)
+            return False
+        except BlockingIOError:
+            pass
+        except OSError:
+            return False
+        try:
+            s.send(self.step)
+        except BlockingIOError:
+            pass  # the server reads no faster: still alive
+        except OSError:
+            return False
+        return True
+
     def _run(self) -> None:
         for _ in range(self.n):
             self._open()
-        while not self.stop.wait(1.0):
+        while not self.stop.wait(self.tick):
             alive = []
             for s in self.socks:
-                try:
-                    if s.recv(65536, socket.MSG_DONTWAIT) == b"":
-                        raise ConnectionResetError
-                except BlockingIOError:
-                    try:
-                        s.send(b" ")
-                        alive.append(s)
-                        continue
-                    except OSError:
-                        pass
-                except OSError:
-                    pass
-                s.close()
-                self.dropped += 1
+                if self._alive(s):
+                    alive.append(s)
+                else:
+                    s.close()
+                    self.dropped += 1
             self.socks = alive
             while len(self.socks) < self.n and self.budget > 0:
                 self.budget -= 1

@@ -89,6 +89,11 @@ TLS13_CIPHERS = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "
 GO_CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
 
 _MAX_FILE = 1 << 20  # characters: a web config is a few lines
+# bcrypt cost factors above this are refused: every uncached login (and every made-up user, whose
+# decoy hash costs what the dearest user's does) takes one hash, 2^cost rounds: 12 is ~0.25 s on
+# a current core, 13 took 2.4 s and 14 3.9 s on a loaded CI machine, 31 takes days. The checks
+# wait in one queue (web/authqueue.py), so a scrape must fit several of them in its timeout.
+MAX_BCRYPT_COST = 12
 _BCRYPT = re.compile(r"\$2[abxy]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -309,6 +314,10 @@ def _users(value: Any, fail: Callable[..., WebConfigError]) -> dict[str, bytes]:
     for user, hashed in value.items():
         if not isinstance(user, str) or not isinstance(hashed, str) or not _BCRYPT.fullmatch(hashed):
             raise fail(f"basic_auth_users.{user}", "expects a bcrypt hash ($2y$10$... from htpasswd -nBC 10)")
+        if _cost(hashed.encode()) > MAX_BCRYPT_COST:
+            raise fail(f"basic_auth_users.{user}",
+                       f"bcrypt cost {_cost(hashed.encode())} is above {MAX_BCRYPT_COST}: every login not yet "
+                       "cached would take seconds (hash it again with htpasswd -nBC 10)")
         users[user] = hashed.encode()
     if users and importlib.util.find_spec("bcrypt") is None:
         raise fail("basic_auth_users", "needs the bcrypt package (pip install bcrypt)")
@@ -472,7 +481,8 @@ class BasicAuth:
     """Checks ``Authorization: Basic`` against bcrypt hashes. A check costs one bcrypt (tens of
     ms), so verdicts are cached as exporter-toolkit does, keyed by a SHA-256 of user, hash and
     password (the password is never kept); successes and failures in separate bounded caches,
-    so a stream of wrong passwords cannot evict a good client's entry. One bcrypt at a time."""
+    so a stream of wrong passwords cannot evict a good client's entry. One bcrypt at a time
+    (the server queues the checks: web/authqueue.py)."""
 
     def __init__(self, users: dict[str, bytes], cache_size: int = 100):
         self._users = users
@@ -515,6 +525,10 @@ class BasicAuth:
             if key in self._bad:
                 return False
         return None
+
+    def user(self, authorization: Optional[str]) -> Optional[str]:
+        creds = self._credentials(authorization)
+        return creds[0] if creds is not None and creds[0] in self._users else None
 
     def verify(self, authorization: Optional[str]) -> bool:
         creds = self._credentials(authorization)

@@ -6,11 +6,14 @@ Limits (``Limits``; every one is a bound on what a client can hold):
 
 - ``max_connections`` open connections (clamped to half the process's open-file limit). A new
   connection over the cap makes room by closing, in this order, one that is lingering after an
-  error answer, the oldest one still sending a body below ``min_body_rate``, the one reading its request head for longest (once past
-  ``evict_slow_head_after``: a slowloris), or the one idle longest (fresh, or keep-alive
-  between requests); when none is, the new one gets ``503`` and is closed at once. So a good
-  client is served however many slow or idle clients hold slots, and what is left (requests
-  being read or answered) is bounded by the timeouts below.
+  error answer, the oldest one sending a body that cannot be whole by ``body_timeout`` (below
+  ``min_body_rate``, or announcing more than its rate so far brings in the time left: a sender
+  just above the floor is no better), the one reading its request head for longest (once past
+  ``evict_slow_head_after``: a slowloris), the one idle longest (fresh, or keep-alive between
+  requests), or the body sender whose body would be whole last; only when every connection is
+  being answered or is reading a head for less than ``evict_slow_head_after`` does the new one
+  get ``503`` (closed at once). So probes and a good client are served however many slow, idle
+  or body-sending clients hold slots.
 - ``header_bytes`` of request line and headers (``431``); ``max_body_bytes`` per request
   (``413``, answered from ``Content-Length`` before the body is read) and
   ``max_pending_body_bytes`` buffered across all connections (``503``).
@@ -23,7 +26,10 @@ Limits (``Limits``; every one is a bound on what a client can hold):
 
 The handler is a plain callable ``handle(Request) -> Response`` run on the pool; an exception
 becomes a ``500`` (logged). ``WebSettings`` add TLS, basic auth (checked on the loop from a
-cache, bcrypt on its own thread), extra headers and a rate limit (``web.config``).
+cache; bcrypt on its own thread, fed by ``authqueue.AuthQueue``: what does not fit gets ``503``),
+extra headers and a rate limit (``web.config``). The rate limit is for the anonymous: probes,
+a client whose basic auth checks out (cached or not) and, without basic auth, a client with a
+verified certificate are never limited, so a flood that drains the bucket starves only itself.
 """
 
 from __future__ import annotations
@@ -37,14 +43,18 @@ import dataclasses
 import errno
 import http
 import logging
+import math
 import resource
 import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence, TypeVar, Union
 
 import h11
+
+if TYPE_CHECKING:
+    from hetero_exporter.web.authqueue import AuthQueue
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +124,9 @@ class Authenticator(Protocol):
     def verify(self, authorization: Optional[str]) -> bool:
         """The slow check (bcrypt); runs on its own thread."""
 
+    def user(self, authorization: Optional[str]) -> Optional[str]:
+        """The configured user the header names (None: no such user); cheap, no hashing."""
+
 
 @dataclasses.dataclass(frozen=True)
 class WebSettings:
@@ -127,6 +140,7 @@ class WebSettings:
 
 
 _INTERNAL = Response(500, b"internal error\n")
+_AUTH_BUSY = Response(503, b"too many logins being checked; retry\n", headers=(("Retry-After", "1"),))
 _UNAUTHORIZED = Response(401, b"Unauthorized\n",
                          headers=(("WWW-Authenticate", 'Basic realm="hetero-exporter", charset="UTF-8"'),))
 
@@ -200,6 +214,12 @@ class HttpServer:
     def _init_rest(self, limits: Limits, name: str) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, limits.workers), thread_name_prefix=name)
         self._bcrypt = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{name}-auth")
+        self.auth_queue: Optional["AuthQueue"] = None
+        auth = self.web.auth
+        if auth is not None:
+            from hetero_exporter.web.authqueue import AuthQueue  # only with basic auth: not on the start-up path
+            self.auth_queue = AuthQueue(lambda header, done: self.submit(self._bcrypt, auth.verify, header, done,
+                                                                         failed=False))
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._accepting = False
         self._conns: dict["_Connection", None] = {}   # open connections, oldest first
@@ -340,20 +360,22 @@ class HttpServer:
                         times=self.stats["accept_out_of_resources"])
 
     def _make_room(self) -> bool:
-        """Room for one more connection: close one lingering, else the oldest slow body sender,
-        else the slowest request head (slower than evict_slow_head_after), else the longest idle;
+        """Room for one more connection: close one lingering, else the oldest body sender that
+        cannot make the deadline, else the slowest request head (slower than
+        evict_slow_head_after), else the longest idle, else the body that would be whole last;
         else refuse."""
         if len(self._conns) < self.max_connections:
             return True
-        slow_body = self._slow_body()
+        now = self._loop.time()
+        doomed = self._doomed_body(now)
         if self._lingering:
             victim = next(iter(self._lingering))
             victim.abort()
-        elif slow_body is not None:
-            victim = slow_body
+        elif doomed is not None:
+            victim = doomed
             self.stats["evicted_slow_body"] += 1
             victim.abort()
-        elif self._heads and self._loop.time() - next(iter(self._heads.values())) >= self.limits.evict_slow_head_after:
+        elif self._heads and now - next(iter(self._heads.values())) >= self.limits.evict_slow_head_after:
             victim = next(iter(self._heads))
             self.stats["evicted_slow"] += 1
             victim.abort()
@@ -361,6 +383,12 @@ class HttpServer:
             victim = next(iter(self._idle))
             self.stats["evicted"] += 1
             victim.close(graceful=True)
+        elif self._bodies:
+            # every slot is a body on its way or an answer: a probe or a scheduler call is worth
+            # more than the body furthest from done (its sender may try again)
+            victim = max(self._bodies, key=lambda conn: conn.body_end(now))
+            self.stats["evicted_body"] += 1
+            victim.abort()
         else:
             self.stats["refused"] += 1
             self.warn_every("cap", "connection cap reached: refusing new connections",
@@ -369,13 +397,12 @@ class HttpServer:
         self.forget(victim)
         return True
 
-    def _slow_body(self) -> Optional["_Connection"]:
-        """The oldest connection sending its body below min_body_rate; None when every body
-        sender is keeping up. No age floor: a flood that reconnects in waves would otherwise hold
-        every slot while its bodies are young, and a real client's body (kube-scheduler sends
-        it in one burst) is either complete or younger than the flood's."""
-        now = self._loop.time()
-        return next((conn for conn, began in self._bodies.items() if conn.body_too_slow(now - began)), None)
+    def _doomed_body(self, now: float) -> Optional["_Connection"]:
+        """The oldest connection sending a body that cannot be whole by body_timeout; None when
+        every body sender can still make it. No age floor: a flood that reconnects in waves would
+        otherwise hold every slot while its bodies are young, and a real client's body
+        (kube-scheduler sends it in one burst) is either complete or younger than the flood's."""
+        return next((conn for conn in self._bodies if conn.body_doomed(now)), None)
 
     def _refuse(self, sock: socket.socket) -> None:
         try:
@@ -554,6 +581,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.closed = False
         self.lingered = 0
         self.body_began = 0.0
+        self.body_length: Optional[int] = None  # Content-Length; None for a chunked body
         self.handshake: Optional[asyncio.Future] = None
 
     # ----------------------------------------------------------------- asyncio callbacks
@@ -698,6 +726,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.body_began = self.s._loop.time()
         self._arm(min(_BODY_GRACE, self.limits.body_timeout), self._on_body_check)
         length = dict(event.headers).get(b"content-length")
+        self.body_length = None if length is None else int(length)
         if length is not None and int(length) > self.limits.max_body_bytes:
             self.s.stats["too_large"] += 1
             self._fail(413, f"body over the limit of {self.limits.max_body_bytes} bytes")
@@ -735,33 +764,51 @@ class _Connection(asyncio.BufferedProtocol):
         req = Request(event.method.decode("latin-1").upper(), path, query, headers, bytes(self.body), self.peer)
         self.head_only = req.method == "HEAD"
         self.body = bytearray()  # the reservation stays until the answer is out
-        auth = self.s.web.auth
-        probe = req.path in self.s.public_paths
-        # the rate limit is for the anonymous: kubelet's probes and a client whose credentials were
-        # already verified are never starved by a flood of unauthenticated requests
-        trusted = probe or (auth is not None and auth.cached(req.headers.get("authorization")) is True)
-        if not trusted and not self.s.take_token():
-            self.s.stats["rate_limited"] += 1
-            self._respond(Response.text(429, "Too Many Requests\n"))
-            return
-        if auth is None or probe:
-            self.s.submit(self.s._pool, self.s.call_handler, req, self._respond, failed=_INTERNAL)
-            return
-        verdict = auth.cached(req.headers.get("authorization"))
-        if verdict is not None:
-            self._authorized(req, verdict)
+        auth, queue = self.s.web.auth, self.s.auth_queue
+        header = req.headers.get("authorization")
+        if req.path in self.s.public_paths:  # kubelet's probes: no password, no rate limit
+            self._serve(req)
+        elif auth is None or queue is None:  # no basic auth: a verified certificate is not anonymous
+            if self._certified():
+                self._serve(req)
+            else:
+                self._anonymous(req, authorized=True)
         else:
-            self.s.submit(self.s._bcrypt, auth.verify, req.headers.get("authorization"),
-                          lambda ok: self._authorized(req, ok), failed=False)
+            verdict = auth.cached(header)
+            if verdict is not None:
+                self._authorized(req, verdict)
+            # checked before the rate limit: a flood that drained the bucket must not keep an
+            # authenticated client's first request from ever being checked
+            elif not queue.submit(header or "", auth.user(header), str(self.peer[0] if self.peer else ""),
+                                  lambda ok: self._authorized(req, ok)):
+                self.s.stats["auth_busy"] += 1
+                self._respond(_AUTH_BUSY)
+
+    def _certified(self) -> bool:
+        """The client showed a certificate that was verified (TLS with client_auth_type)."""
+        return bool(self.transport.get_extra_info("peercert"))
 
     def _authorized(self, req: Request, ok: bool) -> None:
         if self.closed:
             return
         if ok:
-            self.s.submit(self.s._pool, self.s.call_handler, req, self._respond, failed=_INTERNAL)
+            self._serve(req)
+        else:
+            self._anonymous(req, authorized=False)
+
+    def _anonymous(self, req: Request, authorized: bool) -> None:
+        """A request that is not authenticated: rate limited (429), then served or answered 401."""
+        if not self.s.take_token():
+            self.s.stats["rate_limited"] += 1
+            self._respond(Response.text(429, "Too Many Requests\n"))
+        elif authorized:
+            self._serve(req)
         else:
             self.s.stats["unauthorized"] += 1
             self._respond(_UNAUTHORIZED)
+
+    def _serve(self, req: Request) -> None:
+        self.s.submit(self.s._pool, self.s.call_handler, req, self._respond, failed=_INTERNAL)
 
     def _respond(self, resp: Response, close: bool = False) -> None:
         if self.closed:
@@ -839,6 +886,21 @@ class _Connection(asyncio.BufferedProtocol):
         """Fewer bytes of body than min_body_rate allows for ``elapsed`` seconds (a complete
         Content-Length body is never too slow)."""
         return len(self.body) < self.limits.min_body_rate * elapsed
+
+    def body_end(self, now: float) -> float:
+        """When the body will be whole at the average rate it has come at so far (loop time; a
+        chunked body is taken to be max_body_bytes long; inf while none of it came)."""
+        length = self.limits.max_body_bytes if self.body_length is None else self.body_length
+        got = len(self.body)
+        if got >= length:
+            return now
+        return self.body_began + (now - self.body_began) * length / got if got else math.inf
+
+    def body_doomed(self, now: float) -> bool:
+        """The body will not be whole by body_timeout: below min_body_rate, or (its length
+        announced) too much of it still to come at the rate it has come at."""
+        return self.body_too_slow(now - self.body_began) or (
+            self.body_length is not None and self.body_end(now) > self.body_began + self.limits.body_timeout)
 
     def _on_body_check(self) -> None:
         """Once a second while a body is read: 408 below the minimum rate or past body_timeout."""
