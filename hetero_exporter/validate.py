@@ -16,6 +16,7 @@ import re
 import yaml
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar, Union
 
+from hetero_exporter import smallfile
 from hetero_exporter.model.errors import InputError
 
 T = TypeVar("T")
@@ -204,12 +205,16 @@ def host_port(path: str, value: Any) -> str:
 
 
 def read_text(path: str, limit: int, what: str) -> str:
-    """The UTF-8 text of file ``path``, refused when over ``limit`` bytes (read at most
-    ``limit`` + 1, so a huge file or a device never fills memory). OSError propagates."""
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise ValidationError("", f"{what} {path} is over the limit of {limit} bytes", f"at most {limit >> 10} KiB")
+    """The UTF-8 text of the regular file ``path``, refused when over ``limit`` bytes (read at
+    most ``limit`` + 1, so a huge file never fills memory) or when it is a FIFO, a device or a
+    directory (``smallfile.read_regular``: a FIFO never hangs the start). OSError propagates."""
+    try:
+        data = smallfile.read_regular(path, limit)
+    except ValueError as e:
+        if str(e).startswith("over "):
+            raise ValidationError("", f"{what} {path} is over the limit of {limit} bytes",
+                                  f"at most {limit >> 10} KiB") from None
+        raise ValidationError("", f"{what} {path} is {e}", "a regular file") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -158,7 +158,7 @@ def test_every_family_a_scrape_serves_is_exported(snapshot):
 def test_a_refusing_receiver_is_counted_and_said_once(snapshot, receiver, caplog):
     caplog.set_level(logging.INFO, logger="hetero_exporter")
     receiver.refuse = True
-    settings = _settings(endpoint=f"http://127.0.0.1:{receiver.http_port}", protocol="http", interval=60, timeout=1)
+    settings = _settings(endpoint=f"http://127.0.0.1:{receiver.http_port}", protocol="http", interval=60, timeout=10)
     failures = ExportFailures()
     exporter = OtlpExporter(settings, lambda: snapshot, "n1", failures)
     exporter.start()

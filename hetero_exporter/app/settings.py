@@ -87,6 +87,9 @@ class OtlpTlsSettings:
     ca_file: Optional[str] = None  # PEM bundle that signs the receiver (default: the system's)
     cert_file: Optional[str] = None  # client certificate and key (mTLS), both or neither
     key_file: Optional[str] = None
+    # the named files' bytes by key, read once when the settings are made: regular files of at
+    # most 1 MiB, else exit 2 naming the key before anything starts (exposition/export/tls_files.py)
+    contents: Mapping[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,10 @@ class OtlpSettings:
         """None where the section is absent (no export, and the SDK never imported)."""
         if not raw:
             return None
-        return _typed(cls, raw, tls=_typed(OtlpTlsSettings, raw.get("tls") or {}))
+        from hetero_exporter.exposition.export.tls_files import FILE_KEYS, TlsFiles
+        tls = raw.get("tls") or {}
+        contents = TlsFiles.read({k: tls.get(k) for k in FILE_KEYS}).contents
+        return _typed(cls, raw, tls=_typed(OtlpTlsSettings, tls, contents=contents))
 
 
 def _nvsentinel(raw: Mapping[str, Any]) -> Any:

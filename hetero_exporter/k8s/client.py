@@ -25,9 +25,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from hetero_exporter import smallfile
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SECONDS = 10.0  # per request: connect + read
+MAX_KUBECONFIG_BYTES = 4 << 20  # a kubeconfig with embedded certificates for many clusters is ~100 KiB
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
@@ -95,6 +98,8 @@ def connect(kubeconfig: Optional[str] = None, *, env: Optional[Mapping[str, str]
     if path:
         source = f"kubeconfig {path}" if kubeconfig else f"KUBECONFIG={path}"
         try:
+            # the client opens the file itself: refuse a FIFO (it would hang the start) or a huge file first
+            smallfile.read_regular(path, MAX_KUBECONFIG_BYTES)
             config.load_kube_config(config_file=path, client_configuration=cfg)
         except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
             return off(f"cannot load {source}: {e}")

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from hetero_exporter.exposition.export import ExportFailures
 from hetero_exporter.exposition.export import otlp_map
+from hetero_exporter.exposition.export.tls_files import TlsFiles
 from hetero_exporter.exposition.selection import EVERYTHING, Selection
 from hetero_exporter.model import NodeSnapshot
 from hetero_exporter.model.errors import ExitError
@@ -64,6 +65,7 @@ class OtlpExporter:
         self._built_for: Optional[NodeSnapshot] = None
         self._points: dict[str, list[otlp_map.Point]] = {}
         self._provider: Any = None
+        self._tls = TlsFiles({})
         failures.declare(EXPORTER)
 
     # ---- the points, once per snapshot
@@ -95,18 +97,22 @@ class OtlpExporter:
         s = self.settings
         timeout = min(s.timeout, s.interval)
         headers = dict(s.headers)
+        self._tls = TlsFiles(s.tls.contents)  # read when the settings were made (regular files, capped)
         if s.protocol == "http":
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
+
+            from hetero_exporter.exposition.export.bounded_http import BoundedSession
+            # requests opens certificate files by path at each connection: it gets the pinned copies
             return Http(endpoint=http_endpoint(s.endpoint, s.tls.insecure), headers=headers, timeout=timeout,
-                        certificate_file=s.tls.ca_file, client_certificate_file=s.tls.cert_file,
-                        client_key_file=s.tls.key_file)
+                        certificate_file=self._tls.path("ca_file"), client_certificate_file=self._tls.path("cert_file"),
+                        client_key_file=self._tls.path("key_file"), session=BoundedSession(timeout=timeout))
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
         credentials = None
         if not s.tls.insecure and not s.endpoint.startswith("http://"):
             import grpc
             credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read(s.tls.ca_file), private_key=_read(s.tls.key_file),
-                certificate_chain=_read(s.tls.cert_file))
+                root_certificates=self._tls.data("ca_file"), private_key=self._tls.data("key_file"),
+                certificate_chain=self._tls.data("cert_file"))
         return Grpc(endpoint=s.endpoint, insecure=s.tls.insecure or s.endpoint.startswith("http://"),
                     credentials=credentials, headers=headers, timeout=timeout)
 
@@ -141,13 +147,7 @@ class OtlpExporter:
         provider, self._provider = self._provider, None
         if provider is not None:
             provider.shutdown(timeout_millis=SHUTDOWN_MILLIS)
-
-
-def _read(path: Optional[str]) -> Optional[bytes]:
-    if not path:
-        return None
-    with open(path, "rb") as f:
-        return f.read(1 << 20)  # a PEM bundle; more is not a certificate file
+        self._tls.close()
 
 
 SDK_LOGGER = "opentelemetry.exporter.otlp"
