@@ -48,7 +48,16 @@ against this server. It speaks what the agent uses, the way the API server (1.37
   "object": ...}``, from a ``resourceVersion`` (410 Expired after ``compact()``) or from now
   with synthetic ADDED events, selectors applied (an object leaving a selector is DELETED),
   ``timeoutSeconds``, bookmarks with ``allowWatchBookmarks``.
-- Bearer-token authentication (401 otherwise), Status bodies for every error.
+- Bearer-token authentication (401 otherwise), Status bodies for every error. The server's own
+  token is a cluster admin (``system:masters``: never authorized or admitted, as the API server
+  hard-wires it); ``add_user(token, username, groups, extra)`` adds an identity such as a pod-bound
+  ServiceAccount token (``extra["authentication.kubernetes.io/node-name"]``). For those,
+  ``authorizer`` (RBAC: ``Attributes`` -> allowed) answers 403 Forbidden with the API server's
+  message, and every ``admission`` hook (validating admission: the AdmissionRequest, the object
+  and the old object -> None or the ApiError to answer) runs on each write after the strategy's
+  validation and before storage: create (before AlreadyExists), update and patch (the object as
+  patched), delete (after its preconditions), ``pods/eviction`` (the Eviction; the deletion it
+  causes is internal and not admitted again), dry runs included.
 - Fault injection for the next N matching requests: an HTTP status (``fail_next``), a delay
   (``delay_next``, for client timeouts), a dropped connection (``drop_next``); each one either
   before the request is applied or after it (``after_apply=True``: the write happened but the
@@ -504,6 +513,7 @@ class RequestRecord:
     resource_version: Optional[str] = None  # after the request
     target: str = ""  # the request target as sent: path and query string, undecoded
     headers: dict = field(default_factory=dict)  # Accept, Content-Type, Authorization scheme, User-Agent
+    user: str = ""  # the authenticated username
 
     @property
     def is_write(self) -> bool:
@@ -517,6 +527,55 @@ class _Watcher:
     match: Callable[[dict], bool]
     events: "queue.Queue[tuple[str, dict]]" = field(default_factory=queue.Queue)
     closed: bool = False
+
+
+# --------------------------------------------------------------------------- identities
+
+
+MASTERS = "system:masters"  # the API server's hard-wired superuser group: no authorizer, no admission
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """An authenticated identity, as authentication gives it to authorization and admission."""
+
+    username: str
+    groups: tuple[str, ...] = ("system:authenticated",)
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def master(self) -> bool:
+        return MASTERS in self.groups
+
+    def as_dict(self) -> dict:
+        """The AdmissionRequest's ``userInfo``."""
+        return {"username": self.username, "groups": list(self.groups), "extra": {k: list(v) for k, v in self.extra}}
+
+
+@dataclass(frozen=True)
+class Attributes:
+    """What the authorizer decides on: a resource request (``resource`` "" for a non-resource
+    path such as discovery, which every authenticated user may read)."""
+
+    user: UserInfo
+    verb: str  # get list watch create update patch delete
+    group: str = ""
+    resource: str = ""
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+
+
+def forbidden(a: Attributes) -> ApiError:
+    """The API server's 403 for a request RBAC does not allow."""
+    what = f"{a.resource}/{a.subresource}" if a.subresource else a.resource
+    where = f'in the namespace "{a.namespace}"' if a.namespace else "at the cluster scope"
+    group = f"{a.resource}.{a.group}" if a.group else a.resource
+    target = f'{group} "{a.name}"' if a.name else group
+    return ApiError(403, "Forbidden", f'{target} is forbidden: User "{a.user.username}" cannot '
+                                      f'{a.verb} resource "{what}" in API group "{a.group}" {where}',
+                    {"name": a.name, "group": a.group, "kind": a.resource} if a.name else
+                    {"group": a.group, "kind": a.resource})
 
 
 # --------------------------------------------------------------------------- the server
@@ -544,6 +603,11 @@ class KubeAPIServer:
         self.nfd = nfd
         self._local = threading.local()  # per request: fieldValidation, warnings, the version asked for
         self.token = token
+        # bearer token -> identity; the server's own token is a cluster admin
+        self.users: dict[str, UserInfo] = {token: UserInfo("kubernetes-admin", (MASTERS, "system:authenticated"))}
+        self.authorizer: Optional[Callable[[Attributes], bool]] = None  # None: every identity may do anything
+        # validating admission: (AdmissionRequest, object, oldObject) -> None, or the ApiError to answer
+        self.admission: list[Callable[[dict, Optional[dict], Optional[dict]], Optional[ApiError]]] = []
         self.bookmark_seconds = bookmark_seconds
         self.max_watch_seconds = max_watch_seconds  # bound on a watch without timeoutSeconds
         self._lock = threading.RLock()
@@ -614,6 +678,37 @@ class KubeAPIServer:
         cfg.api_key = {"authorization": self.token}
         cfg.api_key_prefix = {"authorization": "Bearer"}
         return client.ApiClient(cfg)
+
+    def add_user(self, token: str, username: str, groups: Iterable[str] = (),
+                 extra: Optional[dict[str, list[str]]] = None) -> UserInfo:
+        """Accept ``token`` as ``username`` (a ServiceAccount's: groups system:serviceaccounts and
+        system:serviceaccounts:<ns> are added, as the token authenticator does); ``extra`` such as
+        ``{"authentication.kubernetes.io/node-name": [node]}`` of a pod-bound token."""
+        g = list(groups)
+        if username.startswith("system:serviceaccount:"):
+            g += ["system:serviceaccounts", f"system:serviceaccounts:{username.split(':')[2]}"]
+        user = UserInfo(username, tuple(dict.fromkeys(g + ["system:authenticated"])),
+                        tuple((k, tuple(v)) for k, v in sorted((extra or {}).items())))
+        with self._lock:
+            self.users[token] = user
+        return user
+
+    def _admit(self, operation: str, res: Resource, sub: Optional[str], ns: str, name: str,
+               obj: Optional[dict], old: Optional[dict], dry_run: bool = False) -> None:
+        """Validating admission of a write by the current request's identity (none: a test's own
+        seeding or ``mutate``, which no admission sees); raises the first hook's ApiError."""
+        user: Optional[UserInfo] = getattr(self._local, "user", None)
+        if user is None or user.master or not self.admission:
+            return
+        request = {"operation": operation, "name": name, "namespace": ns, "dryRun": dry_run,
+                   "resource": {"group": res.group, "version": getattr(self._local, "version", None) or res.version,
+                                "resource": res.plural},
+                   "subResource": sub or "", "kind": {"group": res.group, "version": res.version, "kind": res.kind},
+                   "userInfo": user.as_dict()}
+        for hook in list(self.admission):
+            err = hook(copy.deepcopy(request), copy.deepcopy(obj), copy.deepcopy(old))
+            if err is not None:
+                raise err
 
     # ------------------------------------------------------------------ seeding & reading
     def seed_node(self, name: str, *, labels: Optional[dict] = None, annotations: Optional[dict] = None,
@@ -702,6 +797,7 @@ class KubeAPIServer:
             meta = obj["metadata"]
             prepare(res, obj, None)
             self._validate(res, obj)
+            self._admit("CREATE", res, None, namespace, meta["name"], obj, None, dry_run)
             key = (res, namespace, meta["name"])
             if key in self._objects:
                 raise ApiError(409, "AlreadyExists", f'{res.plural} "{meta["name"]}" already exists',
@@ -761,15 +857,18 @@ class KubeAPIServer:
         return self.versions(NODES, None, name)
 
     def delete(self, res: Resource, namespace: Optional[str], name: str, *,
-               preconditions: Optional[dict] = None) -> dict:
+               preconditions: Optional[dict] = None, admit: bool = True) -> dict:
         """Delete now (no graceful deletion, no finalizers); ``preconditions`` as in DeleteOptions
-        (uid, resourceVersion): 409 Conflict when the object is not that one any more."""
+        (uid, resourceVersion): 409 Conflict when the object is not that one any more.
+        ``admit=False``: an internal deletion (an eviction's), not admitted again."""
         with self._lock:
             key = (res, namespace or "", name)
             old = self._objects.get(key)
             if old is None:
                 raise _not_found(res, name)
             check_preconditions(res, old, preconditions)
+            if admit:
+                self._admit("DELETE", res, None, namespace or "", name, None, old)
             self._store(res, namespace or "", name, None, old, "DELETED")
             return copy.deepcopy(old)
 
@@ -792,6 +891,7 @@ class KubeAPIServer:
             raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the "
                                               "namespace sent on the request")
         with self._lock:
+            self._admit("CREATE", PODS, "eviction", namespace, name, ev, None)
             pod = self.get(PODS, namespace, name)
             check_preconditions(PODS, pod, (ev.get("deleteOptions") or {}).get("preconditions"))
             running = (pod.get("status") or {}).get("phase") not in ("Pending", "Succeeded", "Failed") \
@@ -805,7 +905,7 @@ class KubeAPIServer:
                                                          "which the eviction subresource does not support.")
                 if budgets:
                     self._spend_budget(budgets[0], pod, namespace)
-            self.delete(PODS, namespace, name)
+            self.delete(PODS, namespace, name, admit=False)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _spend_budget(self, pdb: dict, pod: dict, namespace: str) -> None:
@@ -1043,6 +1143,7 @@ class KubeAPIServer:
             new = self._decode(res, new)
             prepare(res, new, cur)
             self._validate(res, new)
+            self._admit("UPDATE", res, sub, ns, name, new, cur, dry_run)
             if dry_run:
                 return new, False
             before = self._rv
@@ -1853,7 +1954,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(parts.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         is_watch = method == "GET" and _truthy(query.get("watch"))
-        api._local.version, api._local.warnings = None, []
+        api._local.version, api._local.warnings, api._local.user = None, [], None
         api._local.field_validation = query.get("fieldValidation")
         rec = RequestRecord(method, path, query, self.headers.get("Content-Type", ""), None)
         rec.target = self.path
@@ -1875,11 +1976,16 @@ class _Handler(BaseHTTPRequestHandler):
             if self._inject(fault, rec):
                 return
         auth = self.headers.get("Authorization", "")
-        if api.token and auth != f"Bearer {api.token}":
+        with api._lock:
+            user = api.users.get(auth[len("Bearer "):]) if auth.startswith("Bearer ") else None
+        if user is None and api.token:
             rec.status = 401
             self._send_json(401, status_body(401, "Unauthorized", "Unauthorized"))
             return
+        rec.user = user.username if user is not None else ""
         try:
+            self._authorize(user, method, path, query, is_watch)
+            api._local.user = user
             if is_watch:
                 rec.status = 200
                 self._watch(path, query)
@@ -1892,6 +1998,32 @@ class _Handler(BaseHTTPRequestHandler):
             if self._inject(fault, rec):
                 return
         self._send_json(code, body)
+
+    def _authorize(self, user: Optional[UserInfo], method: str, path: str, query: dict, is_watch: bool) -> None:
+        """RBAC's say on a resource request (403 Forbidden); discovery and other non-resource
+        paths are every authenticated user's (system:discovery), a path that routes nowhere is
+        left to the handler's 404."""
+        api = self.server_api
+        if api.authorizer is None or user is None or user.master or self._discovery_path(path):
+            return
+        try:
+            res, ns, name, sub = self._route(path)
+        except ApiError:
+            return
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+        if verb is None:
+            verb = "watch" if is_watch else ("get" if name else "list")
+        if sub == "eviction":
+            verb = "create"
+        a = Attributes(user, verb, res.group, res.plural, sub or "", ns or "", name or "")
+        if not api.authorizer(a):
+            raise forbidden(a)
+
+    @staticmethod
+    def _discovery_path(path: str) -> bool:
+        segs = [s for s in path.split("/") if s]
+        return segs in (["api"], ["api", "v1"], ["apis"]) or (len(segs) in (2, 3) and segs[0] == "apis") \
+            or path.rstrip("/") in ("/version", "/healthz", "/readyz", "/livez")
 
     def _inject(self, fault: InjectedFault, rec: RequestRecord) -> bool:
         """Carry out an injected fault; True when the request is answered (or dropped)."""
