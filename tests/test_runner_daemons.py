@@ -67,3 +67,98 @@ def test_the_count_is_exported():
     reg = CollectorRegistry(auto_describe=False)
     reg.register(ToolProcessesCollector(lambda: 3))
     assert "accelerator_tool_processes_killed_total 3.0" in generate_latest(reg).decode()
+
+
+# --------------------------------------------------------------------------- issue 35, item 11
+# A tool whose child leaves the call's session and lets go of its pipes (a proper daemon), while
+# the tool itself never answers: neither the process group nor the pipes lead to that child.
+DETACHING = r'''#!{python}
+import os, sys, time
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    with open({pidfile!r} + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename({pidfile!r} + ".tmp", {pidfile!r})
+    for _ in range(3600):
+        time.sleep(1)
+    sys.exit(0)
+with open({pidfile!r} + ".tool", "w") as f:
+    f.write(str(os.getpid()))
+for _ in range(3600):
+    time.sleep(1)
+'''
+
+
+@pytest.fixture
+def leftovers(tmp_path):
+    """Whatever a failing test leaves of the tool is killed at the end (by the pids it wrote)."""
+    yield
+    for f in (tmp_path / "daemon.pid", tmp_path / "daemon.pid.tool"):
+        try:
+            os.kill(int(f.read_text()), 9)
+        except (OSError, ValueError):
+            pass
+
+
+def _detaching_tool(tmp_path):
+    pidfile = tmp_path / "daemon.pid"
+    tool = tmp_path / "detaching-smi"
+    tool.write_text(DETACHING.format(python=sys.executable, pidfile=str(pidfile)))
+    tool.chmod(0o755)
+    return tool, pidfile
+
+
+def _pid_when_written(path, limit: float = 60.0) -> int:
+    end = time.monotonic() + limit
+    while not (path.exists() and path.read_text()):
+        assert time.monotonic() < end, f"{path} never written"
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+def _gone(pid: int, limit: float = 60.0) -> bool:
+    end = time.monotonic() + limit
+    while _alive(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def test_a_child_that_detached_and_closed_its_pipes_does_not_outlive_the_deadline(tmp_path, leftovers):
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc")
+    tool, pidfile = _detaching_tool(tmp_path)
+    import threading
+    raised = []
+    t = threading.Thread(target=lambda: raised.append(pytest.raises(CliTimeout, runner.run, [str(tool)], timeout=8.0)))
+    t.start()
+    daemon = _pid_when_written(pidfile)  # written before the deadline (8 s: a loaded machine starts it late)
+    t.join(120)
+    assert not t.is_alive() and raised
+    assert _gone(daemon), "the detached child outlived the call"
+
+
+def test_kill_running_kills_a_call_within_its_deadline_and_what_it_detached(tmp_path, leftovers):
+    """What the agent does at exit (atexit): a tool still running in its deadline is killed."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc")
+    tool, pidfile = _detaching_tool(tmp_path)
+    import threading
+    errors = []
+
+    def call() -> None:
+        try:
+            runner.run([str(tool)], timeout=600.0)
+        except Exception as e:  # noqa: BLE001 - the call ends as its group is killed: CliError
+            errors.append(e)
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    daemon = _pid_when_written(pidfile)
+    parent = _pid_when_written(tmp_path / "daemon.pid.tool")
+    assert runner.kill_running() >= 1
+    assert _gone(parent) and _gone(daemon), "a process of the call outlived kill_running"
+    t.join(60)
+    assert not t.is_alive() and errors  # the call ended (the tool died by a signal)

@@ -9,7 +9,10 @@ message on stderr. This runner makes each of those a clear, bounded failure:
   variables the caller names in ``passthrough`` (a tool's ``ToolSpec.env``: where its vendor's
   install lives) and ``env``; nothing else of the agent's environment reaches the tool;
 - a deadline: past it the whole process group is killed (SIGKILL), grandchildren included,
-  and ``CliTimeout`` is raised;
+  and ``CliTimeout`` is raised; so are the tool's descendants that left the group (``setsid``)
+  and whatever still holds its output pipes;
+- at exit (``atexit``: the agent stopped by SIGTERM, a command ending) every call still running
+  is killed the same way (``kill_running``): no tool outlives the agent;
 - an output cap: past ``max_bytes`` on stdout the group is killed and ``CliError`` raised;
 - a non-zero exit raises ``CliError`` carrying the tail of stderr;
 - a missing executable raises ``contract.Unavailable``;
@@ -19,6 +22,7 @@ message on stderr. This runner makes each of those a clear, bounded failure:
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import selectors
@@ -58,6 +62,7 @@ class CliResult:
 
 _counter_lock = threading.Lock()
 _invocations: dict[str, int] = {}
+_running: dict[int, subprocess.Popen] = {}  # calls not finished yet, by pid: killed at exit
 
 
 def invocations() -> dict[str, int]:
@@ -85,6 +90,30 @@ def killed_total() -> int:
     tool forked with setsid, still holding the call's output pipe); the agent exports it."""
     with _counter_lock:
         return _killed
+
+
+def _descendants(root: int, proc_root: str = "/proc") -> list[int]:
+    """Pids below ``root`` by parent links (a child that left the group with setsid, its own
+    children): read before the group is killed, while they are still linked. A /proc walk,
+    only when a call is killed."""
+    children: dict[int, list[int]] = {}
+    try:
+        pids = [p for p in os.listdir(proc_root) if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(os.path.join(proc_root, pid, "stat"), "rb") as f:
+                ppid = int(f.read(4096).rsplit(b")", 1)[1].split()[1])  # after the name: state, ppid
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(pid))
+    found, todo = [], [root]
+    while todo and len(found) < len(pids):  # bounded: a pid is listed once
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _pipe_holders(inodes: set[int], proc_root: str = "/proc") -> list[int]:
@@ -116,9 +145,11 @@ def _pipe_holders(inodes: set[int], proc_root: str = "/proc") -> list[int]:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the call's process group, then whatever still holds its output pipes (a daemon that
-    left the group with setsid would otherwise outlive every deadline and pile up each cycle)."""
+    """Kill the call's process group, its descendants in other sessions, then whatever still
+    holds its output pipes (a daemon that left the group with setsid would otherwise outlive
+    every deadline and pile up each cycle)."""
     global _killed
+    below = _descendants(proc.pid) if proc.poll() is None else []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -129,7 +160,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
             inodes.add(os.fstat(f.fileno()).st_ino)
         except (OSError, ValueError, AttributeError):
             continue
-    for pid in _pipe_holders(inodes) if inodes else ():
+    for pid in dict.fromkeys([*below, *(_pipe_holders(inodes) if inodes else ())]):
         try:
             if os.getpgid(pid) == proc.pid:
                 continue  # of the group just killed, still dying
@@ -138,6 +169,19 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
         with _counter_lock:
             _killed += 1
+
+
+def kill_running() -> int:
+    """Kill every call still running (each as a deadline would); the number of calls. Run at
+    exit: a tool within its deadline when the agent stops does not outlive it."""
+    with _counter_lock:
+        procs = list(_running.values())
+    for proc in procs:
+        _kill_group(proc)
+    return len(procs)
+
+
+atexit.register(kill_running)
 
 
 def _launch(exe: str, env: Mapping[str, str], chroot: Optional[str]) -> list[str]:
@@ -184,6 +228,8 @@ def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYT
                 time.sleep(0.01 * (attempt + 1))
                 continue
             raise Unavailable(f"{exe}: cannot start: {e.strerror}") from None
+    with _counter_lock:
+        _running[proc.pid] = proc
     out, err = bytearray(), bytearray()
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -218,6 +264,8 @@ def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYT
         if proc.poll() is None:
             _kill_group(proc)
             proc.wait()
+        with _counter_lock:
+            _running.pop(proc.pid, None)
     stdout = out.decode("utf-8", "replace")
     stderr = err[-STDERR_KEEP:].decode("utf-8", "replace").strip()
     result = CliResult(tuple(argv), stdout, stderr, rc, time.monotonic() - t0)
