@@ -226,13 +226,19 @@ def test_a_benign_storm_does_not_hold_back_a_critical_line(tmp_path):
     assert f.status()["events"] == {("nvidia", "13"): 100_000, ("nvidia", "79"): 1}
 
 
-def test_distinct_texts_still_spend_the_budget_one_token_each(tmp_path):
+def test_distinct_texts_spend_the_rule_budget_one_each_and_the_rest_is_skipped_and_counted(tmp_path):
+    """Issue 35 item 8: past the rule budget an info-only text is skipped, not waited for, and
+    counted; the records read are bounded too (50 per rule run of the budget by default)."""
     ring = RingBuffer(capacity=2000)
     for n in range(1000):
         ring.append(f"NVRM: Xid (PCI:0000:18:00): 13, pid={n}, name=x, Graphics Exception")
     f = follower(ring, tmp_path)
     n, caught_up = f.drain(limit=100)
-    assert (n, caught_up) == (100, False)
+    assert (n, caught_up) == (1000, True)
+    assert f._matcher.evaluated == 100
+    assert f.status()["dropped"]["rate-limited"] == 900
+    assert f.status()["events"] == {("nvidia", "13"): 100}
+    assert f.drain(limit=0, reads=0) == (0, False)  # no record read past the read budget
 
 
 def test_reading_is_rate_limited_in_the_thread(tmp_path):

@@ -248,7 +248,8 @@ class Agent:
         follower = kl.Follower(
             self.env.kernel_log_source(kl, s), state_dir=self.state_dir, boot_id=self.env.state_boot_id,
             clock=self.clock, wake=self.wake.set, max_records_per_second=float(s.max_records_per_second),
-            max_pending=int(s.max_pending), retry_seconds=float(s.retry_seconds), writable=self.state_writable)
+            max_pending=int(s.max_pending), retry_seconds=float(s.retry_seconds), writable=self.state_writable,
+            urgent_codes=policy.overrides)  # an overridden code is never skipped in a storm
         self.kernel_log = self.services.start(
             "kernel-log", lambda: follower.start(wait_first=KERNEL_LOG_FIRST_READ), follower.close)
         return kl.KernelLogFaults(follower, reset_codes=policy.reset_codes | kl.RESET_CODES,

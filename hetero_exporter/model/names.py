@@ -231,7 +231,10 @@ KERNEL_LOG_EVENTS = Metric("accelerator_kernel_log_events_total", "counter",
                            "Device faults the kernel log stated, by vendor and code.", ("vendor", "code"))
 KERNEL_LOG_DROPPED = Metric("accelerator_kernel_log_dropped_total", "counter",
                             "Kernel log records or events lost: overwritten in the ring buffer before "
-                            "they were read, or past the bounded queue in a storm (queue-full).", ("reason",))
+                            "they were read (estimated under syslog(2)), past the bounded queue in a storm "
+                            "(queue-full), info-only records past the rule budget (rate-limited), events "
+                            "of a device not seen in time (unresolved), or counted under code other past "
+                            "a device's code bound (code-cap).", ("reason",))
 KERNEL_LOG_LAG = Metric("accelerator_kernel_log_lag_seconds", "gauge",
                         "Seconds the follower has been behind the kernel log (0 when caught up).", ())
 

@@ -61,7 +61,11 @@ from hetero_exporter.model.errors import InputError
 log = logging.getLogger(__name__)
 
 __all__ = ["Record", "Event", "Matcher", "Rule", "VendorRules", "RulesError", "split_record", "kmsg_record",
-           "parse_lines", "parse_text", "load_rules", "decode_smca_status", "MAX_LINE_CHARS"]
+           "parse_lines", "parse_text", "load_rules", "decode_smca_status", "MAX_LINE_CHARS", "NO_EVENT",
+           "BENIGN", "URGENT"]
+
+# Matcher.triage: what the rules would make of a text, told by their regexes alone
+NO_EVENT, BENIGN, URGENT = "no-event", "benign", "urgent"
 
 MAX_LINE_CHARS = 16384  # longer lines are cut (the kernel's own record limit is ~1 KiB)
 _MAX_MESSAGE = 512
@@ -71,6 +75,10 @@ _MAX_DEVICES = 1024  # learned addresses / uuids kept per matcher (bounded whate
 # at most _MEMO_ENTRIES texts of at most _MEMO_TEXT characters (< 2.5 MiB).
 _MEMO_ENTRIES = 4096
 _MEMO_TEXT = 512
+# What a rule states, by the groups its code depends on (Xid 13 whatever the pid and name): a
+# storm of distinct texts costs a regex search and a dict look-up per rule, not the code's
+# formatting and the fault table (~10 us). Bounded; cleared when full (it refills itself).
+_VERDICT_ENTRIES = 4096
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -279,6 +287,28 @@ class Rule:
     duplicate_within: int = 0
 
 
+def _key_groups(rule: Rule) -> tuple[str, ...]:
+    """The match groups a rule's code, fallback and checks depend on (not its pci, nor the free
+    text around them): equal values give an equal verdict."""
+    names = set(rule.nonzero) | set(rule.decode)
+    for template in (rule.code, rule.fallback or ""):
+        for _lit, fieldname, _spec, _conv in string.Formatter().parse(template):
+            if fieldname:
+                names.add(fieldname)
+    return tuple(sorted(n for n in names if n in rule.match.groupindex))
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What a rule states for its key groups' values: the code, its fault-table row, the decoded
+    groups (for the message) and whether it is urgent (more than an info fault, or a recovery)."""
+
+    code: str
+    info: faults.FaultInfo
+    decoded: tuple[tuple[str, str], ...]
+    urgent: bool
+
+
 @dataclass(frozen=True)
 class VendorRules:
     vendor: str
@@ -390,7 +420,8 @@ class Matcher:
     a record no vendor's needles name): the follower's rate limit charges those."""
 
     def __init__(self, specs: Optional[Iterable[VendorSpec]] = None,
-                 *, rules: Optional[Iterable[VendorRules]] = None):
+                 *, rules: Optional[Iterable[VendorRules]] = None,
+                 urgent_codes: Optional[Mapping[str, Iterable[str]]] = None):
         loaded: list[VendorRules] = list(rules or ())
         explicit = specs is not None
         for s in (specs if explicit else vendors.specs().values()):
@@ -404,6 +435,14 @@ class Matcher:
             if r is not None:
                 loaded.append(r)
         self.vendor_rules: tuple[VendorRules, ...] = tuple(loaded)
+        # vendor -> codes a configured fault-table override may make more than info: always urgent
+        self._urgent_codes = {str(v): frozenset(map(str, c)) for v, c in (urgent_codes or {}).items()}
+        self._keys = {id(r): _key_groups(r) for vr in self.vendor_rules for r in vr.rules}
+        self._verdicts: dict[tuple[int, tuple], Optional[_Verdict]] = {}
+        # vendors whose rules infer a device from those seen (pci: only-device): the triage keeps
+        # remembering their devices, or a skipped line would change whom a later line names
+        self._tracked = frozenset(vr.vendor for vr in self.vendor_rules
+                                  if any(r.pci == "only-device" for r in vr.rules))
         self._uuids: OrderedDict[str, str] = OrderedDict()  # pci -> uuid
         self._devices: dict[str, OrderedDict[str, None]] = {}  # vendor -> pci addresses seen
         self._recent: deque[tuple[int, str, Optional[str], str]] = deque(maxlen=256)
@@ -493,28 +532,99 @@ class Matcher:
                              ev.node_level, ev.recovery))
         return out
 
+    def urgent(self, ev: Event) -> bool:
+        """Whether an event must never wait behind info ones: more than an info fault (the
+        health rules skip info faults), a recovery, or a code the configuration overrides."""
+        return ev.severity != "info" or ev.recovery or ev.code in self._urgent_codes.get(ev.vendor, ())
+
+    def triage(self, text: str) -> str:
+        """What the rules would make of a kernel record's text, by their regexes alone (a few
+        microseconds): NO_EVENT (no vendor's rule states anything), BENIGN (at most an info
+        fault: the health rules skip those) or URGENT (more, a recovery, or a line that teaches
+        the matcher a uuid: run ``match`` on it). Not ``evaluated``; never raises on content."""
+        out = NO_EVENT
+        for vr in self.vendor_rules:
+            if not vr.wants(text):
+                continue
+            tracked = vr.vendor in self._tracked
+            if tracked:
+                for pat in vr.devices:
+                    m = pat.search(text)
+                    if m:
+                        self._remember(vr.vendor, pciaddr.normalize(m.group("pci")))
+            for rule in vr.rules:
+                m = rule.match.search(text)
+                if m is None or (rule.unless is not None and rule.unless.search(text)):
+                    continue
+                if rule.learn or rule.recovery:
+                    return URGENT
+                v = self._verdict(rule, m)
+                if v is None:
+                    continue
+                if v.urgent:
+                    return URGENT
+                if tracked and "pci" in rule.match.groupindex and m.group("pci"):
+                    self._remember(vr.vendor, pciaddr.normalize(m.group("pci")))
+                out = BENIGN
+                break
+        return out
+
+    def _verdict(self, rule: Rule, m: re.Match) -> Optional[_Verdict]:
+        """What ``rule`` states for this match (None: nothing, e.g. an all-clear count of 0),
+        from the cache when its key groups were seen before."""
+        key = (id(rule), tuple(m.group(g) for g in self._keys[id(rule)]))
+        try:
+            return self._verdicts[key]
+        except KeyError:
+            pass
+        groups: dict[str, Any] = dict(zip(self._keys[id(rule)], key[1]))
+        v = self._judge(rule, groups)
+        if len(self._verdicts) >= _VERDICT_ENTRIES:
+            self._verdicts.clear()
+        self._verdicts[key] = v
+        return v
+
+    def _judge(self, rule: Rule, groups: dict[str, Any]) -> Optional[_Verdict]:
+        for g in rule.nonzero:
+            n = _int(groups.get(g))
+            if n is None or int(n) <= 0:
+                return None
+        decoded = []
+        for g, d in rule.decode.items():
+            value = _DECODERS[d](groups.get(g))
+            if value is None:
+                return None
+            name = f"{g}_kind" if d == "smca-status" else g
+            groups[name] = value
+            decoded.append((name, value))
+        if rule.learn:
+            return _Verdict("", faults.FaultInfo("", "", "none", "info"), tuple(decoded), True)
+        code = _FMT.vformat(rule.code, (), groups).strip()
+        if not code:
+            return None
+        table = faults.table(rule.vendor)
+        info = table.lookup(code)
+        if not info.known and rule.fallback:
+            fb = table.lookup(_FMT.vformat(rule.fallback, (), groups).strip())
+            if fb.known:
+                info = fb
+        urgent = (info.severity != "info" or rule.recovery
+                  or code in self._urgent_codes.get(rule.vendor, ()))
+        return _Verdict(code, info, tuple(decoded), urgent)
+
     def _apply(self, rule: Rule, record: Record) -> Optional[Event]:
         text = record.text
         m = rule.match.search(text)
         if m is None or (rule.unless is not None and rule.unless.search(text)):
             return None
-        groups: dict[str, Any] = {k: v for k, v in m.groupdict().items()}
-        for g in rule.nonzero:
-            n = _int(groups.get(g))
-            if n is None or int(n) <= 0:
-                return None
-        for g, d in rule.decode.items():
-            value = _DECODERS[d](groups.get(g))
-            if value is None:
-                return None
-            if d == "smca-status":
-                groups[f"{g}_kind"] = value
-            else:
-                groups[g] = value
-        pci = pciaddr.normalize(groups.get("pci")) if groups.get("pci") else None
+        verdict = self._verdict(rule, m)
+        if verdict is None:
+            return None
+        raw_pci = m.group("pci") if "pci" in rule.match.groupindex else None
+        pci = pciaddr.normalize(raw_pci) if raw_pci else None
         if rule.learn == "uuid":
             self._stateful = True
-            uuid = (groups.get("uuid") or "").strip()
+            uuid = (m.group("uuid") or "").strip()
             if pci and uuid:
                 self._learn_uuid(pci, uuid)
                 self._remember(rule.vendor, pci)
@@ -525,21 +635,18 @@ class Matcher:
             if len(seen) == 1:
                 pci = next(iter(seen))
         self._remember(rule.vendor, pci)
-        code = _FMT.vformat(rule.code, (), groups).strip()
-        if not code:
-            return None
+        code, info = verdict.code, verdict.info
         if rule.duplicate_within and self._duplicate(record.line, rule.vendor, pci, code,
                                                      rule.duplicate_within):
             self._stateful = True
             return None
-        table = faults.table(rule.vendor)
-        info = table.lookup(code)
-        if not info.known and rule.fallback:
-            fb = table.lookup(_FMT.vformat(rule.fallback, (), groups).strip())
-            if fb.known:
-                info = fb
-        groups["_text"] = text
-        message = _FMT.vformat(rule.message, (), groups) if rule.message else text
+        if rule.message:
+            groups: dict[str, Any] = m.groupdict()
+            groups.update(verdict.decoded)
+            groups["_text"] = text
+            message = _FMT.vformat(rule.message, (), groups)
+        else:
+            message = text
         self._recent.append((record.line, rule.vendor, pci, code))
         return Event(line=record.line, time=record.time, vendor=rule.vendor, pci_address=pci,
                      uuid=self.uuid_of(pci), code=code, fault_class=info.fault_class,

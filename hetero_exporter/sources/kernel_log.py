@@ -17,19 +17,24 @@ devices the lines name.
   path, or a truncated file) reopens it from its start. On a first start without state, only the
   last ``initial_bytes`` are read, and lines before the last boot in them (``Linux version``) are
   not faults of this boot.
-- A record storm is bounded: the rules are run on at most ``max_records_per_second`` records
-  (token bucket; the kernel then overwrites and the loss is counted). A record the rules need not
-  run on (no vendor's needle, or a text the matcher has judged before: a storm repeats a few texts)
-  costs 1/50 of a token, so 500,000 repeated benign Xid 13 lines are read in about three seconds and
-  the Xid 79 behind them is not 100 s late. Pending events are coalesced by
-  (vendor, device, code) in a table of at most ``max_pending`` entries (more are dropped and
-  counted, ``queue-full``).
+- A record storm is bounded and never holds a critical line back. Two token buckets: the rules
+  run on at most ``max_records_per_second`` texts the matcher has not judged before (a storm
+  repeats a few texts: a repeat is answered from its memo), and at most 50 times that many records
+  are read a second (past it the kernel overwrites and the loss is counted). Past the rule
+  budget, a record is triaged by the rules' regexes alone (``Matcher.triage``, ~2 us): one that
+  states more than an info fault, a recovery or a uuid is matched anyway (it borrows from the next
+  second's budget); one that states at most an info fault is skipped and counted
+  (``rate-limited``). 300,000 distinct benign Xid 13 lines no longer delay the Xid 79 behind them
+  by a minute. Pending events are coalesced by (vendor, device, code) in a table of at most
+  ``max_pending`` entries; past it a new benign entry is dropped and counted (``queue-full``),
+  while an urgent one takes the place of the oldest benign entry.
 - When /dev/kmsg cannot be opened (no CAP_SYSLOG, not mounted) it logs why once, reports
   ``up`` 0, and retries quietly every ``retry_seconds``.
 - ``SyslogSource`` (``--kernel-log=syslog``) reads the same ring buffer through syslog(2), as
   ``dmesg`` does where /dev/kmsg is refused: it needs CAP_SYSLOG but no device, so an agent
   that is not privileged (the NVIDIA one: its device cgroup refuses /dev/kmsg) still reads Xid
-  and SXid lines.
+  and SXid lines. Records the ring overwrote between two reads are counted (``overwritten``,
+  estimated from the timestamps: syslog(2) gives no sequence numbers).
 
 Matching is ``hetero_exporter.sdk.kmsg`` (pure; each vendor's rules in its package).
 
@@ -39,6 +44,9 @@ device they name (by uuid when the line gives one, else by PCI address, with the
 at that address earlier for a device gone from the snapshot), so they reach the health rules as
 fault occurrences with ``source: "kmsg"``, like the vendor APIs' events.
 
+- A device keeps at most ``CODE_BOUNDS`` distinct kernel-log codes (64, and 128 KiB estimated);
+  a new code past them is recorded under code ``other`` (the worst severity folded in keeps its
+  class: a critical code still fails the device), counted (``code-cap``) and said once a device.
 - A fault that the device's collector also reports (NVML Xid 79 and the kernel's Xid 79) is
   counted once: the same device, the same code, occurrences within ``dedup_seconds`` of each
   other are paired and the pair counts one.
@@ -73,7 +81,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 from hetero_exporter import smallfile
 from hetero_exporter.model import DeviceIdentity, Fault, NodeSnapshot
 from hetero_exporter.sdk import pciaddr
-from hetero_exporter.sdk.ledger import FaultLedger
+from hetero_exporter.sdk.ledger import FaultLedger, LedgerBounds
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +97,13 @@ READ_SIZE = 8192  # one /dev/kmsg record with its dictionary fits (CONSOLE_EXT_L
 MAX_LINE = 64 * 1024  # a text-log line longer than this is cut
 RESET_CODES = frozenset({"reset", "device-reset", "gpu-reset"})
 BOOT_MARKER = "Linux version "
-CHEAP_RECORD = 0.02  # tokens a record costs when the matcher's rules did not run on it
+CHEAP_RECORD = 0.02  # records read a second: max_records_per_second / CHEAP_RECORD (50 x the rule runs)
+RATE_LIMITED = "rate-limited"  # dropped reason: an info-only record past the rule budget, not matched
+CODE_CAP = "code-cap"  # dropped reason: a device's new code past its bound, counted under code "other"
+# kernel-log fault codes kept per device and their estimated bytes (a code cost ~2.3 KiB with its
+# pairing state and counts, measured: benchmarks/hardening_bounds.py), devices kept
+# (least recently recorded out): at most ~16 MiB whatever the log says
+CODE_BOUNDS = LedgerBounds(codes=64, bytes=128 << 10, devices=128, code_bytes=2048)
 
 
 def read_boot_id(path: str = BOOT_ID_FILE) -> Optional[str]:
@@ -100,9 +114,9 @@ def read_boot_id(path: str = BOOT_ID_FILE) -> Optional[str]:
         return None
 
 
-def _kmsg_api() -> tuple[Callable, Callable, Callable]:
-    from hetero_exporter.sdk.kmsg import Matcher, kmsg_record, split_record
-    return Matcher, split_record, kmsg_record
+def _kmsg_api() -> tuple[Callable, Callable, Callable, str]:
+    from hetero_exporter.sdk.kmsg import BENIGN, Matcher, kmsg_record, split_record
+    return Matcher, split_record, kmsg_record, BENIGN
 
 
 # --------------------------------------------------------------------------- sources
@@ -194,7 +208,11 @@ class KmsgSource:
 _SYSLOG_ACTION_READ_ALL, _SYSLOG_ACTION_SIZE_BUFFER = 3, 10
 # one line of the syslog(2) buffer: <priority>[seconds.micros] text (the stamp with PRINTK_TIME)
 _SYSLOG_LINE = re.compile(rb"<(\d{1,4})>(?:\[\s*(\d{1,10})\.(\d{1,9})\]\s?)?([^\n]*)")
-_SEQ_PER_USEC = 16  # lines stamped within one microsecond, told apart in the sequence
+# A record's sequence: its microsecond x _SEQ_SCALE + its place among that microsecond's lines.
+# One read holds at most MAX_SYSLOG_BYTES, so fewer than _SEQ_SCALE lines (of 9 bytes or more).
+_SEQ_SCALE = 1 << 24
+MAX_SYSLOG_BYTES = 128 << 20
+_OLD_SEQ_SCALE = 16  # cursors saved before the scale was recorded (16 lines a microsecond, the rest lost)
 
 
 def klogctl_read_all(max_bytes: int) -> bytes:
@@ -217,26 +235,46 @@ def klogctl_read_all(max_bytes: int) -> bytes:
 class SyslogSource:
     """The kernel's ring buffer through syslog(2) (``klogctl``), for an agent that may not open
     /dev/kmsg. Records are handed over in /dev/kmsg's format, their sequence made from the
-    timestamp (microseconds x 16 + the n-th line of that microsecond), so the follower's cursor
-    and boot id work as for /dev/kmsg; lines without a timestamp (a kernel without PRINTK_TIME)
-    cannot be told apart across reads and are skipped. The buffer is read again at most every
-    ``refill_seconds`` (its size is the kernel's, capped at ``max_bytes``)."""
+    timestamp (microseconds x 2^24 + the n-th line of that microsecond: any number of lines a
+    microsecond), so the follower's cursor and boot id work as for /dev/kmsg; lines without a
+    timestamp (a kernel without PRINTK_TIME) cannot be told apart across reads and are skipped.
+    The buffer is read again at most every ``refill_seconds`` (its size is the kernel's, capped
+    at ``max_bytes``).
+
+    syslog(2) gives no sequence numbers: when the last record handed over is gone from the
+    buffer and the oldest one held is newer, the kernel overwrote records between two reads.
+    How many is estimated from the timestamps (the gap times the records per microsecond of
+    what the buffer holds; exact for a steady storm) and handed to the follower through
+    ``take_overwritten``."""
 
     kind = "kmsg"
     sequential = False  # sequence numbers jump: a gap is no overwritten record
+    cursor_fields = {"seq_scale": _SEQ_SCALE}  # saved with the cursor: an older cursor is converted
 
     def __init__(self, reader: Callable[[int], bytes] = klogctl_read_all, *, refill_seconds: float = 1.0,
                  max_bytes: int = 16 << 20):
         self._reader = reader
         self._refill = refill_seconds
-        self._max = max_bytes
+        self._max = min(int(max_bytes), MAX_SYSLOG_BYTES)
         self._after = -1  # sequence of the last record handed over
         self._queue: deque = deque()
         self._next_read = 0.0
+        self._overwritten = 0
 
     @property
     def name(self) -> str:
         return "syslog(2)"
+
+    @staticmethod
+    def load_seq(doc: Mapping[str, Any]) -> Optional[int]:
+        """The cursor's sequence in this source's scale (a cursor saved by an older agent, 16
+        lines a microsecond, is converted); None when it holds none."""
+        seq = doc.get("seq")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            return None
+        if doc.get("seq_scale") == _SEQ_SCALE:
+            return seq
+        return seq // _OLD_SEQ_SCALE * _SEQ_SCALE + seq % _OLD_SEQ_SCALE
 
     def open(self, cursor: Optional[Mapping[str, Any]] = None) -> None:
         seq = (cursor or {}).get("seq")
@@ -247,7 +285,11 @@ class SyslogSource:
     def _fill(self) -> None:
         data = self._reader(self._max)
         self._next_read = time.monotonic() + self._refill
+        after = self._after
         last_usec, n = -1, 0
+        kept = False  # the last record handed over is still in the buffer
+        first_new: Optional[int] = None
+        count, newest = 0, -1
         for m in _SYSLOG_LINE.finditer(data):
             prio, sec, frac, text = m.groups()
             if sec is None:
@@ -255,10 +297,22 @@ class SyslogSource:
             usec = int(sec) * 1_000_000 + int(frac.ljust(6, b"0")[:6])
             n = n + 1 if usec == last_usec else 0
             last_usec = usec
-            seq = usec * _SEQ_PER_USEC + min(n, _SEQ_PER_USEC - 1)
-            if seq > self._after:
+            seq = usec * _SEQ_SCALE + n
+            if seq == after:
+                kept = True
+            if seq > after:
+                if first_new is None:
+                    first_new = seq
+                count, newest = count + 1, usec
                 self._queue.append(b"%d,%d,%d,-;%s" % (int(prio), seq, usec, text))
                 self._after = seq
+        if after >= 0 and not kept and first_new is not None:
+            self._overwritten += _lost_between(after // _SEQ_SCALE, first_new // _SEQ_SCALE, newest, count)
+
+    def take_overwritten(self) -> int:
+        """Records estimated overwritten since the last call (the follower counts them)."""
+        n, self._overwritten = self._overwritten, 0
+        return n
 
     def read(self) -> Optional[bytes]:
         if not self._queue and time.monotonic() >= self._next_read:
@@ -276,6 +330,16 @@ class SyslogSource:
 
     def close(self) -> None:
         self._queue.clear()
+
+
+def _lost_between(last_usec: int, first_usec: int, newest_usec: int, count: int) -> int:
+    """Records the kernel wrote after one stamped ``last_usec`` and before the oldest one held
+    (``first_usec``), at the rate of the ``count`` records held up to ``newest_usec``: the gap
+    holds gap x rate records, the oldest held one among them."""
+    if count < 2 or first_usec < last_usec:
+        return 0
+    per_usec = (count - 1) / max(1, newest_usec - first_usec)
+    return max(0, round((first_usec - last_usec) * per_usec) - 1)
 
 
 class FileSource:
@@ -378,6 +442,7 @@ class Pending:
     first: float
     last: float
     order: int
+    urgent: bool = False  # more than an info fault, or a recovery: never evicted for another
 
 
 def _kmsg_header(raw: bytes) -> Optional[tuple[int, int, int, str, str]]:
@@ -402,19 +467,24 @@ class Follower:
                  matcher: Any = None, split: Optional[Callable[[str, int], Any]] = None,
                  clock: Callable[[], float] = time.time, max_records_per_second: float = 5000.0,
                  max_pending: int = 1024, wake: Optional[Callable[[], None]] = None,
-                 retry_seconds: float = 60.0, poll_seconds: float = 0.25, writable: bool = True):
+                 retry_seconds: float = 60.0, poll_seconds: float = 0.25, writable: bool = True,
+                 urgent_codes: Optional[Mapping[str, Iterable[str]]] = None):
         self.source = source
+        self._cursor_fields: dict[str, Any] = dict(getattr(source, "cursor_fields", {}))
         self.state_dir = state_dir
         self.writable = writable  # False: the cursor is read, never saved (inspect, health --dry-run)
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
-        Matcher, split_record, self._kmsg_record = _kmsg_api()
-        self._matcher = matcher if matcher is not None else Matcher()
+        Matcher, split_record, self._kmsg_record, self._benign = _kmsg_api()
+        self._matcher = matcher if matcher is not None else Matcher(urgent_codes=urgent_codes)
         self._split = split if split is not None else split_record
         self._clock = clock
+        # two token buckets: rule runs (a text the matcher has not judged) and records read (any)
         self._rate = float(max_records_per_second)
         self._tokens = self._rate
+        self._reads = self._rate / CHEAP_RECORD
         self._refilled = time.monotonic()
-        self._spent = 0.0  # tokens the last drain() used
+        self._spent = 0.0  # rule runs the last drain() used
+        self._read = 0  # records the last drain() read
         self._max_pending = int(max_pending)
         self._wake = wake
         self._retry = retry_seconds
@@ -425,7 +495,11 @@ class Follower:
         self._order = 0
         self.records = 0
         self.events: dict[tuple[str, str], int] = {}
-        self.dropped: dict[str, int] = {"overwritten": 0, "queue-full": 0}
+        # every reason from the start (a rate needs the 0): "unresolved" and CODE_CAP are counted
+        # by KernelLogFaults, after the hand-over
+        self.dropped: dict[str, int] = {"overwritten": 0, "queue-full": 0, RATE_LIMITED: 0, "unresolved": 0,
+                                        CODE_CAP: 0}
+        self._benign_pending = 0  # pending entries that are not urgent (evicted first when full)
         self.up = False
         self.reason = "not started"
         self._said_why = False
@@ -463,10 +537,12 @@ class Follower:
         if not isinstance(doc, dict) or doc.get("source") != self.source.name:
             return
         if self.source.kind == "kmsg":
-            if doc.get("boot_id") != self.boot_id or not isinstance(doc.get("seq"), int):
+            load_seq = getattr(self.source, "load_seq", None)
+            seq = load_seq(doc) if load_seq is not None else doc.get("seq")
+            if doc.get("boot_id") != self.boot_id or not isinstance(seq, int):
                 return  # a new boot: the ring buffer is new, read it from its start
-            self._seq = doc["seq"]
-            self._cursor = {"seq": self._seq}
+            self._seq = seq
+            self._cursor = {"seq": seq, **self._cursor_fields}
         elif isinstance(doc.get("inode"), int) and isinstance(doc.get("offset"), int):
             self._cursor = {"inode": doc["inode"], "offset": doc["offset"]}
         self._committed = self._saved = dict(self._cursor)
@@ -513,21 +589,28 @@ class Follower:
         return True
 
     def _take_tokens(self) -> int:
+        """Refill both buckets; the rule runs available now (the records: ``self._reads``)."""
         now = time.monotonic()
-        self._tokens = min(self._rate, self._tokens + (now - self._refilled) * self._rate)
-        self._refilled = now
-        return int(self._tokens)
+        elapsed, self._refilled = now - self._refilled, now
+        self._tokens = min(self._rate, self._tokens + elapsed * self._rate)
+        self._reads = min(self._rate / CHEAP_RECORD, self._reads + elapsed * self._rate / CHEAP_RECORD)
+        return max(0, int(self._tokens))
 
-    def drain(self, limit: Optional[float] = None) -> tuple[int, bool]:
-        """Read what is there now, for at most ``limit`` tokens (a record the rules ran on costs
-        one, any other CHEAP_RECORD): (records read, caught up)."""
+    def drain(self, limit: Optional[float] = None, reads: Optional[float] = None) -> tuple[int, bool]:
+        """Read what is there now: at most ``reads`` records (default ``limit / CHEAP_RECORD``),
+        the rules run on at most ``limit`` texts the matcher has not judged. Past ``limit``, a
+        record the matcher's triage finds urgent still has its rules run (a critical line never
+        waits behind benign ones); one that states at most an info fault is skipped and counted
+        (``dropped["rate-limited"]``). None: no limit. (records read, caught up)."""
+        if reads is None and limit is not None:
+            reads = limit / CHEAP_RECORD
         with self._read_lock:
             if not self._opened and not self._open():
                 return 0, True
             n = 0
             spent = 0.0
             caught_up = False
-            while limit is None or spent < limit:
+            while reads is None or n < reads:
                 try:
                     raw = self.source.read()
                 except BrokenPipeError:  # overwritten: the gap is counted from the next seq
@@ -543,11 +626,16 @@ class Follower:
                     break
                 n += 1
                 evaluated = self._matcher.evaluated  # grows when the rules really ran on a record
-                self._record(raw)
-                spent += 1.0 if self._matcher.evaluated != evaluated else CHEAP_RECORD
-            self._spent = spent
+                self._record(raw, limit is not None and spent >= limit)
+                if self._matcher.evaluated != evaluated:
+                    spent += 1.0
+            self._spent, self._read = spent, n
+            lost = getattr(self.source, "take_overwritten", None)
+            lost = lost() if lost is not None else 0
             now = self._clock()
             with self._lock:
+                if lost:
+                    self.dropped["overwritten"] += lost
                 if caught_up:
                     self._behind_since = None
                     if not self._pending:
@@ -556,7 +644,8 @@ class Follower:
                     self._behind_since = now
             return n, caught_up
 
-    def _record(self, raw: bytes) -> None:
+    def _record(self, raw: bytes, shed: bool = False) -> None:
+        """One record. ``shed``: the rule budget is spent, only urgent texts are matched."""
         if self.source.kind == "kmsg":
             header = _kmsg_header(raw)
             if header is None:
@@ -569,14 +658,15 @@ class Follower:
                     with self._lock:
                         self.dropped["overwritten"] += seq - self._seq - 1
             self._seq = seq
-            self._cursor = {"seq": seq}
+            self._cursor = {"seq": seq, **self._cursor_fields} if self._cursor_fields else {"seq": seq}
             self.records += 1
             if "+" in flags:  # a continuation fragment (old kernels): not a whole message
                 return
             # a storm's repeat is answered from the matcher's memo before any Record is made
             events = self._matcher.replay(message, seq, str(usec)) if priority >> 3 == 0 else None
             if events is None:
-                self._handle(self._kmsg_record(seq, seq, str(usec), priority, message), self.source.wall_time(usec))
+                self._handle(self._kmsg_record(seq, seq, str(usec), priority, message),
+                             self.source.wall_time(usec), shed)
             elif events:
                 self._coalesce(events, self.source.wall_time(usec))
         else:
@@ -586,12 +676,17 @@ class Follower:
             if self.source.catching_up and BOOT_MARKER in text:
                 with self._lock:  # what came before belongs to an earlier boot
                     self._pending.clear()
-            self._handle(self._split(text, self.records), None)
+                    self._benign_pending = 0
+            self._handle(self._split(text, self.records), None, shed)
 
-    def _handle(self, record: Any, when: Optional[float]) -> None:
+    def _handle(self, record: Any, when: Optional[float], shed: bool = False) -> None:
         if record is None:
             return
         try:
+            if shed and record.kernel and self._matcher.triage(record.text) == self._benign:
+                with self._lock:
+                    self.dropped[RATE_LIMITED] += 1
+                return
             events = self._matcher.match(record)
         except Exception:  # noqa: BLE001 - a rule bug must not stop the follower
             log.exception("kernel log matcher failed on line %s", record.line)
@@ -620,14 +715,34 @@ class Follower:
                     if when > p.last:
                         p.last = when
                     p.order, p.event = self._order, ev
-                elif len(self._pending) >= self._max_pending:
-                    self.dropped["queue-full"] += 1
-                    continue
                 else:
-                    self._pending[key] = Pending(ev, 1, when, when, self._order)
+                    hot = self._matcher.urgent(ev)
+                    if len(self._pending) >= self._max_pending and not (hot and self._evict_benign()):
+                        self.dropped["queue-full"] += 1
+                        continue
+                    self._pending[key] = Pending(ev, 1, when, when, self._order, hot)
+                    self._benign_pending += not hot
                 urgent = urgent or ev.severity == "critical" or bool(ev.recovery)
         if urgent and self._wake is not None:
             self._wake()
+
+    def count_dropped(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` events lost after the follower handed them over (``dropped[reason]``)."""
+        with self._lock:
+            self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+    def _evict_benign(self) -> bool:
+        """Make room for an urgent event: the oldest pending entry that is not urgent out
+        (its occurrences counted queue-full). False when every entry is urgent. Under the lock."""
+        if not self._benign_pending:
+            return False
+        for key, p in self._pending.items():
+            if not p.urgent:
+                del self._pending[key]
+                self._benign_pending -= 1
+                self.dropped["queue-full"] += p.count
+                return True
+        return False
 
     def take(self) -> list[Pending]:
         """The events matched since the last call, oldest first; their records count as
@@ -635,6 +750,7 @@ class Follower:
         with self._lock:
             out = sorted(self._pending.values(), key=lambda p: p.order)
             self._pending.clear()
+            self._benign_pending = 0
             self._committed = dict(self._cursor)
         return out
 
@@ -656,15 +772,17 @@ class Follower:
                 self._stop.wait(self._retry)
                 continue
             limit = None if first else self._take_tokens()
-            if limit == 0:
+            if limit is not None and self._reads < 1:
                 with self._lock:
                     if self._behind_since is None:
                         self._behind_since = self._clock()
                 self._stop.wait(1.0 / max(self._rate, 1.0))
                 continue
-            _n, caught_up = self.drain(limit)
+            _n, caught_up = self.drain(limit, None if first else self._reads)
             if not first:
-                self._tokens -= self._spent
+                # urgent lines past the budget borrow from the next second (one second's worth at most)
+                self._tokens = max(-self._rate, self._tokens - self._spent)
+                self._reads -= self._read
             first = False
             self._first.set()
             self.save_state()
@@ -748,12 +866,16 @@ class KernelLogFaults:
     __name__ = "kernel-log"
 
     def __init__(self, follower: Any, *, reset_codes: Iterable[str] = RESET_CODES,
-                 dedup_seconds: float = 60.0, max_unresolved: int = 256):
+                 dedup_seconds: float = 60.0, max_unresolved: int = 256,
+                 bounds: LedgerBounds = CODE_BOUNDS):
         self.follower = follower
         self.reset_codes = frozenset(reset_codes)
         self.dedup_seconds = dedup_seconds
         self._max_unresolved = max_unresolved
-        self._ledger = FaultLedger()
+        # the log's codes are free text (amdgpu block names, any Xid number): per device at most
+        # bounds.codes of them and bounds.bytes, the rest folded into one "other" fault
+        self._ledger = FaultLedger(bounds)
+        self._max_pairings = bounds.devices * (bounds.codes + 1)
         self._lock = threading.Lock()
         self._known: dict[str, DeviceIdentity] = {}  # PCI address -> identity seen there
         self._pairing: dict[tuple[str, str], _Pairing] = {}
@@ -834,7 +956,13 @@ class KernelLogFaults:
                 self._held.append(p)  # its device has not been seen yet: try next cycle
             else:
                 self.unresolved_dropped += 1
+                self._count_dropped("unresolved", p.count)
         return resolved
+
+    def _count_dropped(self, reason: str, n: int) -> None:
+        count = getattr(self.follower, "count_dropped", None)  # the follower's metric
+        if count is not None:
+            count(reason, n)
 
     def _into_ledger(self, resolved: list[tuple[Pending, list[str]]]) -> None:
         """The resolved events into the ledger and the per-(device, code) pairing with the
@@ -849,16 +977,26 @@ class KernelLogFaults:
             if p.event.recovery and any(last_fault.get(u, 0) and last_fault[u] < p.order for u in targets):
                 self._held.append(p)
                 continue
-            code = self.fault_code(p.event)
-            fault = self._fault(p.event, code)
+            fault = self._fault(p.event, self.fault_code(p.event))
             for u in targets:
-                self._ledger.record(u, fault, p.first, 1)
+                got = self._ledger.record_bounded(u, fault, p.first, 1)
+                first_fold = got.first_fold
                 if p.count > 1:
-                    self._ledger.record(u, fault, p.last, p.count - 1)
+                    got = self._ledger.record_bounded(u, fault, p.last, p.count - 1)
+                if got.folded:
+                    self._count_dropped(CODE_CAP, p.count)
+                    if first_fold or got.first_fold:
+                        log.warning("kernel-log fault codes of a device past their bound; further new codes "
+                                    "are counted under code %r", got.fault.code,
+                                    extra={"uuid": u, "code": fault.code, "max_codes": self._ledger.bounds.codes,
+                                           "max_bytes": self._ledger.bounds.bytes})
+                code = got.fault.code
                 pairing = self._pairing.get((u, code))
                 if pairing is None:
                     pairing = self._pairing[(u, code)] = _Pairing(self.dedup_seconds)
                 pairing.add_kmsg(p.last, p.count)
+        if len(self._pairing) > self._max_pairings:  # devices the ledger forgot: their pairings too
+            self._pairing = {k: v for k, v in self._pairing.items() if self._ledger.get(*k) is not None}
 
     def _merged(self, snapshot: NodeSnapshot) -> NodeSnapshot:
         """The snapshot with each device's kernel-log faults beside (or counted into) the
