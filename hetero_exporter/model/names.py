@@ -143,6 +143,10 @@ HEALTH_BUDGET_NODES = Metric("accelerator_health_budget_nodes", "gauge",
                              ("state",))
 HEALTH_NODE_UNHEALTHY = Metric("accelerator_health_node_unhealthy", "gauge",
                                "1 when the node policy finds the node unhealthy (whatever the mode).", ())
+HEALTH_FOREIGN_OBJECTS = Metric("accelerator_health_foreign_objects", "gauge",
+                                 "Objects under the health loop's own names (its NodeFeature, taint slot "
+                                 "Leases) that another writer holds or changed, at the last check, by kind; "
+                                 "left alone or reclaimed, and reported in an event.", ("kind",))
 HEALTH_KUBERNETES_UP = Metric("accelerator_health_kubernetes_up", "gauge",
                               "1 when the health loop's last Kubernetes round trip succeeded; 0 also in "
                               "dry-run or enforce mode without cluster access; absent in observe mode.", ())
