@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from admission import AdmissionPolicy
 from conftest import ROOT, require_tool
 from hetero_exporter import cli
 from hetero_exporter import config as config_mod
@@ -118,14 +119,16 @@ def test_rbac_allows_what_the_health_loop_and_attribution_do(rendered):
                for r in rule["resources"] for v in rule["verbs"]}
     needed = {("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes", "list"), ("", "nodes/status", "patch"),
               ("", "events", "create"), ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
-              ("", "pods/status", "patch"), ("", "pods/eviction", "create"),
+              ("", "pods/status", "patch"),
               ("resource.k8s.io", "resourceslices", "list"), ("resource.k8s.io", "resourceslices", "watch"),
               ("resource.k8s.io", "devicetaintrules", "list"), ("resource.k8s.io", "devicetaintrules", "create"),
               ("resource.k8s.io", "devicetaintrules", "patch"), ("resource.k8s.io", "devicetaintrules", "delete")}
-    assert granted == needed  # nothing more: no nodes watch (the extender's), no node update or delete
+    # nothing more: no nodes watch (the extender's), no node update or delete, no pods/eviction
+    # (opt-in, deploy/components/eviction: issue 35, item 5)
+    assert granted == needed
     # Roles, each bound in the agent's own namespace (kustomize moves both): the budget's Lease
     # slots, and the NodeFeature of the opt-in nodefeature mode (docs/nodefeature.md)
-    wanted = {"budget": {("coordination.k8s.io", "leases", v) for v in ("list", "create", "update", "delete")},
+    wanted = {"budget": {("coordination.k8s.io", "leases", v) for v in ("list", "get", "create", "update", "delete")},
               "nodefeature": {("nfd.k8s-sigs.io", "nodefeatures", v) for v in ("get", "create", "update", "delete")}}
     roles = {r["metadata"]["name"]: r for r in by_kind(objs, "Role")}
     bindings = {b["roleRef"]["name"]: b for b in by_kind(objs, "RoleBinding")}
@@ -171,59 +174,21 @@ def test_node_restriction_policy_fails_closed_and_covers_every_write_rbac_grants
     node_scoped = {("", "UPDATE", "nodes"), ("", "UPDATE", "nodes/status"), ("", "CREATE", "events"),
                    ("", "UPDATE", "pods/status"), ("resource.k8s.io", "CREATE", "devicetaintrules"),
                    ("resource.k8s.io", "UPDATE", "devicetaintrules"), ("resource.k8s.io", "DELETE", "devicetaintrules")}
-    # the Eviction API (opt-in) names a pod the policy cannot see the node of: the one write left
-    # to RBAC alone (and to the pods' PodDisruptionBudgets)
-    assert writes == node_scoped | {("", "CREATE", "pods/eviction")}
-    assert node_scoped <= matched  # RBAC cannot name the node: every such write goes through the policy
+    # no eviction in the base (issue 35, item 5: deploy/components/eviction grants it); the policy
+    # still matches it, for a namespace check (an Eviction names no node)
+    assert writes == node_scoped
+    assert node_scoped | {("", "CREATE", "pods/eviction")} <= matched  # every write goes through the policy
     # structure, without a CEL library: the caller is the agent's ServiceAccount, the node comes
     # from its token, and the node written must be that one
     sa = one(objs, "ServiceAccount")["metadata"]["name"]
     (cond,) = spec["matchConditions"]
     assert "request.userInfo.username" in cond["expression"] and f":{sa}$" in cond["expression"]
-    (var,) = spec["variables"]
+    var = spec["variables"][0]
     assert var["name"] == "nodeName" and f"request.userInfo.extra['{NODE_NAME_KEY}']" in var["expression"]
     checks = " ".join(v["expression"] for v in spec["validations"])
     assert "object.metadata.name == variables.nodeName" in checks
     assert "object.involvedObject.name == variables.nodeName" in checks
     assert all(v.get("message") or v.get("messageExpression") for v in spec["validations"])
-
-
-class AdmissionPolicy:
-    """A ValidatingAdmissionPolicy evaluated as the API server does for one request (cel-python):
-    outside matchConstraints or matchConditions it does not apply; otherwise every validation must
-    hold, and an evaluation error denies (failurePolicy Fail)."""
-
-    def __init__(self, vap: dict):
-        import celpy
-        self._celpy = celpy
-        env = celpy.Environment()
-        spec = vap["spec"]
-        assert spec["failurePolicy"] == "Fail"
-        self.rules = spec["matchConstraints"]["resourceRules"]
-        compile_ = lambda e: env.program(env.compile(e))  # noqa: E731
-        self.conditions = [compile_(c["expression"]) for c in spec["matchConditions"]]
-        self.variables = [(v["name"], compile_(v["expression"])) for v in spec["variables"]]
-        self.validations = [compile_(v["expression"]) for v in spec["validations"]]
-
-    def _matches(self, request: dict) -> bool:
-        res = request["resource"]["resource"] + (f"/{request['subResource']}" if request.get("subResource") else "")
-        return any(request["resource"]["group"] in r["apiGroups"] and request["operation"] in r["operations"]
-                   and res in r["resources"] for r in self.rules)
-
-    def admits(self, request: dict, obj: dict | None, old: dict | None = None) -> bool:
-        """``obj`` is null for a DELETE, ``old`` for a CREATE, as the API server passes them."""
-        celpy = self._celpy
-        if not self._matches(request):
-            return True
-        act = {"request": celpy.json_to_cel(request), "object": celpy.json_to_cel(obj),
-               "oldObject": celpy.json_to_cel(old)}
-        if not all(bool(c.evaluate(act)) for c in self.conditions):
-            return True
-        try:
-            act["variables"] = celpy.json_to_cel({name: p.evaluate(act) for name, p in self.variables})
-            return all(bool(v.evaluate(act)) is True for v in self.validations)
-        except celpy.CELEvalError:
-            return False  # failurePolicy: Fail
 
 
 def _request(user: str, op: str, resource: str, namespace: str = "", sub: str = "",
@@ -234,13 +199,29 @@ def _request(user: str, op: str, resource: str, namespace: str = "", sub: str = 
                                                                       "groups": ["system:serviceaccounts"]}}
 
 
-def _node(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {}}}
+def _node(name: str, labels: dict | None = None, taints: list | None = None, unschedulable: bool = False,
+          book: str | None = None) -> dict:
+    spec: dict = {"taints": taints} if taints is not None else {}
+    if unschedulable:
+        spec["unschedulable"] = True
+    meta: dict = {"name": name, "labels": dict(labels or {})}
+    if book is not None:
+        meta["annotations"] = {"hetero-exporter.io/agent-state": book}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec,
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "capacity": {"cpu": "64"},
+                       "allocatable": {"cpu": "64"}}}
 
 
-def _event(node: str, kind: str = "Node", namespace: str = "default") -> dict:
-    return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{node}.abc", "namespace": namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": kind, "name": node, "uid": node}}
+def _event(about: str, kind: str = "Node", namespace: str = "default", reporter: str = "gpu-node-7",
+           pod_namespace: str | None = None) -> dict:
+    """An event as the agent on ``reporter`` writes it (k8s/events.py), about the Node or Pod
+    ``about``, stored in ``namespace``; a Pod's ``involvedObject.namespace`` is ``pod_namespace``."""
+    from hetero_exporter.k8s.events import NodeEvent, ObjectRef, body_for
+    ref = ObjectRef.node(about) if kind == "Node" else ObjectRef(kind, about, pod_namespace or "", "uid-1")
+    doc = body_for(ref, NodeEvent(f"{about}.abc", "Warning", "AcceleratorUnhealthy", "m"), "hetero-exporter",
+                   1.8e9, host=reporter)
+    doc["metadata"]["namespace"] = namespace
+    return doc
 
 
 def test_node_restriction_lets_the_agent_write_only_its_own_node(rendered):
@@ -251,7 +232,7 @@ def test_node_restriction_lets_the_agent_write_only_its_own_node(rendered):
     agent = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"  # the overlay's namespace too
 
     def node_write(user, name, sub="", node="gpu-node-7"):
-        return policy.admits(_request(user, "UPDATE", "nodes", sub=sub, node=node), _node(name))
+        return policy.admits(_request(user, "UPDATE", "nodes", sub=sub, node=node), _node(name), _node(name))
 
     def event(user, ev, node="gpu-node-7"):
         return policy.admits(_request(user, "CREATE", "events", ev["metadata"]["namespace"], node=node), ev)
@@ -303,13 +284,12 @@ def test_node_restriction_confines_pod_signals_and_device_taints_to_its_own_node
     agent = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
 
     def pod_status(pod, node="gpu-node-7"):
-        return policy.admits(_request(agent, "UPDATE", "pods", "ml", sub="status", node=node), pod)
+        return policy.admits(_request(agent, "UPDATE", "pods", "ml", sub="status", node=node), pod, pod)
 
     assert pod_status(_pod("train-0", "gpu-node-7"))
     assert not pod_status(_pod("train-0", "gpu-node-8"))
     assert not pod_status({**_pod("train-0", "gpu-node-7"), "spec": {}})  # not bound: not its node's
-    pod_event = {**_event("train-0", kind="Pod", namespace="ml")}
-    pod_event["involvedObject"] = {**pod_event["involvedObject"], "namespace": "ml"}
+    pod_event = _event("train-0", kind="Pod", namespace="ml", pod_namespace="ml")
     assert policy.admits(_request(agent, "CREATE", "events", "ml", node="gpu-node-7"), pod_event)
     assert not policy.admits(_request(agent, "CREATE", "events", "kube-system", node="gpu-node-7"), pod_event)
 
@@ -388,6 +368,152 @@ def test_node_restriction_refuses_what_one_stolen_node_token_could_do_to_others(
     assert not labels({restricted: "ml"}, {})  # added
     assert not labels({restricted: "batch"}, {restricted: "ml"})  # changed
     assert not labels({}, {restricted: "ml"})  # removed
+
+
+def _stolen(rendered) -> tuple[AdmissionPolicy, str]:
+    """The policy of a rendering, and its agent's username (gpu-node-7's token below)."""
+    pytest.importorskip("celpy", reason="cel-python evaluates the policy's CEL (pip install cel-python)")
+    objs = _agent_objects(rendered)
+    sa = one(objs, "ServiceAccount")["metadata"]
+    return AdmissionPolicy(one(objs, "ValidatingAdmissionPolicy")), f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
+
+
+OTHERS_TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+
+
+def test_node_restriction_confines_node_patches_to_the_agents_own_marks(rendered):
+    """Issue 35, item 5: with gpu-node-7's token, on its own Node: a control-plane role label, a
+    change to another label or taint, removing a taint someone else set, a cordon outside the
+    book or lifting someone else's cordon, other node conditions, capacity: all refused; the
+    agent's own labels, taint and cordon admitted."""
+    from hetero_exporter.health.plan.book import Book
+    policy, agent = _stolen(rendered)
+    cordoned, clean = Book(cordoned=True).to_json(), Book().to_json()
+
+    def patch(new: dict, old: dict, sub: str = "") -> bool:
+        return policy.admits(_request(agent, "UPDATE", "nodes", sub=sub, node="gpu-node-7"), new, old)
+
+    def labels(new, old):
+        return patch(_node("gpu-node-7", labels=new), _node("gpu-node-7", labels=old))
+
+    own = "hetero-exporter.io/nvidia.count"
+    assert labels({own: "8"}, {}) and labels({own: "7"}, {own: "8"}) and labels({}, {own: "8"})
+    assert labels({"kubernetes.io/hostname": "gpu-node-7", own: "8"}, {"kubernetes.io/hostname": "gpu-node-7"})
+    assert not labels({"node-role.kubernetes.io/control-plane": ""}, {})
+    assert not labels({"nvidia.com/gpu.present": "false"}, {"nvidia.com/gpu.present": "true"})
+    assert not labels({}, {"nvidia.com/gpu.present": "true"})
+    assert not labels({"feature.node.kubernetes.io/pci-10de.present": "true"}, {})
+
+    def taints(new, old):
+        return patch(_node("gpu-node-7", taints=new), _node("gpu-node-7", taints=old))
+
+    mine = {"key": OWN_TAINT, "value": "device-lost", "effect": "NoSchedule"}
+    assert taints([OTHERS_TAINT, mine], [OTHERS_TAINT]) and taints([OTHERS_TAINT], [OTHERS_TAINT, mine])
+    assert taints([{**mine, "value": "xid"}], [mine]) and taints([mine], [])
+    assert not taints([mine], [OTHERS_TAINT, mine])  # removing a taint someone else set
+    assert not taints([], [OTHERS_TAINT])
+    assert not taints([{**OTHERS_TAINT, "effect": "NoExecute"}], [OTHERS_TAINT])  # changing it
+    assert not taints([OTHERS_TAINT, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}],
+                      [OTHERS_TAINT])  # another key added
+
+    def cordon(new_unsched, new_book, old_unsched, old_book):
+        return patch(_node("gpu-node-7", unschedulable=new_unsched, book=new_book),
+                     _node("gpu-node-7", unschedulable=old_unsched, book=old_book))
+
+    assert cordon(True, cordoned, False, clean)  # the agent's cordon, recorded in its book
+    assert cordon(False, clean, True, cordoned)  # lifting its own cordon
+    assert cordon(True, cordoned, True, cordoned) and cordon(False, clean, False, clean)  # no change
+    assert cordon(True, clean, True, cordoned)  # forgetting it (someone else's now): allowed
+    assert not cordon(True, clean, False, clean)  # a cordon the book does not record
+    assert not cordon(False, clean, True, clean)  # lifting someone else's cordon
+    assert not cordon(False, clean, True, None)
+    assert not cordon(True, cordoned, True, clean)  # claiming someone else's cordon, to lift it later
+    assert not cordon(False, cordoned, False, clean)  # a claim without a cordon
+
+    status_old = _node("gpu-node-7")
+    own_condition = {"type": "AcceleratorUnhealthy", "status": "True", "reason": "NvidiaXid79"}
+    with_own = copy.deepcopy(status_old)
+    with_own["status"]["conditions"].append(own_condition)
+    assert patch(with_own, status_old, "status") and patch(status_old, with_own, "status")
+    not_ready = copy.deepcopy(with_own)
+    not_ready["status"]["conditions"][0]["status"] = "False"
+    assert not patch(not_ready, with_own, "status")
+    gpus = copy.deepcopy(status_old)
+    gpus["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    assert not patch(gpus, status_old, "status")
+
+
+def test_node_restriction_confines_pod_status_events_and_evictions(rendered):
+    """Issue 35, item 5: a pod status write changes only the agent's condition; events are the
+    agent's own (component, node), never in kube-* namespaces nor about another node; evictions
+    (deploy/components/eviction) never in kube-* namespaces."""
+    policy, agent = _stolen(rendered)
+    pod = _pod("train-0", "gpu-node-7")
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+    def pod_status(new, old=pod):
+        return policy.admits(_request(agent, "UPDATE", "pods", "ml", sub="status", node="gpu-node-7"), new, old)
+
+    mine = copy.deepcopy(pod)
+    mine["status"]["conditions"].append({"type": "hetero-exporter.io/AcceleratorHealthy", "status": "False"})
+    assert pod_status(mine) and pod_status(pod, mine)
+    failed = copy.deepcopy(mine)
+    failed["status"]["phase"] = "Failed"
+    assert not pod_status(failed, mine)
+    unready = copy.deepcopy(mine)
+    unready["status"]["conditions"][0]["status"] = "False"
+    assert not pod_status(unready, mine)
+
+    def event(ev):
+        return policy.admits(_request(agent, "CREATE", "events", ev["metadata"]["namespace"], node="gpu-node-7"), ev)
+
+    assert event(_event("gpu-node-7")) and event(_event("train-0", "Pod", "ml", pod_namespace="ml"))
+    assert not event(_event("coredns-7db6d", "Pod", "kube-system", pod_namespace="kube-system"))
+    assert not event(_event("x", "Pod", "kube-node-lease", pod_namespace="kube-node-lease"))
+    assert not event(_event("gpu-node-7", reporter="gpu-node-8"))  # posing as another node's agent
+    for field, value in (("reportingComponent", "kubelet"), ("source", {"component": "kubelet", "host": "gpu-node-7"}),
+                         ("source", {"component": "hetero-exporter", "host": "gpu-node-8"})):
+        assert not event({**_event("gpu-node-7"), field: value}), field
+    assert not event({k: v for k, v in _event("gpu-node-7").items() if k != "reportingComponent"})
+
+    def evict(namespace):
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": namespace}}
+        return policy.admits(_request(agent, "CREATE", "pods", namespace, sub="eviction", node="gpu-node-7"), eviction)
+
+    assert evict("ml") and not evict("kube-system")
+
+
+def test_node_restriction_binds_the_nodefeature_name_and_labels_to_the_tokens_node(rendered):
+    """Issue 35, item 4: with gpu-node-7's token, hetero-exporter-gpu-node-8 (even labelled as
+    gpu-node-7's) cannot be created; labels outside hetero-exporter.io/, more than 256 labels and
+    features are refused."""
+    policy, agent = _stolen(rendered)
+
+    def nf(op, new, old=None):
+        request = _request(agent, op, "nodefeatures", "hetero-exporter", node="gpu-node-7", group="nfd.k8s-sigs.io")
+        return policy.admits(request, new, old)
+
+    own = _nodefeature("gpu-node-7")
+    squat = copy.deepcopy(own)
+    squat["metadata"]["name"] = "hetero-exporter-gpu-node-8"
+    assert nf("CREATE", own) and not nf("CREATE", squat)
+    assert not nf("DELETE", None, old=squat) and not nf("UPDATE", squat, old=squat)
+
+    def with_labels(labels, **spec):
+        obj = copy.deepcopy(own)
+        obj["spec"] = {"labels": labels, **spec}
+        return obj
+
+    for foreign in ("nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present", "accelerator"):
+        assert not nf("CREATE", with_labels({foreign: "false"})), foreign
+        assert not nf("UPDATE", with_labels({foreign: "false"}), old=own), foreign
+    many = {f"hetero-exporter.io/l{i}": "x" for i in range(256)}
+    assert nf("CREATE", with_labels(many))
+    assert not nf("CREATE", with_labels({**many, "hetero-exporter.io/one-more": "x"}))
+    assert not nf("CREATE", with_labels({f"hetero-exporter.io/l{i}": "x" for i in range(5000)}))
+    flags = {"flags": {"pci": {"elements": {"10de": {}}}}}
+    assert not nf("CREATE", with_labels({}, features=flags))
+    assert nf("CREATE", with_labels({}, features={"flags": {}, "attributes": {}, "instances": {}}))
 
 
 def assert_ingress_only_from(netpol: dict, workload: dict, namespace: str, pod_labels: dict) -> None:

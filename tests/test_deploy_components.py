@@ -25,8 +25,10 @@ from test_deploy import (DEPLOY, KERNEL_LOG_OFF, assert_agent_daemonset, by_kind
 pytestmark = pytest.mark.integration
 
 affinity = load("deploy/components/affinity.py")
+# components that add a capability, not a vendor's agent (issue 35: evictions are opt-in)
+CAPABILITIES = {"eviction"}
 COMPONENTS = sorted(p.parent.name for p in (DEPLOY / "components").glob("*/kustomization.yaml")
-                    if yaml.safe_load(p.read_text())["kind"] == "Component")
+                    if yaml.safe_load(p.read_text())["kind"] == "Component" and p.parent.name not in CAPABILITIES)
 UNPRIVILEGED = {"nvidia"}  # through the NVIDIA container runtime (components/nvidia/agent/daemonset-patch.yaml)
 LINUX = {"kubernetes.io/os": "linux"}
 # nodes no vendor claims: a CPU node, and servers whose BMC graphics share an accelerator vendor's
@@ -253,6 +255,32 @@ def test_the_generated_affinities_are_current(tmp_path):
         assert tmp_path / "amd" / "agent" / "affinity.yaml" in affinity.stale()
     finally:
         affinity.COMPONENTS = saved
+
+
+# --- the eviction component (issue 35, item 5) ------------------------------------------------
+
+def test_the_eviction_component_grants_evictions_and_nothing_else(tmp_path):
+    """deploy/base grants no pods/eviction (evict_pods is off by default); the component adds
+    exactly that, to the agent's ServiceAccount, and the base's admission policy still sees it.
+    docs/security.md says how to enable it."""
+    base = render("base")
+    objs = overlay(tmp_path, ["eviction"])
+    assert validation_errors(objs) == []
+    added = [o for o in objs if (o["kind"], o["metadata"]["name"]) not in
+             {(b["kind"], b["metadata"]["name"]) for b in base}]
+    assert sorted(o["kind"] for o in added) == ["ClusterRole", "ClusterRoleBinding"]
+    role = next(o for o in added if o["kind"] == "ClusterRole")
+    binding = next(o for o in added if o["kind"] == "ClusterRoleBinding")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]
+    (sa,) = by_kind(objs, "ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": sa["metadata"]["namespace"]}]
+    granted = {r for o in by_kind(base, "ClusterRole") for rule in o["rules"] for r in rule["resources"]}
+    assert "pods/eviction" not in granted
+    (vap,) = by_kind(objs, "ValidatingAdmissionPolicy")
+    assert any("pods/eviction" in r["resources"] for r in vap["spec"]["matchConstraints"]["resourceRules"])
+    assert "deploy/components/eviction" in (ROOT / "docs" / "security.md").read_text()
 
 
 # --- every vendor at once -------------------------------------------------------------------

@@ -19,8 +19,9 @@ pytest.importorskip("kubernetes")
 
 def _granted() -> set[tuple[str, str, str]]:
     """The ClusterRole's grants and the Roles' (the budget's Leases and the opt-in NodeFeature, in
-    the agent's namespace)."""
-    docs = list(yaml.safe_load_all((ROOT / "deploy" / "base" / "rbac.yaml").read_text()))
+    the agent's namespace), with the opt-in eviction component's (deploy/components/eviction)."""
+    docs = [d for p in ("base/rbac.yaml", "components/eviction/rbac.yaml")
+            for d in yaml.safe_load_all((ROOT / "deploy" / p).read_text())]
     roles = [d for d in docs if d and d["kind"] in ("ClusterRole", "Role")]
     assert {d["kind"] for d in roles} == {"ClusterRole", "Role"}
     return {(g, r, v) for role in roles for rule in role["rules"] for g in rule["apiGroups"]
@@ -100,11 +101,15 @@ def test_pod_cache_requests_are_granted(kube_api, tmp_path):
 
 def _run_device_signals(kube_api, make_agent) -> None:
     """Issue 15's paths: DRA device taints, pod condition and event, opt-in eviction, the
-    black-hole check (failed pods listed), the fleet-wide budget's Lease slot, all on and used."""
+    black-hole check (failed pods listed), the fleet-wide budget's Lease slot, all on and used;
+    a Lease of the slot's name without the slots' labels (issue 35) is read by name and reclaimed."""
     # a 30 s lease: the slot is renewed (update) within the episode
     agent = make_agent("health-dra-4gpu.yaml", pods={2: ("ml", "train-0")},
                        health={"evict_pods": True, "budget_lease_seconds": 30},
                        environ={"POD_NAMESPACE": "hetero-exporter"})
+    import kubeapi
+    kube_api.create(kubeapi.LEASES, "hetero-exporter", {"metadata": {"name": "hetero-exporter-taint-slot-0"},
+                                                        "spec": {"holderIdentity": "nobody"}})
     kube_api.seed_node(agent.node)
     kube_api.seed_pod("ml", "train-0", agent.node)
     agent.cycle(0)
@@ -114,7 +119,6 @@ def _run_device_signals(kube_api, make_agent) -> None:
     agent.run(10, 90)  # failure: rule, condition, event, eviction, slot
     # someone edits the rule's message: the agent patches its own rule back (whether the fault's
     # reason also moved within the episode depends on when the Xid event was read)
-    import kubeapi
     (rule,) = kube_api.list(kubeapi.DEVICE_TAINT_RULES)
     kube_api.mutate(kubeapi.DEVICE_TAINT_RULES, None, rule["metadata"]["name"],
                     lambda r: r["metadata"]["annotations"].update({"hetero-exporter.io/message": "edited"}))

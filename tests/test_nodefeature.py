@@ -61,11 +61,13 @@ def gpu(i: int, model: str = "H100-SXM5-80GB") -> DeviceSample:
 
 
 class Driver:
-    """A Remedy on the loopback server, reconciling hand-made snapshots at a manual time."""
+    """A Remedy on the loopback server (the server's token, or ``kubeconfig``'s), reconciling
+    hand-made snapshots at a manual time."""
 
-    def __init__(self, kube_api, tmp_path: Path, node: str = "gpu-node-3", mode: str = "enforce", **health):
+    def __init__(self, kube_api, tmp_path: Path, node: str = "gpu-node-3", mode: str = "enforce",
+                 kubeconfig: str = "", **health):
         self.kube_api, self.node, self.t = kube_api, node, 1000.0
-        kc = kube_api.write_kubeconfig(tmp_path / f"kc-{node}-{mode}")
+        kc = kubeconfig or kube_api.write_kubeconfig(tmp_path / f"kc-{node}-{mode}")
         self.cfg = RemedyConfig.from_mapping({**NODEFEATURE, **health}, mode=mode)
         self.verdicts = HealthVerdicts(policy_mod.load())
         self.remedy = Remedy(connect(kc, env={}, timeout_seconds=5), node, policy_mod.load(), self.cfg,
@@ -183,7 +185,7 @@ def test_a_concurrent_writer_or_a_deletion_is_answered_by_the_next_cycle(kube_ap
     writes = len(nodefeature_writes(kube_api))
     out = d.reconcile(3)
     assert out.error is None and len(nodefeature_writes(kube_api)) == writes
-    assert any("not ours" in x for x in out.plan.explain)
+    assert any("is not this agent's" in x and "no label app.kubernetes.io/managed-by" in x for x in out.plan.explain)
 
 
 def test_labels_set_in_labels_mode_are_removed_once_when_the_nodefeature_takes_over(kube_api, make_agent):
@@ -274,6 +276,62 @@ def test_a_second_plan_over_the_first_ones_result_is_empty():
     long = "n" * 64
     assert not plan_nodefeature(long, "u", labels, NodeFeatureRead(NS), "enforce").writes
     assert len(object_name("x" * 253)) <= 253 and object_name("x" * 253) != object_name("x" * 252 + "y")
+
+
+def _stored(node: str = "n1", **changes) -> dict:
+    """The NodeFeature the agent writes for ``node`` (two GPUs), as stored, with ``changes`` to its
+    metadata labels (``meta_labels``, None deletes), owner references (``owners``) or spec."""
+    snap = NodeSnapshot(node=node, time=1.0, devices=(gpu(0), gpu(1)))
+    obj = plan_nodefeature(node, "uid-1", selection_labels(snap, DEFAULT_DOMAIN), NodeFeatureRead(NS), "enforce").create
+    obj["metadata"].update(uid="u", resourceVersion="7")
+    for k, v in changes.pop("meta_labels", {}).items():
+        if v is None:
+            obj["metadata"]["labels"].pop(k)
+        else:
+            obj["metadata"]["labels"][k] = v
+    if "owners" in changes:
+        obj["metadata"]["ownerReferences"] = changes.pop("owners")
+    obj["spec"].update(changes)
+    return obj
+
+
+@pytest.mark.parametrize("why,stored", [
+    ("no label app.kubernetes.io/managed-by=hetero-exporter", _stored(meta_labels={"app.kubernetes.io/managed-by": None})),
+    ("labelled nfd.node.kubernetes.io/node-name='n2', not this node",
+     _stored(meta_labels={"nfd.node.kubernetes.io/node-name": "n2"})),
+    ("labelled nfd.node.kubernetes.io/node-name='n1\\x1b]0;x', not this node",
+     _stored(meta_labels={"nfd.node.kubernetes.io/node-name": "n1\x1b]0;x"})),
+    ("owned by Node 'n2' (uid 'uid-2')", _stored(owners=[{"apiVersion": "v1", "kind": "Node", "name": "n2", "uid": "uid-2"}])),
+    ("owned by Node 'n1' (uid 'old')", _stored(owners=[{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "old"}])),
+])
+def test_a_squatted_nodefeature_is_left_alone_and_said(why, stored):
+    """Issue 35, item 4: an object of our name that is not ours plans no write (no repair, no
+    delete: a write would take over another node's or someone else's object), and says why."""
+    snap = NodeSnapshot(node="n1", time=1.0, devices=(gpu(0), gpu(1), gpu(2)))
+    for labels in (selection_labels(snap, DEFAULT_DOMAIN), {}):
+        p = plan_nodefeature("n1", "uid-1", labels, NodeFeatureRead(NS, stored), "enforce")
+        assert not p.writes and p.labels == {} and why in p.foreign, p.foreign
+        assert p.uid == "u" and any("is not this agent's" in x for x in p.explain)
+
+
+@pytest.mark.parametrize("why,spec", [
+    ("outside hetero-exporter.io/ ('nvidia.com/gpu.present')", {"labels": {"nvidia.com/gpu.present": "false"}}),
+    ("5000 labels", {"labels": {f"{OURS}l{i}": "x" for i in range(5000)}}),
+    ("features", {"features": {"flags": {"pci": {"elements": {"10de": {}}}}}}),
+])
+def test_a_nodefeature_of_ours_someone_changed_is_repaired_and_said(why, spec):
+    p = plan_nodefeature("n1", "uid-1", {f"{OURS}accelerator": "true"}, NodeFeatureRead(NS, _stored(**spec)), "enforce")
+    assert why in p.foreign, p.foreign
+    assert p.replace["spec"] == {"labels": {f"{OURS}accelerator": "true"}}
+    again = plan_nodefeature("n1", "uid-1", {f"{OURS}accelerator": "true"},
+                             NodeFeatureRead(NS, {**p.replace, "metadata": {**p.replace["metadata"]}}), "enforce")
+    assert again.foreign == "" and not again.writes
+
+
+def test_more_labels_than_the_policy_admits_publish_nothing():
+    many = {f"{OURS}l{i}": "x" for i in range(257)}
+    p = plan_nodefeature("n1", "uid-1", many, NodeFeatureRead(NS), "enforce")
+    assert not p.writes and any("more than the 256" in x for x in p.explain)
 
 
 def test_health_dry_run_report_names_the_nodefeature():

@@ -16,10 +16,19 @@ With ``limit`` slots, at most ``limit`` nodes hold one, whatever the timing. No 
   carries the taint: that node still uses the budget, and keeping its slot counts it once, in
   every agent's view.
 - A slot is taken only by a node of the cluster that uses it: one whose holder is no accelerator
-  node (``nodes``, where the caller knows them), or a node that has held it for more than
+  node (``nodes``, where the caller knows them), or a node that has held slots for more than
   ``untainted_grace`` seconds without carrying the taint, is free (a token that may create Leases
-  cannot starve the fleet with made-up holders). The grace covers the moment between a node's
-  taking its slot and its taint landing.
+  cannot starve the fleet with made-up holders, nor with real ones). The grace covers the moment
+  between a node's taking its slot and its taint landing; it runs per holder node, from when this
+  agent first saw it hold a slot untainted, whichever slot and however often rewritten, and starts
+  again only once the node was seen tainted or holding nothing for ``FORGET_SECONDS``. A node holds
+  one slot: its others are free. An untainted holder's lease counts for at most this agent's own
+  ``lease_seconds`` (a 7-day lease of someone else's does not hold longer).
+- A Lease with a slot's name but without the slots' labels (not in the listing; found when its
+  name is answered AlreadyExists) is read by name and judged as a slot by the same rules: taken
+  only by a tainted node of the cluster, else reclaimed (replaced, with the resourceVersion read,
+  by this node's slot). One that cannot be read refuses with an error naming it, never as a slot
+  held by nobody. ``Acquired.foreign`` counts them.
 - Nodes that carry the taint without a slot (an older agent, a restart that lost its slot) use
   the budget too: only slots ``0 .. k-1`` may be taken, ``k`` the largest with ``k`` + those
   nodes + slots held at ``k`` or above (granted under a larger limit) <= ``limit``. A smaller
@@ -53,11 +62,15 @@ MAX_LEASE_SECONDS = 7 * 86400  # a longer lease is not one of ours: malformed
 MAX_NAMES = 10  # holders named in a refusal
 _SLOT_NAME = re.compile(re.escape(SLOT_PREFIX) + r"(0|[1-9][0-9]{0,5})")
 _ROUNDS = 2  # read and try; once more after losing a race, with what the winners wrote
-UNTAINTED_GRACE_SECONDS = 120.0  # a slot held this long without the taint is not in use
+UNTAINTED_GRACE_SECONDS = 120.0  # a node holding slots this long without the taint is not using them
+FORGET_SECONDS = 6 * 3600.0  # a holder unseen this long gets its grace again (a new failure)
+MAX_HOLDERS = 4096  # holders remembered (nodes of the cluster; the oldest go first)
+MAX_FOREIGN = 64  # unlabelled Leases of slot names remembered (read by name at each acquire)
 
 
 class SlotStore(Protocol):
     def list(self, label_selector: Optional[str] = None) -> list[dict]: ...
+    def get(self, name: str) -> Optional[dict]: ...
     def create(self, body: dict) -> dict: ...
     def replace(self, name: str, body: dict) -> dict: ...
     def delete(self, name: str, uid: Optional[str], resource_version: str) -> bool: ...
@@ -72,6 +85,7 @@ class Acquired:
     held_by_others: int
     why: str
     error: Optional[str] = None  # the slots could not be read or written: refused (safe side)
+    foreign: int = 0  # Leases of slot names without the slots' labels, as last seen
 
 
 @dataclass(frozen=True)
@@ -157,12 +171,16 @@ def _names(names: list[str]) -> str:
     return shown + (f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else "")
 
 
-def refusal(limit: int, holders: list[str], unslotted: list[str]) -> str:
-    """Why no slot was granted, naming who uses the budget."""
+def refusal(limit: int, holders: list[str], unslotted: list[str], foreign: Collection[str] = ()) -> str:
+    """Why no slot was granted, naming who uses the budget (``foreign``: slot holders whose Lease
+    lacks the slots' labels)."""
     parts = []
     if holders:
         of = f"{len(holders)} of {limit}" if len(holders) <= limit else f"{len(holders)} (the budget allows {limit})"
         parts.append(f"{of} taint slots are held by {_names(holders)}")
+        unlabelled = [h for h in holders if h in foreign]
+        if unlabelled:
+            parts[-1] += f" ({_names(unlabelled)} in a Lease without the slots' labels)"
     if unslotted:
         verb = "node carries" if len(unslotted) == 1 else "nodes carry"
         parts.append(f"{len(unslotted)} {verb} the taint without a slot ({_names(unslotted)})")
@@ -187,7 +205,9 @@ class FleetBudget:
         self._mono = monotonic or (time.monotonic if clock is time.time else clock)
         self._grace = float(untainted_grace)
         self._seen: dict[str, tuple[Optional[str], float]] = {}  # slot -> (resourceVersion, when it moved)
-        self._holding: dict[str, tuple[Optional[str], float]] = {}  # slot -> (holder, since when seen holding)
+        # holder -> (since when seen holding untainted, when last seen holding)
+        self._untainted: dict[str, tuple[float, float]] = {}
+        self._foreign: dict[int, str] = {}  # index -> why: Leases of slot names without our labels
         self._held: Optional[Slot] = None  # the slot as last written by us
         self._next_renew = 0.0  # renew() writes again from then on
         self._renew_note: Optional[str] = None  # what renew() said last, until then
@@ -195,12 +215,44 @@ class FleetBudget:
     # ------------------------------------------------------------------ reads and writes
 
     def _read(self, now: float) -> dict[int, Slot]:
+        """The slots: the labelled Leases listed, and the unlabelled ones of slot names met
+        before, read by name (those that went or got our labels are forgotten)."""
         slots: dict[int, Slot] = {}
         for obj in self.leases.list(self.selector):
             s = parse_slot(obj, now)
             if s is not None and s.index not in slots:
                 slots[s.index] = s
+        for index in sorted(self._foreign):
+            if index in slots:
+                del self._foreign[index]  # labelled now (reclaimed)
+                continue
+            found = self._unlabelled(index, now)
+            if found is not None:
+                slots[index] = found
         return slots
+
+    def _unlabelled(self, index: int, now: float) -> Optional[Slot]:
+        """The Lease of slot ``index``'s name read by name, when it lacks the slots' labels
+        (remembered in ``_foreign``: its index -> why it is unusable, "" when readable)."""
+        name = f"{SLOT_PREFIX}{index}"
+        try:
+            obj = self.leases.get(name)
+        except Exception as e:
+            if not _api_error(e):
+                raise
+            self._remember_foreign(index, f"a Lease without the taint slots' labels occupies {name} and could "
+                                          f"not be read: {e}")
+            return None
+        labels = ((obj or {}).get("metadata") or {}).get("labels") if isinstance(obj, dict) else None
+        if obj is None or (isinstance(labels, dict) and all(labels.get(k) == v for k, v in self.labels.items())):
+            self._foreign.pop(index, None)  # gone, or one of ours: a race, read again
+            return None
+        self._remember_foreign(index, "")
+        return parse_slot(obj, now)
+
+    def _remember_foreign(self, index: int, why: str) -> None:
+        if index in self._foreign or len(self._foreign) < MAX_FOREIGN:
+            self._foreign[index] = why
 
     def _body(self, name: str, now: float, *, resource_version: Optional[str] = None,
               acquire_time: Optional[str] = None, transitions: int = 0) -> dict:
@@ -230,18 +282,23 @@ class FleetBudget:
                               transitions=min(slot.transitions + 1, 2**31 - 1))
             self._wrote(self.leases.replace(name, body), now)
 
-    def _observe(self, slots: dict[int, Slot], mono: float) -> None:
-        """When each slot's resourceVersion last moved and since when its holder holds it, on this
-        agent's clock; slots gone are forgotten (bounded by the listing)."""
+    def _observe(self, slots: dict[int, Slot], mono: float, tainted: Collection[str]) -> None:
+        """When each slot's resourceVersion last moved, and since when each holder holds slots
+        without the taint, on this agent's clock; slots gone are forgotten (bounded by the
+        listing), holders when seen tainted or unseen for ``FORGET_SECONDS`` (bounded)."""
         names = {s.name for s in slots.values()}
-        for table in (self._seen, self._holding):
-            for gone in [n for n in table if n not in names]:
-                del table[gone]
+        for gone in [n for n in self._seen if n not in names]:
+            del self._seen[gone]
         for s in slots.values():
             if self._seen.get(s.name, (None,))[0] != s.resource_version or s.name not in self._seen:
                 self._seen[s.name] = (s.resource_version, mono)
-            if self._holding.get(s.name, (None,))[0] != s.holder or s.name not in self._holding:
-                self._holding[s.name] = (s.holder, mono)
+        table = self._untainted
+        for h in [h for h, (_, last) in table.items() if h in tainted or mono - last > FORGET_SECONDS]:
+            del table[h]
+        for h in {s.holder for s in slots.values() if s.holder and s.holder != self.node} - set(tainted):
+            table[h] = (table.get(h, (mono, mono))[0], mono)
+        for h in sorted(table, key=lambda h: table[h][1])[:max(0, len(table) - MAX_HOLDERS)]:
+            del table[h]
 
     def _taken(self, s: Slot, mono: float, tainted: Collection[str], nodes: Optional[Collection[str]]) -> bool:
         """Whether another node's slot uses the budget (module docstring)."""
@@ -252,9 +309,18 @@ class FleetBudget:
         if s.holder in tainted:
             return True  # it carries the taint: it uses the budget, live or not
         moved = self._seen.get(s.name, (None, mono))[1]
-        if s.duration is None or mono - moved >= s.duration:
-            return False  # not renewed within its lease, by our clock
-        return mono - self._holding.get(s.name, (None, mono))[1] <= self._grace
+        if s.duration is None or mono - moved >= min(s.duration, self.lease_seconds):
+            return False  # not renewed within its lease (at most ours), by our clock
+        return mono - self._untainted.get(s.holder, (mono, mono))[0] <= self._grace
+
+    def _others(self, slots: dict[int, Slot], mono: float, tainted: Collection[str],
+                nodes: Optional[Collection[str]]) -> list[Slot]:
+        """The slots other nodes use: the first (lowest) one of each holder that uses one."""
+        out: list[Slot] = []
+        for _, s in sorted(slots.items()):
+            if self._taken(s, mono, tainted, nodes) and s.holder not in {o.holder for o in out}:
+                out.append(s)
+        return out
 
     def _mine(self, slots: dict[int, Slot]) -> list[Slot]:
         return [s for _, s in sorted(slots.items()) if s.holder == self.node and s.resource_version]
@@ -268,16 +334,16 @@ class FleetBudget:
         is free)."""
         now, mono = self._clock(), self._mono()
         marked = {t for t in tainted if isinstance(t, str)} - {self.node}
-        why = ""
+        why, held = "", 0
         for _ in range(_ROUNDS):
             try:
                 slots = self._read(now)
             except Exception as e:
                 if not _api_error(e):
                     raise
-                return Acquired(False, 0, f"the taint slots could not be read: {e}", error=str(e))
-            self._observe(slots, mono)
-            others = [s for _, s in sorted(slots.items()) if self._taken(s, mono, marked, nodes)]
+                return self._result(False, 0, f"the taint slots could not be read: {e}", error=str(e))
+            self._observe(slots, mono, marked)
+            others = self._others(slots, mono, marked, nodes)
             holders = [s.holder for s in others if s.holder]
             unslotted = sorted(marked - set(holders))
             held = len(others) + len(unslotted)
@@ -292,20 +358,29 @@ class FleetBudget:
                 try:
                     if slot is not None and slot.holder == self.node:
                         self._renew(slot, now)
-                        return Acquired(True, held, f"this node holds taint slot {index} (renewed)")
+                        return self._result(True, held, f"this node holds taint slot {index} (renewed)")
                     self._take(index, slot, now)
-                    return Acquired(True, held, f"taint slot {index} taken; {held} other nodes use the "
-                                                f"budget of {limit}")
+                    return self._result(True, held, f"taint slot {index} taken; {held} other nodes use the "
+                                                    f"budget of {limit}")
                 except Exception as e:
                     if not _api_error(e):
                         raise
-                    if not _changed(e):
-                        return Acquired(False, held, f"cannot write taint slot {index}: {e}", error=str(e))
+                    if getattr(e, "reason", "") == "AlreadyExists" and slot is None and index not in slots:
+                        self._unlabelled(index, now)  # a Lease not listed holds the name: judged next round
+                    elif not _changed(e):
+                        return self._result(False, held, f"cannot write taint slot {index}: {e}", error=str(e))
                     lost_race = True  # another node won this slot: the next one
-            why = refusal(limit, holders, unslotted)
+            unreadable = [w for w in self._foreign.values() if w]
+            if unreadable:
+                return self._result(False, held, unreadable[0], error=unreadable[0])
+            foreign = {s.holder for i, s in slots.items() if i in self._foreign and s.holder}
+            why = refusal(limit, holders, unslotted, foreign)
             if not lost_race:
-                return Acquired(False, held, why)
-        return Acquired(False, held, why)
+                return self._result(False, held, why)
+        return self._result(False, held, why)
+
+    def _result(self, granted: bool, held: int, why: str, error: Optional[str] = None) -> Acquired:
+        return Acquired(granted, held, why, error=error, foreign=len(self._foreign))
 
     def renew(self) -> Optional[str]:
         """Keep our slot (call each reconcile while tainted; writes at most once per

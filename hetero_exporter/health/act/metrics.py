@@ -26,6 +26,7 @@ class HealthMetrics:
         self._budget_nodes: Optional[tuple[int, int]] = None
         self._unhealthy: Optional[float] = None
         self._up: Optional[float] = None
+        self._foreign: dict[str, int] = {}  # kind -> objects of our names another writer holds (once checked)
 
     def action(self, action: str, result: str, n: int = 1) -> None:
         with self._lock:
@@ -50,6 +51,10 @@ class HealthMetrics:
         with self._lock:
             self._unhealthy = 1.0 if unhealthy else 0.0
 
+    def foreign(self, kind: str, n: int) -> None:
+        with self._lock:
+            self._foreign[kind] = n
+
     def kubernetes_up(self, up: bool) -> None:
         with self._lock:
             self._up = 1.0 if up else 0.0
@@ -59,6 +64,7 @@ class HealthMetrics:
             actions = dict.fromkeys(((a, r) for a in ACTIONS for r in RESULTS), 0)
             actions.update(self._actions)
             exhausted, nodes, unhealthy, up = self._budget_exhausted, self._budget_nodes, self._unhealthy, self._up
+            foreign = dict(self._foreign)
         c = CounterMetricFamily(N.HEALTH_ACTIONS.family, N.HEALTH_ACTIONS.help, labels=N.HEALTH_ACTIONS.labels)
         for (action, result), v in sorted(actions.items()):
             c.add_metric([action, result], v)
@@ -74,3 +80,9 @@ class HealthMetrics:
             yield GaugeMetricFamily(N.HEALTH_NODE_UNHEALTHY.name, N.HEALTH_NODE_UNHEALTHY.help, value=unhealthy)
         if up is not None:
             yield GaugeMetricFamily(N.HEALTH_KUBERNETES_UP.name, N.HEALTH_KUBERNETES_UP.help, value=up)
+        if foreign:
+            g = GaugeMetricFamily(N.HEALTH_FOREIGN_OBJECTS.name, N.HEALTH_FOREIGN_OBJECTS.help,
+                                  labels=N.HEALTH_FOREIGN_OBJECTS.labels)
+            for kind, n in sorted(foreign.items()):
+                g.add_metric([kind], n)
+            yield g

@@ -199,6 +199,7 @@ class Remedy:
         if self._fleet is None or not take_slot:
             return Budget(total=len(names), tainted=len(tainted))
         budget, got = self._fleet.check(self.cfg, len(names), tainted, nodes=names)
+        self.metrics.foreign("Lease", got.foreign)
         self._slot = bool(got.granted) or self._slot
         if not got.granted:
             log.info("health: no fleet-wide taint slot", extra={"node": self.node, "why": got.why})
@@ -401,6 +402,12 @@ class Remedy:
                 else:
                     created = self._events.create(self.node, ev, now)  # type: ignore[union-attr]
             except K8sError as e:
+                if e.status == 403:  # refused for good (RBAC, the admission policy): a retry would block the outbox
+                    self._delivered.add(eid)
+                    self.metrics.action("event", "refused")
+                    log.warning("health: event refused by the API server (403); dropped",
+                                extra={"node": self.node, "reason": ev.reason, "error": str(e)})
+                    continue
                 self.metrics.action("event", "error")
                 log.warning("health: event not sent; retried next cycle", extra={"node": self.node, "error": str(e)})
                 break

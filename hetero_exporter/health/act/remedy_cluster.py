@@ -10,10 +10,16 @@ A cluster without resource.k8s.io/v1 is said once; device taints stay off until 
 (every ``DRA_PROBE_SECONDS``) finds it, and the rest works. Likewise a cluster without NFD's
 NodeFeature CRD (nodefeature mode): said once, asked again every ``NFD_PROBE_SECONDS``; meanwhile
 no selection label is published (and the Node labels an earlier labels-mode agent set stay).
+
+Said once too, each as a Warning event on the Node, a log line (and for the NodeFeature, the
+``accelerator_health_foreign_objects`` gauge): a NodeFeature of this node's name that is not the
+agent's (left alone) or that someone changed (repaired); evictions configured but refused by the
+API server (403: RBAC without deploy/components/eviction).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
@@ -23,6 +29,7 @@ from hetero_exporter.health.plan import ClusterView, NodeFeatureRead, RemedyConf
 from hetero_exporter.health.plan.nodefeature import object_name
 from hetero_exporter.k8s.client import Cluster, K8sError
 from hetero_exporter.k8s.dra import Dra
+from hetero_exporter.k8s.events import Events, NodeEvent
 from hetero_exporter.k8s.nodefeatures import NodeFeatures
 from hetero_exporter.k8s.pod_writes import PodWrites
 from hetero_exporter.model import DeviceSample, NodeSnapshot
@@ -99,6 +106,9 @@ class ClusterSide:
         self._nf_served = None if self._nf is None else _ServedProbe(
             self._nf.served, NFD_PROBE_SECONDS, clock, node, "NodeFeature", "inventory labels not published: "
             "nodefeature mode, and the cluster does not serve NFD's NodeFeature", logging.WARNING)
+        self._events = Events(cluster)
+        self._nf_said: Optional[str] = None  # the foreign NodeFeature last reported ("" none); None: not yet
+        self._eviction_refused = False  # a 403 on an eviction was said
         self._rules_known: Optional[bool] = None  # did the last listing find rules of ours
         self._uids: dict[str, str] = {}
         self._nodes_of: dict[str, str] = {}  # "ns/name" -> spec.nodeName as the API server said
@@ -132,7 +142,7 @@ class ClusterSide:
         if nf is None or self._nf_served is None or self.cfg.mode == "observe" or not self._nf_served():
             return None
         try:
-            return NodeFeatureRead(nf.namespace, nf.get(object_name(self.node)))
+            return NodeFeatureRead(nf.namespace, nf.get(object_name(self.node)), self.cfg.domain)
         except K8sError as e:
             log.warning("health: cannot read this node's NodeFeature; the inventory labels wait",
                         extra={"node": self.node, "namespace": nf.namespace, "error": str(e)})
@@ -159,8 +169,11 @@ class ClusterSide:
 
     # ------------------------------------------------------------------ applying the plan
     def apply(self, p: Any) -> Applied:
-        """Write the plan's device taints, pod conditions and evictions (enforce mode only)."""
+        """Write the plan's device taints, pod conditions and evictions (enforce mode only); in
+        dry-run too, say what stands in the NodeFeature's way."""
         done = Applied()
+        if getattr(p, "nodefeature", None) is not None:
+            self._report_foreign(p.nodefeature)
         if self.cfg.mode != "enforce":
             return done
         if p.device_taints is not None:
@@ -196,6 +209,50 @@ class ClusterSide:
         self.metrics.action("nodefeature", "ok")
         log.info("health: NodeFeature written", extra={"node": self.node, "what": what, "namespace": nf.namespace,
                                                         "object": nf.name, "labels": len(nf.labels)})
+
+    def _report_foreign(self, nf: Any) -> None:
+        """A NodeFeature of this node's name that is not ours (a squatter: nothing published) or
+        that someone changed (repaired): a Warning event on the Node and a log line once per
+        object and reason, the gauge at every plan."""
+        self.metrics.foreign("NodeFeature", 1 if nf.foreign else 0)
+        if nf.foreign == self._nf_said:
+            return
+        self._nf_said = nf.foreign
+        if not nf.foreign:
+            return
+        where = f"{nf.namespace}/{nf.name}"
+        squat = not nf.writes
+        what = ("is not this agent's" if squat else "was changed by someone else")
+        done = ("left alone: the inventory labels are not published until it is removed" if squat
+                else "the agent repairs it")
+        log.warning(f"health: NodeFeature {what}; {done}", extra={"node": self.node, "namespace": nf.namespace,
+                                                                  "object": nf.name, "why": nf.foreign})
+        digest = hashlib.sha1(f"{nf.uid}/{nf.foreign}".encode()).hexdigest()[:10]
+        self._warn(NodeEvent(name=f"{self.node}.nodefeature-{digest}", type="Warning",
+                             reason="AcceleratorNodeFeatureForeign", action="Publish",
+                             message=f"NodeFeature {where} {what} ({nf.foreign}); {done}"))
+
+    def _warn(self, ev: NodeEvent) -> None:
+        """Send a Warning about this node now (a fixed name: a resend after a restart is
+        AlreadyExists); a failure is logged, not retried (the log line already said it)."""
+        try:
+            created = self._events.create(self.node, ev, self._clock())
+            self.metrics.action("event", "ok" if created else "exists")
+        except K8sError as e:
+            self.metrics.action("event", "error")
+            log.warning("health: event not sent", extra={"node": self.node, "why": ev.reason, "error": str(e)})
+
+    def _eviction_forbidden(self, key: str, e: K8sError) -> None:
+        """Evictions are configured (health.evict_pods) but the API server refuses them: said
+        once, clearly; the other pod signals go on."""
+        if self._eviction_refused:
+            return
+        self._eviction_refused = True
+        text = ("health.evict_pods is on, but the API server refuses evictions (403): grant pods/eviction "
+                "with deploy/components/eviction (docs/security.md), or turn evict_pods off")
+        log.error(f"health: {text}", extra={"node": self.node, "pod": key, "error": str(e)})
+        self._warn(NodeEvent(name=f"{self.node}.eviction-forbidden", type="Warning",
+                             reason="AcceleratorEvictionForbidden", action="Evict", message=text))
 
     def _apply_rules(self, dt: Any, done: Applied) -> None:
         dra = self._dra
@@ -304,7 +361,9 @@ class ClusterSide:
                     continue
                 done.failed_evictions.append(key)
                 done.errors.append(f"pod {key} eviction: {e}")
-                self.metrics.action("evict", "error")
+                self.metrics.action("evict", "refused" if e.status == 403 else "error")
+                if e.status == 403:
+                    self._eviction_forbidden(key, e)
                 continue
             if outcome == "blocked":
                 done.refused_evictions.append(key)

@@ -7,8 +7,12 @@ puts them on the Node. The object:
 
 - is named ``hetero-exporter-<node>`` (a node name too long for that is cut and given a hash),
   labelled ``nfd.node.kubernetes.io/node-name: <node>`` (how nfd-master finds the node) and
-  ``app.kubernetes.io/managed-by: hetero-exporter`` (an object of that name without it is not
-  ours and is left alone);
+  ``app.kubernetes.io/managed-by: hetero-exporter``;
+- an object of that name that is not ours (without that label, labelled for another node, owned
+  by another Node or another uid of ours: a squatter) is left alone and reported (``foreign``:
+  the remedy says so in a Warning event, a log line and a metric); one that is ours but carries
+  labels outside the agent's domain, more than ``MAX_LABELS`` or features (tampered) is repaired
+  and reported the same way;
 - is owned by the Node (``ownerReferences``: v1 Node, its name and uid), so the garbage collector
   deletes it with the Node;
 - carries the inventory labels in ``spec.labels``, exactly what ``selection_labels`` computes for
@@ -42,15 +46,19 @@ MANAGER = "hetero-exporter"
 NAME_PREFIX = "hetero-exporter-"
 MAX_NAME = 253  # a DNS subdomain
 MAX_LABEL_VALUE = 63
+MAX_LABELS = 256  # what the admission policy admits (deploy/base/node-restriction.yaml)
+MAX_SHOWN = 63  # characters of a hostile value quoted in a report
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 
 @dataclass(frozen=True)
 class NodeFeatureRead:
-    """The NodeFeature as the remedy read it: ``current`` None when there is none."""
+    """The NodeFeature as the remedy read it: ``current`` None when there is none; ``domain``:
+    the agent's (its labels are the ones under ``<domain>/``)."""
 
     namespace: str
     current: Optional[Mapping[str, Any]] = None
+    domain: str = "hetero-exporter.io"
 
 
 @dataclass
@@ -61,6 +69,10 @@ class NodeFeaturePlan:
     replace: Optional[dict] = None  # the whole object to PUT (carries the resourceVersion read)
     delete: Optional[tuple[Optional[str], Optional[str]]] = None  # (uid, resourceVersion) preconditions
     labels: dict[str, str] = field(default_factory=dict)  # what spec.labels says after the plan
+    # why the object of our name is not (only) ours: "" when it is; with nothing to write, a
+    # squatter left alone, else tampering that the plan repairs
+    foreign: str = ""
+    uid: str = ""  # the foreign object's uid (names the report of one squatter once)
     explain: list[str] = field(default_factory=list)
     actions: list[tuple[str, str]] = field(default_factory=list)
 
@@ -85,6 +97,47 @@ def can_target(node: str) -> bool:
 
 def ours(obj: Mapping[str, Any]) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == MANAGER
+
+
+def _shown(v: object) -> str:
+    text = v if isinstance(v, str) else repr(v)
+    return repr(text[:MAX_SHOWN] + ("..." if len(text) > MAX_SHOWN else ""))
+
+
+def _map(v: object) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def squatter(obj: Mapping[str, Any], node: str, node_uid: str) -> str:
+    """Why the object named after ``node`` is not this agent's ("" when it is): not managed by
+    it, labelled for another node, or owned by another Node (or another uid of this one)."""
+    meta = _map(obj.get("metadata"))
+    labels = _map(meta.get("labels"))
+    if labels.get(MANAGED_BY) != MANAGER:
+        return f"it has no label {MANAGED_BY}={MANAGER}"
+    if labels.get(NODE_NAME_LABEL) != node:
+        return f"it is labelled {NODE_NAME_LABEL}={_shown(labels.get(NODE_NAME_LABEL))}, not this node"
+    refs = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
+    for r in refs:
+        r = _map(r)
+        if r.get("kind") == "Node" and (r.get("name") != node or (node_uid and r.get("uid") != node_uid)):
+            return f"it is owned by Node {_shown(r.get('name'))} (uid {_shown(r.get('uid'))}), not by this node"
+    return ""
+
+
+def tampered(obj: Mapping[str, Any], domain: str) -> str:
+    """Why an object of ours carries what the agent never writes ("" when it does not)."""
+    spec = _map(obj.get("spec"))
+    labels = _map(spec.get("labels"))
+    alien = sorted(str(k) for k in labels if not str(k).startswith(f"{domain}/"))
+    if alien:
+        more = f" and {len(alien) - 3} more" if len(alien) > 3 else ""
+        return f"it carries labels outside {domain}/ ({', '.join(_shown(k) for k in alien[:3])}{more})"
+    if len(labels) > MAX_LABELS:
+        return f"it carries {len(labels)} labels (the agent writes at most {MAX_LABELS})"
+    if any(_map(spec.get("features")).get(k) for k in ("flags", "attributes", "instances")):
+        return "it carries features (the agent writes none)"
+    return ""
 
 
 def desired(node: str, node_uid: str, namespace: str, labels: Mapping[str, str]) -> dict:
@@ -122,9 +175,20 @@ def plan_nodefeature(node: str, node_uid: str, labels: Mapping[str, str], read: 
         p.explain.append(f"NodeFeature: node name {node!r} is not a label value of at most {MAX_LABEL_VALUE} "
                          f"characters, which nfd-master needs to find the node: nothing published")
         return p
-    if cur is not None and not ours(cur):
-        p.explain.append(f"NodeFeature {where} exists without {MANAGED_BY}={MANAGER}: not ours, left alone")
+    if len(labels) > MAX_LABELS:
+        p.explain.append(f"NodeFeature {where}: {len(labels)} labels, more than the {MAX_LABELS} the admission "
+                         f"policy admits: nothing published")
         return p
+    if cur is not None:
+        p.foreign = squatter(cur, node, node_uid)
+        p.uid = str(_map(cur.get("metadata")).get("uid") or "")
+        if p.foreign:
+            p.explain.append(f"NodeFeature {where} is not this agent's ({p.foreign}): left alone, the inventory "
+                             f"labels are not published until it is removed")
+            return p
+        p.foreign = tampered(cur, read.domain)
+        if p.foreign:
+            p.explain.append(f"NodeFeature {where} was changed by someone else ({p.foreign}): repaired")
     if not labels:
         if cur is not None:
             meta = cur.get("metadata") or {}
@@ -148,6 +212,8 @@ def plan_nodefeature(node: str, node_uid: str, labels: Mapping[str, str], read: 
         meta["ownerReferences"] = owners
     spec = new["spec"] = dict(new.get("spec") or {})
     spec["labels"] = dict(want["spec"]["labels"])
+    if any(_map(spec.get("features")).get(k) for k in ("flags", "attributes", "instances")):
+        del spec["features"]  # the agent writes none (and the admission policy admits none)
     new.setdefault("status", {})
     if new == dict(cur):
         return p
