@@ -5,7 +5,7 @@ whole Node objects, each with its ``hetero-exporter.io/devices`` annotation (an 
 node, ~16 KB of JSON). Calls of ``--per-call`` nodes with names never sent before, until
 ``--names`` names were seen; the extender's resident memory (VmRSS) after each call. Before
 issue 25 the table of decoded nodes kept every name ever seen (~18 KiB each: 56,000 names took
-1.1 GiB); it now keeps at most 20,000 nodes and 128 MiB of annotation text.
+1.1 GiB); it now keeps at most 20,000 nodes and 192 MiB of decoded states (estimated; issue 35).
 
     python benchmarks/extender_names.py [--names 60000] [--per-call 2000]
 """

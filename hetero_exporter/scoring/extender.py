@@ -43,13 +43,12 @@ REASON_LIMIT = 600  # characters of a FailedNodes reason (the full one is in /ex
 LOG_TEXT_LIMIT = 600  # characters of a request description or error in a log line
 RING_BYTES = 8 * 2**20  # the /explain ring's estimated size; the oldest calls go first
 NODE_BYTES = 100  # estimated memory a kept call holds per node, besides its name (names mode: shared states)
-# body mode: the call keeps the node states decoded from its request alive, about the size of the
-# annotation text they came from (measured: 14.5 KB of objects per node from 16 KB of Node JSON)
-DECODED_PER_TEXT_BYTE = 1.0
 # the body-mode table of decoded nodes (every distinct name a caller sends): least recently used
-# out past either bound; ~1.1 x the annotation bytes in memory (measured), so ~140 MiB at most
+# out past either bound, the bytes those of the decoded states (nodes.state_bytes, an estimate at or
+# above what tracemalloc measures), not of their text: a 7.7 KB annotation of 64 bare devices
+# decodes to 115 KB. ~10,000 nodes of 8 GPUs (~18 KB each), ~20,000 of one.
 DECODED_NODES = 20_000
-DECODED_BYTES = 128 << 20
+DECODED_BYTES = 192 << 20
 
 
 class BadRequest(ValueError):
@@ -172,8 +171,8 @@ class Extender:
         return pod, nodes, None
 
     def _node_states(self, items: list) -> tuple[list[str], list[NodeState], int]:
-        """(names, states, bytes of annotation text decoded into them: what the states weigh)."""
-        names, states, text_bytes = [], [], 0
+        """(names, states, the states' estimated bytes)."""
+        names, states, weight = [], [], 0
         for i, item in enumerate(items):
             meta = item.get("metadata") if isinstance(item, dict) else None
             name = meta.get("name") if isinstance(meta, dict) else None
@@ -185,20 +184,20 @@ class Extender:
             if len(name) > NAME_CHARS:  # not a node Kubernetes can have: fails, never cached
                 states.append(_misnamed(name))
                 continue
-            text = text if isinstance(text, str) else None
-            text_bytes += len(text) if text else 0
-            states.append(self.decoded.state_for(name, text))
-        return names, states, text_bytes
+            state = self.decoded.state_for(name, text if isinstance(text, str) else None)
+            weight += state.weight
+            states.append(state)
+        return names, states, weight
 
     def _remember(self, ev: Evaluation, decoded_bytes: int = 0) -> None:
         """Keep ``ev`` for /explain, names clipped, dropping the oldest beyond the bounds.
-        ``decoded_bytes``: in body mode, the annotation text its node states were decoded from."""
+        ``decoded_bytes``: in body mode, the estimated bytes of the node states it keeps alive."""
         lengths = list(map(len, ev.names))  # in C: /prioritize over 5,000 names stays cheap
         if max(lengths, default=0) > NAME_CHARS:
             ev = dataclasses.replace(ev, names=[clip_name(n) for n in ev.names])
             lengths = list(map(len, ev.names))
         cost = _ring_cost(ev, sum(lengths))
-        cost += int(decoded_bytes * DECODED_PER_TEXT_BYTE)
+        cost += decoded_bytes
         key = (ev.trace, ev.verb)
         with self._lock:
             old = self._traces.pop(key, None)

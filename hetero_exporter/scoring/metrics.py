@@ -10,6 +10,10 @@ Families (docs/scheduling.md):
   ``feasible`` or ``infeasible``, ``reason`` one of ``verdicts.REASONS`` (never the reason text).
 - ``accelerator_extender_nodes_cached{cache}``: node states held; ``cache`` is ``watch`` (the
   watch-backed cache of nodeCacheCapable mode) or ``request`` (decoded Nodes of request bodies).
+- ``accelerator_extender_nodes_cached_bytes{cache}``: estimated bytes of the node states held
+  where the cache is bounded in bytes (``request``).
+- ``accelerator_extender_nodes_evicted_total{cache}``: node states put out of a bounded cache
+  (``request``: least recently used, past its node count or bytes).
 - ``accelerator_extender_cache_age_seconds{cache}``: median age of the cached annotations (now
   minus the time the agent wrote them), seconds; absent while none is cached. The agents rewrite
   theirs every few seconds: a median growing past that says the watch or the agents stopped.
@@ -24,7 +28,7 @@ import time
 from typing import Callable, Iterable, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from hetero_exporter.scoring.nodes import NodeState
@@ -36,6 +40,8 @@ REQUESTS = PREFIX + "requests_total"
 DURATION = PREFIX + "request_duration_seconds"
 DECISIONS = PREFIX + "decisions_total"
 NODES_CACHED = PREFIX + "nodes_cached"
+NODES_CACHED_BYTES = PREFIX + "nodes_cached_bytes"
+NODES_EVICTED = PREFIX + "nodes_evicted_total"
 CACHE_AGE = PREFIX + "cache_age_seconds"
 ANNOTATION_ERRORS = PREFIX + "annotation_errors_total"
 
@@ -114,6 +120,10 @@ class _CacheCollector:
     def collect(self) -> Iterable:
         cached = GaugeMetricFamily(NODES_CACHED, "Node states the extender holds, by cache.", labels=["cache"])
         age = GaugeMetricFamily(CACHE_AGE, "Median age of the cached node annotations, seconds.", labels=["cache"])
+        weight = GaugeMetricFamily(NODES_CACHED_BYTES, "Estimated bytes of the node states a cache bounded in "
+                                   "bytes holds.", labels=["cache"])
+        evicted = CounterMetricFamily(_name(NODES_EVICTED), "Node states put out of a bounded cache (least "
+                                      "recently used, past its node count or bytes).", labels=["cache"])
         now = self.metrics.clock()
         for label, table in self.metrics.tables.items():
             get = table.lookup()
@@ -122,4 +132,7 @@ class _CacheCollector:
             ages = [now - st.time for st in states if st.time > 0]
             if ages:
                 age.add_metric([label], max(0.0, statistics.median(ages)))
-        return [cached, age]
+            if table.max_bytes is not None:
+                weight.add_metric([label], table.bytes)
+                evicted.add_metric([label], table.evicted)
+        return [cached, weight, evicted, age]

@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from hetero_exporter.scoring.nodes import NodeState, from_annotation
+from hetero_exporter.scoring.nodes import NodeState, from_annotation, state_bytes
 from hetero_exporter.scoring.request import Request
 from hetero_exporter.scoring.scorer import Decision, Scorer
 from hetero_exporter.scoring.verdicts import Verdicts
@@ -44,12 +44,13 @@ class NodeTable:
         self.shapes = columns.ShapeCache() if columns is not None else None
         self.annotation = annotation
         self.limit = limit
-        # with max_bytes: least recently used out, past ``limit`` nodes or ``max_bytes`` of annotation
-        # text (a decoded state takes about its text's size: the body-mode table, whose names come
-        # from any caller, must not grow with every name it is ever sent)
+        # with max_bytes: least recently used out, past ``limit`` nodes or ``max_bytes`` of decoded
+        # states (estimated: nodes.state_bytes; the body-mode table, whose names come from any
+        # caller, must not grow with every name it is ever sent); ``evicted`` counts those out
         self.max_bytes = max_bytes
         self._sizes: dict[str, int] = {}
         self.bytes = 0
+        self.evicted = 0
         self._lock = threading.Lock()
         self._states: dict[str, NodeState] = {}
         # name -> (length, hash) of the annotation text the state was built from: enough to see a
@@ -83,7 +84,7 @@ class NodeTable:
         state = self._decode(name, text)
         if self.max_bytes is not None:
             with self._lock:
-                self._put_lru(name, state, mark, mark[0])
+                self._put_lru(name, state, mark, state.weight)
             return state
         with self._lock:
             if len(self._states) >= self.limit and name not in self._states:
@@ -138,12 +139,15 @@ class NodeTable:
             state = from_annotation(name, text, self.annotation)
             if self.precompute:
                 self.scorer.precompute(state)
+            state.weight = state_bytes(state, len(text) if text else 0)
             return state
         except Exception as e:  # noqa: BLE001 - the node fails alone, with the reason
             log.exception("node annotation could not be scored", extra={"node": name[:253]})
-            return NodeState(name=name, time=0.0, groups={},
-                             error=f"annotation unreadable: {type(e).__name__} while scoring it; "
-                                   "see the extender log")
+            failed = NodeState(name=name, time=0.0, groups={},
+                               error=f"annotation unreadable: {type(e).__name__} while scoring it; "
+                                     "see the extender log")
+            failed.weight = state_bytes(failed, 0)
+            return failed
 
     def update(self, name: str, text: Optional[str]) -> None:
         self.state_for(name, text)
@@ -161,6 +165,7 @@ class NodeTable:
             self._rows.put(name, state, searched=self.precompute)
         while len(self._states) > 1 and (len(self._states) > self.limit or self.bytes > (self.max_bytes or 0)):
             self._drop(next(iter(self._states)))
+            self.evicted += 1
 
     def _drop(self, name: str) -> None:
         self._states.pop(name, None)
