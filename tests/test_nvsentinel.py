@@ -29,6 +29,7 @@ from conftest import ROOT
 from hetero_exporter import config as config_mod
 from hetero_exporter.exposition.export import ExportFailures
 from hetero_exporter.exposition.export.nvsentinel import EXPORTER, NvSentinelBridge, NvSentinelSettings
+from hetero_exporter.exposition.export.nvsentinel import bridge as bridge_mod
 from hetero_exporter.exposition.export.nvsentinel import episodes as ep_mod
 from hetero_exporter.exposition.export.nvsentinel import health_event_pb2 as pb
 from hetero_exporter.exposition.export.nvsentinel import health_event_pb2_grpc as pb_grpc
@@ -394,6 +395,95 @@ def test_an_event_the_connector_refuses_is_dropped_and_does_not_block_the_others
         b.close()
     assert [e.checkName for e in conn.events] == ["AmdRasUncorrectableUmc"]
     assert failures.value(EXPORTER) >= 2  # the refused call(s) and the event dropped
+
+
+class LateConnector(Connector):
+    """A peer that stores what it is sent, then answers only once the client has given up
+    (its deadline passed): every call is late. ``late_calls``: how many calls are (then prompt)."""
+
+    def __init__(self, late_calls: int = 10**9) -> None:
+        super().__init__()
+        self.late_calls = late_calls
+
+    def HealthEventOccurredV1(self, request, context):
+        with self._cv:
+            self.calls += 1
+            late = self.calls <= self.late_calls
+            self.events.extend(request.events)
+            self._cv.notify_all()
+        end = time.monotonic() + 60  # bounded: the client cancels at its deadline
+        while late and context.is_active() and time.monotonic() < end:
+            time.sleep(0.01)
+        return empty_pb2.Empty()
+
+
+def _meta(event, key: str) -> str:
+    return dict(event.metadata)[key]
+
+
+def test_a_peer_answering_past_the_deadline_gets_a_bounded_number_of_copies_of_one_id(sock, tmp_path, bridges):
+    """Issue 35, item 11: such a peer got 5 copies of one event in 40 s, and more after."""
+    bound = 3  # docs/nvsentinel.md: an event is sent at most 3 times to a peer that never answers in time
+    judge, failures = Judge(), ExportFailures()
+    conn = LateConnector()
+    with serving(sock, conn):
+        b = bridges(sock, tmp_path, failures=failures, timeout=0.2)
+        b.offer(*judge(1.0, faulty(GPU3, 1.0, XID79)))
+        # given up, or more copies than the bound: whichever comes first (bounded wait)
+        _until(lambda: b.pending() == 0 or len(conn.events) > bound, "given up or flooded", 120)
+        copies = list(conn.events)
+    assert 1 <= len(copies) <= bound, f"{len(copies)} copies of one event"
+    assert len({_meta(e, "event_id") for e in copies}) == 1 and _meta(copies[0], "event_id").endswith("-opened")
+    assert {_meta(e, "episode_id") for e in copies} == {_meta(copies[0], "event_id").rsplit("-", 1)[0]}
+    assert b.pending() == 0 and failures.value(EXPORTER) == len(copies) + 1  # each call, and the event given up
+
+
+def test_a_resend_after_a_late_answer_carries_the_same_event_id_and_the_recovery_its_own(sock, tmp_path, bridges):
+    judge, failures = Judge(), ExportFailures()
+    conn = LateConnector(late_calls=1)
+    with serving(sock, conn):
+        b = bridges(sock, tmp_path, failures=failures, timeout=0.2)
+        b.offer(*judge(1.0, faulty(GPU3, 1.0, XID79)))
+        assert conn.wait_for(2)  # the late copy, then the resend answered in time
+        _until(lambda: b.pending() == 0, "the resend acknowledged")
+        b.offer(*judge(2.0, healthy(GPU3, 2.0)))
+        assert conn.wait_for(3)
+    opened, resent, recovered = conn.events[:3]
+    assert _meta(opened, "event_id") == _meta(resent, "event_id") != _meta(recovered, "event_id")
+    assert recovered.isHealthy and _meta(recovered, "event_id").endswith("-recovered")
+    assert _meta(opened, "episode_id") == _meta(recovered, "episode_id")
+
+
+class _StubClient:
+    """The bridge's client in one test: fails every call with ``error``, records the deadlines."""
+
+    def __init__(self, error) -> None:
+        self.error, self.deadlines = error, []
+
+    def send(self, events, timeout=None) -> None:
+        self.deadlines.append(timeout)
+        raise self.error
+
+    def close(self) -> None:
+        pass
+
+
+def test_late_answers_grow_the_deadline_to_a_cap_and_an_absent_socket_costs_no_attempt(tmp_path, bridges):
+    from hetero_exporter.exposition.export.nvsentinel.client import SendError
+    judge = Judge()
+    late = bridges(sock="/nonexistent.sock", state_dir=None, start=False, timeout=1.0)
+    late._client = _StubClient(SendError("DEADLINE_EXCEEDED: late", reached=True, late=True))
+    late.offer(*judge(1.0, faulty(GPU3, 1.0, XID79)))
+    for _ in range(bridge_mod.MAX_REACHED_SENDS + 2):
+        late._send_once(0.0)
+    assert late._client.deadlines == [1.0, 2.0, 4.0]  # then given up: no call with nothing pending
+    assert late.pending() == 0 and bridge_mod.DEADLINE_GROWTH == 4.0
+    absent = bridges(sock="/nonexistent.sock", state_dir=None, start=False)
+    absent._client = _StubClient(SendError("UNAVAILABLE: no socket"))
+    absent.offer(*judge(1.0, faulty(GPU3, 1.0, XID79)))
+    for _ in range(10):
+        absent._send_once(0.0)
+    assert absent.pending() == 1 and len(absent._client.deadlines) == 10  # waits as long as the bridge runs
 
 
 def test_the_outbox_is_bounded_and_drops_the_oldest_counted(tmp_path, bridges):

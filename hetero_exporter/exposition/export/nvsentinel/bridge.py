@@ -13,7 +13,12 @@ Across a restart with the same state dir: an episode whose opening was sent is n
 while it stays open, and one that closed while the agent was down yields its recovery from the
 first judged snapshot that shows it over (``settle_snapshots`` later for warnings, which the judge
 must confirm again). Delivery is at least once: a call whose answer was lost (a deadline that
-passed after the peer stored the events, a crash between the answer and the save) is sent again.
+passed after the peer stored the events, a crash between the answer and the save) is sent again,
+with the same ``metadata.event_id``. Bounded: a call that reached the peer and failed (its answer
+late, or an error of its handler) counts against each of its events; after ``MAX_REACHED_SENDS``
+such calls an event is given up (counted, logged: the peer may well have it), and each late
+answer doubles the next call's deadline, up to ``DEADLINE_GROWTH`` times ``timeout`` (a slow peer
+is waited for, not flooded). A socket that is absent or refuses connections costs no attempt.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 EXPORTER = "nvsentinel"  # accelerator_export_failures_total{exporter}
 IDLE_SECONDS = 60.0  # the sender's longest sleep with nothing to send (it is woken by offer)
 JOIN_SECONDS = 10.0  # close() lets a call in flight finish this long at most, then cancels it
+MAX_REACHED_SENDS = 3  # calls that reached the peer without an answer in time, per event, then given up
+DEADLINE_GROWTH = 4.0  # a late answer doubles the next call's deadline, up to this times ``timeout``
 
 
 class NvSentinelUnavailable(ExitError):
@@ -73,6 +80,8 @@ class NvSentinelBridge:
         self._save_failed = False
         self._failing: Optional[str] = None  # the error of the failing sends, None while they go
         self._single = False  # send one event per call (after the peer refused a batch)
+        self._reached: dict[int, int] = {}  # seq -> calls that reached the peer without delivering it
+        self._deadline = settings.timeout  # of the next call: grows after late answers
         self.sent_total = 0
         self._path = state_file.path_in(state_dir)
         self._load()
@@ -200,7 +209,7 @@ class NvSentinelBridge:
         if not batch:
             return 0.0
         try:
-            self._client.send([e.fields(self.node) for e in batch])
+            self._client.send([e.fields(self.node) for e in batch], timeout=self._deadline)
         except Exception as e:  # noqa: BLE001 - SendError, or a bug in one event: the thread goes on
             if self._stop.is_set():
                 return 0.0  # closing: the events stay in the outbox (and the state file)
@@ -211,6 +220,9 @@ class NvSentinelBridge:
             more = bool(self._tracker.pending())
         self.sent_total += len(batch)
         self._single = False
+        self._deadline = self.settings.timeout
+        for ev in batch:
+            self._reached.pop(ev.seq, None)
         if self._failing is not None:
             log.info("NVSentinel platform connector reached again", extra={"target": self.settings.target})
             self._failing = None
@@ -235,6 +247,10 @@ class NvSentinelBridge:
         if refused:
             self._single = True  # find the event it refuses, one call each
             return self.settings.retry_min_seconds
+        if getattr(e, "late", False):
+            self._deadline = min(self._deadline * 2, self.settings.timeout * DEADLINE_GROWTH)
+        if getattr(e, "reached", False):
+            self._give_up([ev for ev in batch if self._count_reached(ev.seq) >= MAX_REACHED_SENDS], why)
         if self._failing is None:
             log.warning("NVSentinel platform connector not reachable; events wait in the outbox", extra={
                 "target": self.settings.target, "error": why[:300], "pending": self.pending()})
@@ -242,3 +258,31 @@ class NvSentinelBridge:
         if not delay:
             return self.settings.retry_min_seconds
         return min(self.settings.retry_max_seconds, delay * 2)
+
+    def _count_reached(self, seq: int) -> int:
+        """One more call that reached the peer with event ``seq``; the count so far. Bounded: past
+        the outbox's size, the counts of events no longer pending (dropped) are forgotten."""
+        if seq not in self._reached and len(self._reached) >= self.settings.max_outbox:
+            with self._lock:
+                live = {ev.seq for ev in self._tracker.pending()}
+            self._reached = {s: n for s, n in self._reached.items() if s in live}
+        self._reached[seq] = self._reached.get(seq, 0) + 1
+        return self._reached[seq]
+
+    def _give_up(self, events: list, why: str) -> None:
+        """Stop resending ``events``: the peer took each of the last MAX_REACHED_SENDS calls and
+        answered none in time, so it may hold them already (an opening given up is taken as
+        sent: its recovery still follows). Each counts in the failures."""
+        if not events:
+            return
+        with self._lock:
+            self._tracker.mark_sent(ev.seq for ev in events)
+            self._dirty = True
+        for ev in events:
+            self._reached.pop(ev.seq, None)
+        self.failures.add(EXPORTER, len(events))
+        log.warning("NVSentinel platform connector took %d calls without answering in time: %d event(s) given up "
+                    "(it may have them, each copy with the same metadata.event_id)", MAX_REACHED_SENDS, len(events),
+                    extra={"target": self.settings.target, "error": why[:300],
+                           "event_ids": ",".join(ev.event_id for ev in events[:8])})
+        self._wake.set()

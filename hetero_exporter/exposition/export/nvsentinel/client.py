@@ -25,14 +25,20 @@ CHANNEL_OPTIONS = (
 )
 # statuses saying the events themselves are refused (the same answer on every try)
 REFUSED = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE})
+# statuses of a call that reached the peer's handler, which may have stored the events before
+# failing or answering late: a resend may be a copy (UNAVAILABLE and the rest: never delivered)
+REACHED = frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
+                     grpc.StatusCode.ABORTED, grpc.StatusCode.DATA_LOSS})
 
 
 class SendError(Exception):
-    """A call that did not deliver; ``refused``: the peer refused the events themselves."""
+    """A call that did not deliver; ``refused``: the peer refused the events themselves;
+    ``reached``: the peer may have stored them (a late answer: the deadline passed first);
+    ``late``: the deadline passed."""
 
-    def __init__(self, message: str, refused: bool = False) -> None:
+    def __init__(self, message: str, refused: bool = False, reached: bool = False, late: bool = False) -> None:
         super().__init__(message)
-        self.refused = refused
+        self.refused, self.reached, self.late = refused, reached, late
 
 
 def to_message(fields: Mapping[str, Any]) -> Any:
@@ -69,18 +75,20 @@ class PlatformConnectorClient:
                 self._call = pb_grpc.PlatformConnectorStub(self._channel).HealthEventOccurredV1
             return self._call
 
-    def send(self, events: Sequence[Mapping[str, Any]]) -> None:
-        """Deliver ``events`` (``Event.fields``) in one call; SendError when not delivered."""
+    def send(self, events: Sequence[Mapping[str, Any]], timeout: Optional[float] = None) -> None:
+        """Deliver ``events`` (``Event.fields``) in one call within ``timeout`` seconds (default
+        the client's); SendError when not delivered."""
         batch = pb.HealthEvents(version=HEALTH_EVENTS_VERSION, events=[to_message(f) for f in events])
         call = self._callable()
         try:
-            call(batch, timeout=self.timeout)
+            call(batch, timeout=timeout or self.timeout)
         except grpc.RpcError as e:
             self._drop_channel()
             code = e.code() if hasattr(e, "code") else None
             details = e.details() if hasattr(e, "details") else str(e)
             name = code.name if code is not None else "UNKNOWN"
-            raise SendError(f"{name}: {details}"[:500], refused=code in REFUSED) from None
+            raise SendError(f"{name}: {details}"[:500], refused=code in REFUSED, reached=code in REACHED,
+                            late=code == grpc.StatusCode.DEADLINE_EXCEEDED) from None
 
     def _drop_channel(self) -> None:
         with self._lock:

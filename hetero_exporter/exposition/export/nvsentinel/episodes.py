@@ -131,13 +131,19 @@ class Event:
     time: float
     message: str
 
+    @property
+    def event_id(self) -> str:
+        """The same for every send of this event, across restarts (the episode's id is kept in the
+        state file): a store can drop a copy a late answer caused. Opening and recovery differ."""
+        return f"{self.episode.id}-{'recovered' if self.healthy else 'opened'}"
+
     def fields(self, node: str) -> dict[str, Any]:
         """The HealthEvent's fields as plain values (enum fields by name)."""
         ep = self.episode
         entities = [(ENTITY_PCI, ep.pci_address)] if ep.pci_address else []
         entities.append((ENTITY_UUID, ep.uuid))
         metadata = {"vendor": ep.vendor, "kind": ep.kind, "device_index": str(ep.index), "episode_id": ep.id,
-                    "fault_class": ep.fault_class, "action": ep.action}
+                    "event_id": self.event_id, "fault_class": ep.fault_class, "action": ep.action}
         if ep.model:
             metadata["model"] = ep.model
         return {
