@@ -80,6 +80,12 @@ EXPECTED = {
         4, ["0000:01:00.0", "0001:01:00.0", "0002:01:00.0", "0003:01:00.0"], [64289] * 4, ["ok"] * 4, [], 0),
     # PCIE between the two GPUs with link_accessibility DISABLED: not linked
     "topology_json_old-format_2gpu-pcie.json": (2, None, None, OK2, [], 0),
+    # batch of 2026-12-06: GPU 0 of the partition output, named by its index only; health not shown
+    "amd-smi-partition-g0_1x-MI325X-VF_SPX-NPS1_accelerator-profiles-and-resources.txt":
+        (1, [None], None, ["unknown"], [], 0),
+    "amd-smi-list-e_MI325X-VF_render-card-hsa-hip-ids_TRUNCATED.txt": (2, ["0000:83:00.0", "0000:8b:00.0"], None, OK2,
+                                                                      [], 0),
+    "amd-smi-static-g0_MI325X-VF_asic-bus-sections_TRUNCATED.txt": (1, ["0000:83:00.0"], None, OK1, [], 0),
 }
 
 

@@ -54,6 +54,24 @@ EXPECTED = {
         ("info", 8, ("0000:61:00.0", "0000:db:00.0", "0000:b2:00.0", "0000:3e:00.0",
                      "0000:60:00.0", "0000:da:00.0", "0000:b1:00.0", "0000:3d:00.0"),
          (32768,) * 8, (15077,) * 8, (OK,) * 8, ()),
+    # ---- batch of 2026-12-06 (SOURCES.md): read off each capture's text
+    # Memory-Usage "0    / 0" (no DDR figure beside the HBM) is absent, as in the 23.0.rc3 capture above
+    "npu-smi-info_2x-910B2C_npu-smi-23.0.2.1_trailing-spaces_no-space-before-slash_process-row.txt":
+        ("info", 2, ("0000:5a:00.0", "0000:19:00.0"), (65536, 65536), (None, None), (OK, OK), (124528,)),
+    # Health "Alarm" (degraded), Bus-Id "NA" (absent), no HBM column: Memory-Usage 3628 / 15609 is the total
+    "npu-smi-info_1x-310B4_Atlas-200I-DK-A2_npu-smi-23.0.0_state-Alarm_bus-id-NA_no-HBM-column_trailing-spaces.txt":
+        ("info", 1, (None,), (15609,), (None,), ("degraded",), ()),
+    # Atlas A3: 2 NPUs x 2 dies, each die its own bus id; the one process on NPU 1 chip 1
+    "npu-smi-info_2x-A3-Ascend910-4-dies_npu-smi-25.2.0_process-on-die1_no-space-before-slash.txt":
+        ("info", 4, ("0000:9c:00.0", "0000:9e:00.0", "0000:37:00.0", "0000:39:00.0"), (65536,) * 4, (None,) * 4,
+         (OK,) * 4, (990711,)),
+    # 310P3 Duo cards: 2 chips each on one bus id, DDR totals 44280 / 43693, a mindie process per chip
+    "npu-smi-info_2x-310P3-duo-2chips_npu-smi-24.1.0.1_power-NA_hugepages_mindie-processes.txt":
+        ("info", 4, ("0000:01:00.0", "0000:01:00.0", "0000:02:00.0", "0000:02:00.0"), (44280, 43693) * 2,
+         (None,) * 4, (OK,) * 4, (3277562, 3277565, 3034986, 3034989)),
+    # npu-smi 26.0 wide layout; the published text stops at an unterminated "No running processes" line
+    "npu-smi-info_1x-910B4_npu-smi-26.0.rc1_wide-layout_process-id-in-container-column.txt":
+        ("info", 1, ("0000:c1:00.0",), (32768,), (None,), (OK,), ()),
     # ---- -t board / board-chip: the PCIe Bus Info line
     "ascend950_info-t-board_doc-REDACTED.txt": ("info -t board", 1, ("0000:f1:00.0",), (), (), (OK,), ()),
     "info-t-board-chip_310P_die-id_REDACTED.txt": ("info -t board-chip", 1, ("0000:81:00.0",), (), (), (OK,), ()),

@@ -27,6 +27,10 @@ EXPECTED = {
     "ixsmi-q-x_2x-MR-V100_driver-4.2.0_with-processes.xml":
         (2, ["0000:0c:00.0", "0000:0f:00.0"], [32768, 32768], "ok", 2, None),
     "query-gpu-csv-noheader_mr-v50_mr-v100.csv": (2, [None, None], [16384, 32768], "ok", None, None),
+    # batch of 2026-12-06: the table after a GPU reset lists 7 of 8 (00000000:21:00.0 absent); no process box
+    "ixsmi-default_7x-BI-V100_ix-ml-3.0.1_driver-3.0.1_after-gpu-reset.txt":
+        (7, ["0000:14:00.0", "0000:15:00.0", "0000:18:00.0", "0000:1d:00.0", "0000:1e:00.0", "0000:25:00.0",
+             "0000:2d:00.0"], [32768] * 7, "ok", None, "3.0.1"),
 }
 
 

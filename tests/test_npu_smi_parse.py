@@ -74,6 +74,13 @@ EXPECTED_KIND = {
     "info-table_1x-310P3-duo-2chips_npu-id-2944_npu-smi-25.5.1.txt": "info",
     "info-table_2x-910A_npu-smi-21.0.4_cann504.txt": "info",
     "info-table_8x-910B3_npu-smi-24.1.rc1.b030_no-process-table_TRUNCATED.txt": "info",
+    # batch of 2026-12-06
+    "npu-smi-info_2x-910B2C_npu-smi-23.0.2.1_trailing-spaces_no-space-before-slash_process-row.txt": "info",
+    "npu-smi-info_1x-310B4_Atlas-200I-DK-A2_npu-smi-23.0.0_state-Alarm_bus-id-NA_no-HBM-column_trailing-spaces.txt":
+        "info",
+    "npu-smi-info_2x-A3-Ascend910-4-dies_npu-smi-25.2.0_process-on-die1_no-space-before-slash.txt": "info",
+    "npu-smi-info_2x-310P3-duo-2chips_npu-smi-24.1.0.1_power-NA_hugepages_mindie-processes.txt": "info",
+    "npu-smi-info_1x-910B4_npu-smi-26.0.rc1_wide-layout_process-id-in-container-column.txt": "info",
 }
 
 
@@ -149,6 +156,29 @@ SUMMARIES = {
          (215, 3, "0000:db:00.0", "310", "OK", 0, (2703, 8192), (None, None), 12.8, 55)], []),
     "ascend950_info-table_new-layout_DOC-REDACTED.txt": (
         [(0, 0, "0000:91:00.0", "xxx", "OK", 0, (0, 0), (4439, 86016), 204.4, 56)], []),
+    # batch of 2026-12-06
+    "npu-smi-info_2x-910B2C_npu-smi-23.0.2.1_trailing-spaces_no-space-before-slash_process-row.txt": (
+        [(0, 0, "0000:5a:00.0", "910B2C", "OK", 0, (0, 0), (20701, 65536), 88.6, 51),
+         (1, 0, "0000:19:00.0", "910B2C", "OK", 0, (0, 0), (20687, 65536), 99.6, 50)],
+        [(0, 0, 124528, "python3.8", 17400)]),
+    "npu-smi-info_1x-310B4_Atlas-200I-DK-A2_npu-smi-23.0.0_state-Alarm_bus-id-NA_no-HBM-column_trailing-spaces.txt": (
+        [(0, 0, None, "310B4", "Alarm", 0, (3628, 15609), (None, None), 0.0, 65)], []),
+    # the second die of each card prints Power "-"
+    "npu-smi-info_2x-A3-Ascend910-4-dies_npu-smi-25.2.0_process-on-die1_no-space-before-slash.txt": (
+        [(0, 0, "0000:9c:00.0", "Ascend910", "OK", 0, (0, 0), (3133, 65536), 162.8, 37),
+         (0, 1, "0000:9e:00.0", "Ascend910", "OK", 0, (0, 0), (2876, 65536), None, 37),
+         (1, 0, "0000:37:00.0", "Ascend910", "OK", 0, (0, 0), (3116, 65536), 167.1, 38),
+         (1, 1, "0000:39:00.0", "Ascend910", "OK", 0, (0, 0), (10568, 65536), None, 38)],
+        [(1, 1, 990711, "python", 7746)]),
+    "npu-smi-info_2x-310P3-duo-2chips_npu-smi-24.1.0.1_power-NA_hugepages_mindie-processes.txt": (
+        [(1, 0, "0000:01:00.0", "310P3", "OK", 0, (16302, 44280), (None, None), None, 62),
+         (1, 1, "0000:01:00.0", "310P3", "OK", 0, (15543, 43693), (None, None), None, 62),
+         (2, 0, "0000:02:00.0", "310P3", "OK", 0, (35563, 44280), (None, None), None, 61),
+         (2, 1, "0000:02:00.0", "310P3", "OK", 0, (35204, 43693), (None, None), None, 61)],
+        [(1, 0, 3277562, "mindie_llm_back", 14513), (1, 1, 3277565, "mindie_llm_back", 14513),
+         (2, 0, 3034986, "mindie_llm_back", 34207), (2, 1, 3034989, "mindie_llm_back", 33740)]),
+    "npu-smi-info_1x-910B4_npu-smi-26.0.rc1_wide-layout_process-id-in-container-column.txt": (
+        [(0, 0, "0000:c1:00.0", "910B4", "OK", 0, (0, 0), (2871, 32768), 82.6, 32)], []),
 }
 
 

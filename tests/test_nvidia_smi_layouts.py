@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hetero_exporter import cli
 from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.nvidia import common as C
-from hetero_exporter.collectors.nvidia.nvidia_smi import dmon, listing, pmon, table, topo
+from hetero_exporter.collectors.nvidia.nvidia_smi import dmon, listing, mig_listing, nvlink_status, pmon, table, topo
 from hetero_exporter.collectors.nvidia.nvidia_smi.collector import layout, parse
 from hetero_exporter.model import snapshot_to_json
 from hetero_exporter.sdk.contract import ParseError
@@ -90,11 +90,55 @@ EXPECTED = {
     "query-compute-apps-csv_rtx2080super_windows_591.86_load.csv": (  # WDDM: memory "[N/A]"
         "report", 1, _bus("0c:00.0"), [None], 0, ["ok"],
         [(0, p, None) for p in (12444, 15076, 2056, 12332, 20372, 4680, 14160, 14184, 16280, 24804, 25704, 26660)]),
+    # ---- batch of 2026-12-06 (SOURCES.md)
+    # Remapped Rows: Uncorrectable Error 4, Pending Yes (remap-pending: degraded)
+    "nvidia-smi-q_1x-A10_535.129.03.txt": ("report", 1, _bus("07:00.0"), [23028], 0, ["degraded"], []),
+    "nvidia-smi-q_8x-RTX-4090_535.154.05.txt": (
+        "report", 8, _bus("01:00.0", "21:00.0", "41:00.0", "61:00.0", "81:00.0", "a1:00.0", "c1:00.0", "e1:00.0"),
+        [24564] * 8, 0, ["ok"] * 8,
+        [(0, 2010222, 6724), (1, 2774709, 21952), (2, 3077587, 2514), (3, 2007540, 5526), (4, 3229670, 9958),
+         (5, 3080907, 5818), (6, 1535847, 2058), (7, 540189, 15922)]),
+    "nvidia-smi-q_8x-H100-80GB-HBM3_535.161.08.txt": (
+        "report", 8, _bus("19:00.0", "3b:00.0", "4c:00.0", "5d:00.0", "9b:00.0", "bb:00.0", "cb:00.0", "db:00.0"),
+        [81559] * 8, 0, ["ok"] * 8, []),
+    "nvidia-smi-q_1x-TITAN-V_560.35.03.txt": ("report", 1, _bus("01:00.0"), [12288], 0, ["ok"],
+                                              [(0, 100607, 142), (0, 100838, 33), (0, 101815, 111)]),
+    "nvidia-smi-default_8x-H100-80GB-HBM3_550.90.07_with-timestamp-line.txt": (
+        "table", 8, _bus("19:00.0", "3b:00.0", "4c:00.0", "5d:00.0", "9b:00.0", "bb:00.0", "cb:00.0", "db:00.0"),
+        [81559] * 8, 0, ["ok"] * 8, []),
+    # <max_link_width>16x, <current_link_width>8x on both: degraded PCIe links
+    "nvidia-smi-q-x_2x-RTX-2080_590.44.01_dtd-v13.xml": ("report", 2, _bus("01:00.0", "02:00.0"), [8192] * 2, 0,
+                                                         ["degraded"] * 2, []),
+    "nvidia-smi-q-x_1x-RTX-3080_595.58.03_dtd-v13.xml": ("report", 1, _bus("0c:00.0"), [10240], 0, ["ok"], []),
+    "nvidia-smi-topo-m_8x-H100_12-NICs_host-aihub0007_NIC-rows-4-trailing-tabs.txt": (
+        "topo", 8, [None] * 8, [None] * 8, 0, ["unknown"] * 8, []),
+    # nvlink -s: the -L line's identities, no PCI address or memory, health not shown
+    "nvidia-smi-nvlink-s_8x-A100-SXM4-80GB_12-links.txt": ("nvlink", 8, [None] * 8, [None] * 8, 0, ["unknown"] * 8, []),
+}
+# The MIG listings are no device list but the GPUs' partition inventory (tests/test_mig_listings.py
+# checks each against its text): capture -> what it lists as (profiles, placements, GPU instances,
+# compute instances).
+MIG_LISTINGS = {
+    "nvidia-smi-mig-lgip_1x-RTX-PRO-6000-Blackwell-Server_610.43.02_gfx-me-profiles.txt": (11, 0, 0, 0),
+    "nvidia-smi-mig-lgipp_1x-RTX-PRO-6000-Blackwell-Server_610.43.02.txt": (0, 11, 0, 0),
+    "nvidia-smi-mig-lgi_1x-RTX-PRO-6000-Blackwell-Server_610.43.02_4x-1g.24gb.txt": (0, 0, 4, 0),
+    "nvidia-smi-mig-lci_1x-RTX-PRO-6000-Blackwell-Server_610.43.02_4x-1g.24gb.txt": (0, 0, 0, 4),
 }
 
 
 def test_every_capture_is_listed():
-    assert {p.name for p in shared_fixtures(TOOL)} <= set(EXPECTED)
+    assert {p.name for p in shared_fixtures(TOOL)} <= set(EXPECTED) | set(MIG_LISTINGS)
+
+
+@pytest.mark.parametrize("name", sorted(MIG_LISTINGS))
+def test_mig_listings_are_the_partition_inventory(name, capsys):
+    text = shared_fixture(TOOL, name).read_text(encoding="utf-8")
+    assert layout(text) == "mig"
+    inv = parse(text)
+    assert (len(inv.profiles), len(inv.placements), len(inv.gpu_instances), len(inv.compute_instances)) == \
+        MIG_LISTINGS[name]
+    assert cli.main(["parse", TOOL, str(shared_fixture(TOOL, name)), "--json"]) == cli.EXIT_OK
+    assert json.loads(capsys.readouterr().out)["command"].startswith("nvidia-smi mig -l")
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -391,8 +435,12 @@ def test_broken_layouts_are_one_line_parse_errors(text):
 
 FUZZ = settings(max_examples=60, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-READERS = {"table": table.parse, "topo": topo.parse, "list": listing.parse, "dmon": dmon.parse, "pmon": pmon.parse}
-SYNTHETIC = {"table": [MIG_TABLE, OLD_TABLE], "topo": [SMALL_TOPO], "list": [], "dmon": [DMON_FB], "pmon": [PMON_FB]}
+READERS = {"table": table.parse, "topo": topo.parse, "list": listing.parse, "dmon": dmon.parse, "pmon": pmon.parse,
+           "nvlink": nvlink_status.parse}
+NVLINK_H100 = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n" + "".join(f"\t Link {n}: 26.562 GB/s\n" for n in range(17))
+               + "\t Link 17: <inactive>\n")
+SYNTHETIC = {"table": [MIG_TABLE, OLD_TABLE], "topo": [SMALL_TOPO], "list": [], "dmon": [DMON_FB], "pmon": [PMON_FB],
+             "nvlink": [NVLINK_H100]}
 
 
 def _seeds(kind):
@@ -406,6 +454,9 @@ def _one(reader, text):
         try:
             snap = fn(text)
         except ParseError:
+            continue
+        if isinstance(snap, mig_listing.MigInventory):  # parse: the MIG listings are an inventory
+            json.dumps(snap.to_dict())
             continue
         json.loads(snapshot_to_json(snap))
         assert all(d.identity.vendor == "nvidia" for d in snap.devices)

@@ -171,6 +171,17 @@ CATALOGUE: tuple[Field, ...] = (
        values={"direction": ("rx", "tx")}),
     _g("interconnect_{link_type}_links_{state}", "count", "accelerator_interconnect_links",
        "interconnect links by state", values={"state": ("active", "inactive")}),
+    _g("interconnect_{link_type}_speed_bytes_per_second", "bytes_per_second",
+       "accelerator_interconnect_speed_bytes_per_second",
+       "the rated speed of the active links of a type together, one direction (nvidia-smi nvlink -s: the sum "
+       "of the links' GB/s)"),
+    _g("interconnect_{link_type}_link_{link}_speed_bytes_per_second", "bytes_per_second", None,
+       "one link's rated speed, one direction (nvidia-smi nvlink -s Link N)",
+       json_only="per-link detail (up to 18 links a GPU); the links together are exported"),
+    _g("partitions_{domain}", "count", "accelerator_partitions",
+       "partitions the device is split into: compute (AMD SPX 1, DPX 2, QPX 4, CPX one per XCD: amd-smi "
+       "partition's current accelerator profile) and memory (NPS1 1 .. NPS8 8)",
+       values={"domain": ("compute", "memory")}),
     _g("engine_{engine}_utilization_ratio", "ratio", "accelerator_engine_utilization_ratio",
        "busy share of an engine over the window (NVML GPM, amdsmi activity, npu-smi, ...); memory = DRAM bandwidth",
        values={"engine": ENGINES}),

@@ -206,6 +206,12 @@ PCIE_RECOVERIES = Metric("accelerator_pcie_recoveries_total", "counter",
 INTERCONNECT_THROUGHPUT = Metric("accelerator_interconnect_throughput_bytes_per_second", "gauge",
                                  "Interconnect throughput by link type and direction, where a vendor reports a "
                                  "rate, not a counter; bytes per second.", DEV + ("link_type", "direction"))
+INTERCONNECT_SPEED = Metric("accelerator_interconnect_speed_bytes_per_second", "gauge",
+                            "Rated speed of a device's active links of one type together, one direction, bytes "
+                            "per second (a link down or trained slower lowers it).", DEV + ("link_type",))
+PARTITIONS = Metric("accelerator_partitions", "gauge",
+                    "Partitions the device is split into by domain: compute (AMD SPX 1, DPX 2, QPX 4, CPX one "
+                    "per XCD) and memory (AMD NPS1, NPS2, NPS4, NPS8).", DEV + ("domain",))
 FAN_SPEED = Metric("accelerator_fan_speed_ratio", "gauge", "Fan speed as a share of its maximum (0..1).", DEV)
 MEMORY_USED_RATIO = Metric("accelerator_memory_used_ratio", "gauge",
                            "Device memory in use as a share, where the tool prints no byte counts.", DEV)

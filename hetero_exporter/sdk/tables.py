@@ -68,6 +68,17 @@ def lines_of(text: str, tool: str, limit: Optional[int] = None) -> list[str]:
     return lines
 
 
+def stripped_lines(text: str, tool: str) -> Iterable[tuple[int, str]]:
+    """(1-based line number, the line stripped) of each non-blank line (``lines_of``); a line
+    longer than MAX_LINE is a ParseError."""
+    for n, raw in enumerate(lines_of(text, tool), 1):
+        if len(raw) > MAX_LINE:
+            raise ParseError(tool, f"a line of {len(raw)} characters", n)
+        s = raw.strip()
+        if s:
+            yield n, s
+
+
 def split_cells(line: str) -> Optional[list[str]]:
     """The cells of a content line ``| a | b |``, or None when it is not one."""
     s = line.strip()

@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.collectors.amd import versions
+from hetero_exporter.collectors.amd.amd_smi import partition
 from hetero_exporter.collectors.amd.identity import device_uuid
 from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, Link,
                                    NodeSnapshot, ProcessSample, Quality, Reading)
@@ -177,12 +178,21 @@ def _text(v: Optional[str]) -> Optional[str]:
     return None if v is None or values.is_na(v) else v.strip()
 
 
+def _hip_serial(text: Optional[str]) -> Optional[str]:
+    """``GPU-9f444a2fb30adeb0`` -> ``9f444a2fb30adeb0``; None for anything else."""
+    m = re.fullmatch(r"GPU-([0-9a-fA-F]{16})", (text or "").strip())
+    return m.group(1) if m else None
+
+
 def identity_of(index: int, tree: Any, runtime: Optional[str] = None, numa: Optional[int] = None) -> DeviceIdentity:
     """The GPU's identity from a static (or list/metric) tree; the uuid as the amdsmi collector's."""
     bus = bdf(tree)
     market = _text(find(tree, "asic/market_name")) or _text(find(tree, "board/product_name")) or ""
     serial = _text(find(tree, "board/product_serial"))
-    asic = _text(find(tree, "asic/asic_serial"))
+    # ``list -e`` prints no ASIC_SERIAL but HIP_UUID ``GPU-<the asic serial's 16 hex digits>``
+    # (the MI325X VF captures of one node: static ASIC_SERIAL 0x9F444A2FB30ADEB0 and list -e
+    # HIP_UUID GPU-9f444a2fb30adeb0 at the same BDF): the same uuid whichever output is read
+    asic = _text(find(tree, "asic/asic_serial")) or _hip_serial(find(tree, "hip_uuid"))
     node = find(tree, "numa/node")
     node_index = values.integer(node, 4)
     numa_node = node_index if node_index is not None and node_index < 1024 else numa
@@ -315,7 +325,10 @@ def detect(text: str) -> bool:
 
 def parse_any(text: str) -> NodeSnapshot:
     """``hetero-exporter parse amd-smi FILE``: any static/metric/process/monitor/list/topology
-    output, text or ``--json``, as a snapshot of its GPUs."""
+    output, text or ``--json``, as a snapshot of its GPUs; ``partition`` (partition.py) as its
+    GPUs' partition counts."""
+    if isinstance(text, str) and partition.looks_like(text.lstrip("\ufeff")):
+        return partition.snapshot(partition.parse(text.lstrip("\ufeff")))
     return snapshot_of(parse_output(text))
 
 

@@ -56,8 +56,8 @@ from hetero_exporter.collectors.ascend.npu_smi.parse import (  # noqa: F401 - th
     TOOL, TOPO_FABRIC, CardListing, ChipMapping, DetailDoc, FaultEvent, FaultEvents, HealthDetail, NpuChip,
     NpuList, NpuProcess, NpuSummary, NpuTopo, _bus_id, _number, canonical_health, detect, health_detail,
     parse_detail, parse_fault_events, parse_list, parse_mapping, parse_proc_mem, parse_summary, parse_topo)
-from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, NodeSnapshot,
-                                   ProcessSample, Quality, Reading)
+from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, Health, Link,
+                                   NodeSnapshot, ProcessSample, Quality, Reading)
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +276,12 @@ def summary_snapshot(summary: NpuSummary, node: str = "", now: float = 0.0) -> N
         procs = tuple(_process(p, uuid) for p in summary.processes if _owns(chip, p, multi))
         devices.append(_sample(ident, summary_readings(chip), now,
                                chip_health(reasons, chip.health), procs,
-                               summary.process_section))
-    return NodeSnapshot(node=node, time=now, devices=tuple(devices))
+                               # a cut process list may have lost rows: not "these are all"
+                               summary.process_section and summary.cut is None))
+    # a cut output says so where the snapshot names its source: the chips before the cut are whole
+    said = () if summary.cut is None else (CollectorStatus("npu_smi", True, vendor="ascend", devices=len(devices),
+                                                           error=f"npu-smi info: {summary.cut}"),)
+    return NodeSnapshot(node=node, time=now, devices=tuple(devices), collectors=said)
 
 
 def _multi_chip_cards(chips: Iterable[NpuChip]) -> set[int]:
@@ -414,7 +418,8 @@ class NpuSmiCollector(CliCollector):
         return parse_summary(text)
 
     def complete(self, parsed: NpuSummary) -> bool:
-        return not parsed.elided  # a shortened capture does not mean chips were lost
+        # a shortened capture, or one cut at its end, does not mean chips were lost
+        return not parsed.elided and parsed.cut is None
 
     def lost_fault(self, identity: DeviceIdentity) -> Fault:
         npu, chip = self._by_uuid.get(identity.uuid, (identity.index, 0))

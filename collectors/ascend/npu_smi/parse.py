@@ -70,6 +70,8 @@ class NpuProcess:
     pid: int
     name: str = ""
     memory_mb: Optional[int] = None
+    # npu-smi 26.0's "Process id in container": the pid in the container's pid namespace
+    container_pid: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ class NpuSummary:
     processes: tuple[NpuProcess, ...] = ()
     elided: bool = False  # the text had "..." lines standing for rows left out
     process_section: bool = False  # the table lists processes (the 310 and oldest layouts do not)
+    # why the end of the text was not read: its last line cut off mid-row (a published output, or
+    # the runner's output cap); what came before it is whole and read. None: nothing was cut.
+    cut: Optional[str] = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -256,7 +261,8 @@ _SUMMARY_LABELS = (
     ("Name", "name"), ("NPU", "npu"),
 )
 _PROCESS_LABELS = (
-    ("Process memory(MB)", "memory"), ("Process name", "pname"), ("Process id", "pid"),
+    ("Process id in container", "cpid"), ("Process memory(MB)", "memory"), ("Process name", "pname"),
+    ("Process id", "pid"),
     ("NPU ID", "npu"), ("Chip", "chip"), ("NPU", "npu"),
 )
 
@@ -339,13 +345,32 @@ def _process_rows(lines: Sequence[tables.BoxLine], header: tables.BoxLine, tool:
         out.append(NpuProcess(
             npu_id=npu, chip_id=_int(vals["chip"], tool, ln.lineno, "process Chip") if "chip" in vals else None,
             pid=pid, name=vals.get("pname", ""),
-            memory_mb=_int(vals.get("memory", ""), tool, ln.lineno, "Process memory(MB)")))
+            memory_mb=_int(vals.get("memory", ""), tool, ln.lineno, "Process memory(MB)"),
+            container_pid=_int(vals.get("cpid", ""), tool, ln.lineno, "Process id in container")))
     return out
+
+
+def _cut_tail(text: str, tool: str) -> tuple[str, Optional[str]]:
+    """``text`` without a last line cut off mid-row (``| No running processes found in NPU 0``
+    with no closing bar: a published output that stops there, or the runner's output cap), and
+    the reason it was left out; (text, None) when the last line is whole. Only the last
+    non-blank line is judged: a broken line with whole lines after it is still a ParseError."""
+    lines = tables.lines_of(text, tool)
+    last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
+    if last is None:
+        return text, None
+    s = lines[last].strip()
+    if len(s) > tables.MAX_LINE or not s.startswith(("|", "+")) or tables.BORDER.match(s) \
+            or tables.split_cells(s) is not None:
+        return text, None
+    reason = f"line {last + 1} is cut off (no closing '|'): {s[:60]!r}; the lines before it were read"
+    return "\n".join(lines[:last]), reason
 
 
 def parse_summary(text: str) -> NpuSummary:
     """Parse ``npu-smi info`` (the table for all NPUs, with its process section)."""
     tool = "npu-smi info"
+    text, cut = _cut_tail(text, tool)
     lines = _table_lines(text, tool)
     if not lines:
         raise ParseError(tool, "empty output")
@@ -404,6 +429,9 @@ def parse_summary(text: str) -> NpuSummary:
                 break
             block.append(ln)
     else:
+        if cut is not None and len(block) % 2:  # the cut took a device's second row: that device is not whole
+            cut += f"; the device row at line {block[-1].lineno} lost its second row and was left out"
+            block.pop()
         flush()
     processes: list[NpuProcess] = []
     if proc_header is not None:
@@ -417,7 +445,7 @@ def parse_summary(text: str) -> NpuSummary:
         seen.add((c.npu_id, c.chip_id))
     return NpuSummary(tool_version=title.group(1), driver_version=title.group(2), layout=layout,
                       chips=tuple(chips), processes=tuple(processes), elided=elided,
-                      process_section=proc_header is not None)
+                      process_section=proc_header is not None, cut=cut)
 
 
 # --------------------------------------------------------------------------- npu-smi info -m

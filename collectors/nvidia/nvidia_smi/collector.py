@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 from hetero_exporter.collectors.nvidia import SPEC
 from hetero_exporter.collectors.nvidia import common as C
-from hetero_exporter.collectors.nvidia.nvidia_smi import dmon, listing, pmon, table, topo
+from hetero_exporter.collectors.nvidia.nvidia_smi import dmon, listing, mig_listing, nvlink_status, pmon, table, topo
 from hetero_exporter.collectors.nvidia.nvidia_smi import parse as reports
 from hetero_exporter.collectors.nvidia.nvidia_smi.parse import (ARGV, FIELD_MAP, TOOL,  # noqa: F401
                                                                 parse_devices, readings_of, value_of,
@@ -86,12 +86,15 @@ class NvidiaSmiCollector(CliCollector):
 
 # nvidia-smi's human layouts, each told by its structure (the module's looks_like), in an order
 # where none can be mistaken for a later one; anything else goes to the report readers.
-LAYOUTS = (("table", table), ("topo", topo), ("list", listing), ("pmon", pmon), ("dmon", dmon))
+# ``nvlink`` before ``list``: both open with "GPU N: <name> (UUID: ...)".
+LAYOUTS = (("mig", mig_listing), ("table", table), ("topo", topo), ("nvlink", nvlink_status), ("list", listing),
+           ("pmon", pmon), ("dmon", dmon))
 
 
 def layout(text: str) -> str:
-    """Which nvidia-smi output ``text`` is: ``table`` (the default, boxed), ``topo`` (``topo
-    -m``), ``list`` (``-L``), ``pmon``, ``dmon``, else ``report`` (``-q -x`` XML, ``-q`` text,
+    """Which nvidia-smi output ``text`` is: ``mig`` (``mig -lgip`` / ``-lgipp`` / ``-lgi`` /
+    ``-lci``), ``table`` (the default, boxed), ``topo`` (``topo -m``), ``nvlink`` (``nvlink -s``),
+    ``list`` (``-L``), ``pmon``, ``dmon``, else ``report`` (``-q -x`` XML, ``-q`` text,
     ``--query-*`` CSV: parse.py tells those apart)."""
     if text.lstrip("\ufeff \t\r\n").startswith("<"):
         return "report"
@@ -99,11 +102,12 @@ def layout(text: str) -> str:
     return next((name for name, mod in LAYOUTS if mod.looks_like(body)), "report")
 
 
-def parse(text: str) -> NodeSnapshot:
+def parse(text: str) -> Union[NodeSnapshot, mig_listing.MigInventory]:
     """``hetero-exporter parse nvidia-smi FILE``: any of nvidia-smi's outputs as a snapshot,
-    the reader picked by structure (``layout``): the default table, ``topo -m``, ``-L``,
-    ``dmon``, ``pmon``, or the reports parse.py reads (``-q -x``, ``-q``, ``--query-gpu`` /
-    ``--query-compute-apps`` CSV)."""
+    the reader picked by structure (``layout``): the default table, ``topo -m``, ``nvlink -s``,
+    ``-L``, ``dmon``, ``pmon``, or the reports parse.py reads (``-q -x``, ``-q``, ``--query-gpu`` /
+    ``--query-compute-apps`` CSV); the MIG listings as the GPUs' partition inventory
+    (mig_listing.MigInventory: profiles, placements, instances)."""
     if not isinstance(text, str):
         return reports.parse(text)  # its ParseError says what it expected
     kind = layout(text)

@@ -36,12 +36,7 @@ def parse(text: str) -> NodeSnapshot:
     parent = None
     unknown = Health("unknown")
     seen: set[str] = set()
-    for n, raw in enumerate(tables.lines_of(text, TOOL), 1):
-        if len(raw) > tables.MAX_LINE:
-            raise ParseError(TOOL, f"a line of {len(raw)} characters", n)
-        s = raw.strip()
-        if not s:
-            continue
+    for n, s in tables.stripped_lines(text, TOOL):
         g = GPU_LINE.match(s)
         m = _MIG_LINE.match(s) if g is None else None
         if g is None and m is None:
