@@ -52,7 +52,9 @@ SPEC = VendorSpec(
                               "reads the `-q` text report and `--query-gpu` / `--query-compute-apps` CSV")),
     ),
     kernel_log="kernel_log.yaml",
-    parsers={"nvidia-smi": "hetero_exporter.collectors.nvidia.nvidia_smi.collector:parse"},
+    # dcgmi: DCGM's dmon output beside ours for the same GPU (DESIGN.md, "parse dcgmi FILE")
+    parsers={"nvidia-smi": "hetero_exporter.collectors.nvidia.nvidia_smi.collector:parse",
+             "dcgmi": "hetero_exporter.collectors.nvidia.dcgmi.dmon:parse"},
     unsupported={
         "*": "NVML has no such reading (fields of other vendors' devices)",
     },

@@ -22,9 +22,9 @@ from typing import Any, Optional, Sequence
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, NodeSnapshot, ProcessSample,
+from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample,
                                    Quality, Reading)
-from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault)
+from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault
 from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.collectors.enflame import versions
@@ -47,6 +47,16 @@ QUALITY: dict[str, Quality] = {
     F.POWER: Quality("efsmi: Pwr(Usage/Cap) usage (W)", "measured", None, 1.0),
     F.POWER_LIMIT: Quality("efsmi: Pwr(Usage/Cap) cap (W)", "measured", None, 1.0),
     F.ECC_UNCORRECTED: Quality("efsmi -q: RMA Info / Total DBE", "measured", None, 1.0),
+}
+# the same quantities as ``efsmi -q`` prints them (``parse efsmi`` of a -q capture)
+QUERY_QUALITY: dict[str, Quality] = {
+    F.UTILIZATION: Quality("efsmi -q: Device Usage Info / GCU Usage (%)", "sampled", UTIL_WINDOW, 0.001),
+    F.MEMORY_TOTAL: Quality("efsmi -q: Device Mem Info / Total Size (Mem Size) (MiB)", "measured", None, MIB),
+    F.MEMORY_USED: QUALITY[F.MEMORY_USED],
+    F.TEMP_CORE: Quality("efsmi -q: Temperature Info / GCU Temp (C)", "measured", None, 1.0),
+    F.POWER: Quality("efsmi -q: Cur Power (W)", "measured", None, 1.0),
+    F.POWER_LIMIT: Quality("efsmi -q: Power Capa (W)", "measured", None, 1.0),
+    F.ECC_UNCORRECTED: QUALITY[F.ECC_UNCORRECTED],
 }
 DEFAULT_QUERY_INTERVAL = 60.0
 
@@ -147,12 +157,42 @@ def table_snapshot(t: EfsmiTable, details: Sequence[GcuDetail] = (), node: str =
     return NodeSnapshot(node=node, time=now, devices=tuple(out))
 
 
+def query_snapshot(details: Sequence[GcuDetail]) -> NodeSnapshot:
+    """The model of one ``efsmi -q`` output: a device per ``DEV ID`` block (uuid ``Dev UUID``,
+    else SN, else PCI address, as device_uuid), its readings as -q prints them; health from
+    ``Health`` / RMA ``Flags`` where printed, else ``unknown`` (a ``-d`` selection without them
+    says nothing of health)."""
+    out = []
+    for det in details:
+        row = GcuDevice(index=det.index, name=det.name or "", bus_id=det.bus_id, firmware=None, ecc=None,
+                        temp_c=det.temp_c, dpm=None, power_w=det.power_w, power_cap_w=det.power_cap_w,
+                        memory_total_mib=det.memory_total_mib, memory_used_mib=det.memory_used_mib, virt=None,
+                        util_pct=det.util_pct, serial=det.serial)
+        ident = identity_of(row, EfsmiTable(version=None, driver_version=det.driver_version, devices=(row,)), det)
+        r = Readings(QUERY_QUALITY)
+        # only what the block prints: -q -d selects sections, and a block may be cut short
+        for field, value, scale in ((F.UTILIZATION, det.util_pct, 0.01), (F.MEMORY_TOTAL, det.memory_total_mib, MIB),
+                                    (F.MEMORY_USED, det.memory_used_mib, MIB), (F.TEMP_CORE, det.temp_c, 1.0),
+                                    (F.POWER, det.power_w, 1.0), (F.POWER_LIMIT, det.power_cap_w, 1.0),
+                                    (F.ECC_UNCORRECTED, det.total_dbe, 1.0)):
+            if value is not None:
+                r.put(field, value, scale=scale, percent=field == F.UTILIZATION)
+        used, total = det.memory_used_mib, det.memory_total_mib
+        if used is not None and total is not None and used > total:  # the driver fault readings_of describes
+            r[F.MEMORY_USED] = Reading(None, QUERY_QUALITY[F.MEMORY_USED].with_status("error"))
+        reasons = tuple(detail_conditions(row, det))
+        told = det.health is not None or det.rma is not None
+        out.append(DeviceSample(identity=ident, timestamp=0.0, readings=r, faults=reasons,
+                                health=health_of(reasons) if told else Health("unknown")))
+    return NodeSnapshot(node="", time=0.0, devices=tuple(out))
+
+
 def parse_any(text: str) -> Any:
-    """``hetero-exporter parse efsmi FILE``: the default table gives a NodeSnapshot;
-    ``efsmi -q`` gives its per-device blocks; ``efsmi dmon`` its devices (no bus ids)."""
+    """``hetero-exporter parse efsmi FILE``: the default table, ``efsmi -q`` and ``efsmi dmon``
+    (no bus ids) each give a NodeSnapshot of their devices."""
     kind = detect(text)
     if kind == "efsmi -q":
-        return ParsedOutput("efsmi -q", {"devices": [vars(x) for x in parse_query(text)]})
+        return query_snapshot(parse_query(text))
     if kind == "efsmi dmon":
         from .dmon import parse_dmon
         return table_snapshot(parse_dmon(text))

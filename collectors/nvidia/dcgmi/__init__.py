@@ -1,0 +1,1 @@
+"""NVIDIA DCGM's command line, ``dcgmi``: outputs read offline (``hetero-exporter parse dcgmi FILE``)."""
