@@ -437,3 +437,96 @@ def test_a_slot_held_without_the_taint_past_the_grace_is_free(kube_api, agents, 
         clock.t += 10
         a.renew()
     assert b.acquire(1, (), nodes=nodes).granted
+
+
+# --------------------------------------------------------------------------- issue 35, item 6
+
+
+def unlabelled(kube_api, index: int, holder: str, renewed: float = T0, seconds: int = 604800) -> dict:
+    """A Lease with a slot's name but none of the slots' labels (a stolen token's, or anyone's)."""
+    return kube_api.create(LEASES, NS, {"metadata": {"name": f"{SLOT_PREFIX}{index}"},
+                                        "spec": {"holderIdentity": holder, "leaseDurationSeconds": seconds,
+                                                 "renewTime": micro_time(renewed)}})
+
+
+def test_slots_of_real_untainted_holders_rewritten_with_7_day_leases_starve_no_agent(kube_api, agents, clock):
+    """50 slot Leases naming real nodes (none tainted), 7-day leases, rewritten every minute with
+    the holders rotated (each rewrite used to restart the grace): free once the holders' grace is
+    over, whatever the rewrites."""
+    nodes = {f"gpu-{i}" for i in range(9)} | {"gpu-a"}
+    for i in range(50):
+        seed_slot(kube_api, i, f"gpu-{i % 9}", clock.t, seconds=7 * 86400)
+    a = agents("gpu-a")
+    granted_at = None
+    for step in range(60):  # 10 minutes of reconciles, 10 s apart
+        r = a.acquire(1, (), nodes=nodes)
+        if r.granted:
+            granted_at = step * 10
+            break
+        assert r.held_by_others <= 9, r  # a node counts once, however many slots name it
+        clock.t += 10
+        if step % 6 == 5:  # the thief rewrites every slot with the next node's name
+            for i in range(50):
+                kube_api.mutate(LEASES, NS, f"{SLOT_PREFIX}{i}", lambda o, i=i, s=step: o["spec"].update(
+                    holderIdentity=f"gpu-{(i + s) % 9}", renewTime=micro_time(clock.t)))
+    assert granted_at is not None and granted_at <= 130, granted_at
+
+
+def test_a_node_holding_many_slots_uses_one(kube_api, agents):
+    for i in range(3):
+        seed_slot(kube_api, i, "gpu-b", T0)
+    r = agents("gpu-a").acquire(3, (), nodes={"gpu-a", "gpu-b"})
+    assert r.granted and r.held_by_others == 1 and r.why.startswith("taint slot 1 taken"), r
+
+
+def test_a_long_lease_of_an_untainted_holder_counts_for_our_own_lease_at_most(kube_api, agents, clock):
+    """A 7-day lease never renewed, by a real node within its (here endless) grace: free after
+    this agent's own lease_seconds (600), not after 7 days."""
+    seed_slot(kube_api, 0, "gpu-b", T0, seconds=7 * 86400)
+    a = agents("gpu-a", untainted_grace=10**9)
+    nodes = {"gpu-a", "gpu-b"}
+    assert not a.acquire(1, (), nodes=nodes).granted
+    clock.t += 599
+    assert not a.acquire(1, (), nodes=nodes).granted
+    clock.t += 2
+    assert a.acquire(1, (), nodes=nodes).granted
+
+
+def test_an_unlabelled_lease_of_a_slot_name_is_read_and_reclaimed(kube_api, agents):
+    """It used to block slot 0 for good ("no taint slot could be taken"): now read by name, judged
+    as a slot (its holder is no node: free) and replaced by this node's slot, labels and all."""
+    unlabelled(kube_api, 0, "made-up")
+    r = agents("gpu-a").acquire(1, (), nodes={"gpu-a", "gpu-b"})
+    assert r.granted and r.why.startswith("taint slot 0 taken") and r.foreign == 1, r
+    lease = kube_api.get(LEASES, NS, f"{SLOT_PREFIX}0")
+    assert lease["spec"]["holderIdentity"] == "gpu-a" and lease["spec"]["leaseDurationSeconds"] == 600
+    assert lease["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "hetero-exporter", f"{DOMAIN}/budget": "taint"}
+    gets = lambda: [r for r in kube_api.requests if r.method == "GET" and r.path.endswith(f"/{SLOT_PREFIX}0")]  # noqa: E731
+    read = len(gets())
+    assert read >= 1  # read by name: the listing by label does not show it
+    # labelled now: listed, no longer read by name, no longer foreign
+    a = agents("gpu-a")
+    assert a.acquire(1, (), nodes={"gpu-a"}).foreign == 0 and len(gets()) == read
+
+
+def test_an_unlabelled_lease_of_a_tainted_node_counts_once_and_says_so(kube_api, agents):
+    """gpu-b is tainted and holds slot 0 in an unlabelled Lease: it uses the budget once (as a
+    slot holder, not also as a node tainted without a slot), and a refusal says where."""
+    unlabelled(kube_api, 0, "gpu-b")
+    a = agents("gpu-a")
+    nodes = {"gpu-a", "gpu-b"}
+    r = a.acquire(2, {"gpu-b"}, nodes=nodes)  # slot 0 answered AlreadyExists: read, held by gpu-b
+    assert r.granted and r.held_by_others == 1 and r.why.startswith("taint slot 1 taken"), r
+    assert a.release() is None
+    r = a.acquire(1, {"gpu-b"}, nodes=nodes)
+    assert not r.granted and r.held_by_others == 1 and r.error is None, r
+    assert r.why == "1 of 1 taint slots are held by gpu-b (gpu-b in a Lease without the slots' labels)", r.why
+    assert kube_api.get(LEASES, NS, f"{SLOT_PREFIX}0")["spec"]["holderIdentity"] == "gpu-b"
+
+
+def test_an_unreadable_unlabelled_lease_refuses_naming_it(kube_api, agents):
+    unlabelled(kube_api, 0, "gpu-b")
+    kube_api.fail_next(5, 403, methods=["GET"], path=f"/leases/{SLOT_PREFIX}0$")
+    r = agents("gpu-a").acquire(1, (), nodes={"gpu-a", "gpu-b"})
+    assert not r.granted and r.error, r
+    assert r.why.startswith(f"a Lease without the taint slots' labels occupies {SLOT_PREFIX}0 and could not be read")
