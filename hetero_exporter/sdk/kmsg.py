@@ -293,8 +293,9 @@ def _key_groups(rule: Rule) -> tuple[str, ...]:
     names = set(rule.nonzero) | set(rule.decode)
     for template in (rule.code, rule.fallback or ""):
         for _lit, fieldname, _spec, _conv in string.Formatter().parse(template):
-            if fieldname:
-                names.add(fieldname)
+            base = re.match(r"\w+", fieldname or "")  # "{x[0]}" and "{x.y}" read group x
+            if base:
+                names.add(base.group())
     return tuple(sorted(n for n in names if n in rule.match.groupindex))
 
 
@@ -417,7 +418,9 @@ class Matcher:
     addresses (for rules whose lines name no device). Memory is bounded whatever the input.
 
     ``evaluated`` counts the records whose rules really ran (not a repeat the memo answered, not
-    a record no vendor's needles name): the follower's rate limit charges those."""
+    a record no vendor's needles name): the follower's rate limit charges those. ``triage`` tells
+    by the rules' regexes alone whether a text can wait (a storm past that limit); ``urgent``
+    whether an event may never wait behind others."""
 
     def __init__(self, specs: Optional[Iterable[VendorSpec]] = None,
                  *, rules: Optional[Iterable[VendorRules]] = None,
