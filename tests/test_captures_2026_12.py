@@ -223,3 +223,17 @@ def test_every_batch_capture_gives_a_snapshot_of_its_vendor():
         snap = {"nvidia-smi": parse_nvidia_smi, "amd-smi": amd_smi.parse_any, "npu-smi": N.parse_any}[tool](
             _text(tool, name))
         assert isinstance(snap, NodeSnapshot) and {d.identity.vendor for d in snap.devices} == {vendor}
+
+
+def test_the_amdsmi_collector_gives_the_partition_mode_too():
+    """The live path: amdsmi's compute/memory partition and the handles it lists for one GPU."""
+    from hetero_exporter.collectors.amd.amdsmi import collector as amdsmi
+    from hetero_exporter.sdk.contract import CollectorOptions
+    from hetero_exporter.simulate import ManualClock
+    from hetero_exporter.simulate.scenario import load
+    from conftest import ROOT
+    scenario = load(str(ROOT / "fixtures" / "scenarios" / "amd-cpx-partitions.yaml"))
+    devices = amdsmi.create(CollectorOptions(scenario=scenario, clock=ManualClock())).collect()
+    gpus = [d for d in devices if d.identity.parent is None]
+    assert [(d.value("partitions_compute"), d.value("partitions_memory")) for d in gpus] == [(8, 1), (1, 1)]
+    assert gpus[0].readings["partitions_compute"].quality.source.startswith("amdsmi_get_gpu_compute_partition")

@@ -1,6 +1,9 @@
 """Reading field names of AMD GPUs beyond the common ones (hetero_exporter/model/fields.py), shared
 by the amdsmi (library) and amd_smi (CLI) collectors so both name a reading alike."""
 
+import re
+from typing import Optional
+
 from hetero_exporter.model import fields as F
 
 MEDIA_UTILIZATION = "media_utilization_ratio"
@@ -40,3 +43,22 @@ def throttle_ratio_field(reason: str) -> str:
 def throttle_count_field(reason: str) -> str:
     """``<REASON>_ACCUMULATED``: samples of ACCUMULATION_COUNTER during which the reason held."""
     return f"throttle_{reason}_accumulated_total"
+
+
+# the partition mode: partitions the GPU is split into (compute: SPX 1, DPX 2, TPX 3, QPX 4, CPX one per
+# XCD; memory: NPS<n>), from amd-smi partition and amdsmi_get_gpu_compute/memory_partition alike
+PARTITIONS_COMPUTE = "partitions_compute"
+PARTITIONS_MEMORY = "partitions_memory"
+MODE_PARTITIONS = {"SPX": 1, "DPX": 2, "TPX": 3, "QPX": 4}  # CPX's count depends on the XCDs
+_NPS = re.compile(r"NPS(\d{1,2})", re.I)
+
+
+def partition_counts(compute: Optional[str], memory: Optional[str],
+                     listed: Optional[int] = None) -> tuple[Optional[int], Optional[int]]:
+    """(compute partitions, memory partitions) of a GPU in ``compute`` / ``memory`` mode; ``listed``:
+    the count the tool states (a profile's NUM_PARTITIONS, the partition handles amdsmi lists),
+    which CPX needs. None where the mode does not say."""
+    mode = (compute or "").strip().rstrip("*").upper()
+    count = listed if listed else MODE_PARTITIONS.get(mode)
+    m = _NPS.fullmatch((memory or "").strip())
+    return count, (int(m.group(1)) if m else None)

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from hetero_exporter.collectors.amd.fields import PARTITIONS_COMPUTE, PARTITIONS_MEMORY, partition_counts
 from hetero_exporter.collectors.amd.identity import device_uuid
 from hetero_exporter.model import CollectorStatus, DeviceIdentity, DeviceSample, Health, NodeSnapshot, Quality, Reading
 from hetero_exporter.sdk import tables, values
@@ -44,10 +45,7 @@ SECTIONS = ("CURRENT_PARTITION", "MEMORY_PARTITION", "ACCELERATOR_PARTITION_PROF
             "ACCELERATOR_PARTITION_RESOURCES")
 _SECTION = re.compile(r"^([A-Z][A-Z_]{2,60}):\s*$")
 _COLUMN = re.compile(r"^[A-Z][A-Z0-9_]{0,40}$")
-# compute partition modes whose partition count the mode names (CPX: one per XCD, device-specific)
-MODE_PARTITIONS = {"SPX": 1, "DPX": 2, "TPX": 3, "QPX": 4}
-_NPS = re.compile(r"^NPS(\d{1,2})$", re.I)
-COMPUTE, MEMORY = "partitions_compute", "partitions_memory"
+COMPUTE, MEMORY = PARTITIONS_COMPUTE, PARTITIONS_MEMORY
 
 
 @dataclass(frozen=True)
@@ -228,10 +226,8 @@ def counts(parts: Partitions, gpu: int) -> tuple[Optional[int], Optional[int]]:
     profile = next((p for p in mine if p.current), None)
     if profile is None and cur is not None:
         profile = next((p for p in mine if cur.profile_index is not None and p.index == cur.profile_index), None)
-    mode = (cur.compute if cur and cur.compute else profile.type if profile else "") or ""
-    compute = profile.partitions if profile and profile.partitions else MODE_PARTITIONS.get(mode.upper())
-    m = _NPS.match(cur.memory) if cur and cur.memory else None
-    return compute, (int(m.group(1)) if m else None)
+    mode = cur.compute if cur and cur.compute else profile.type if profile else None
+    return partition_counts(mode, cur.memory if cur else None, profile.partitions if profile else None)
 
 
 def snapshot(parts: Partitions) -> NodeSnapshot:

@@ -59,8 +59,9 @@ log = logging.getLogger(__name__)
 
 # Vendor-specific fields (carried in the JSON model and accelerator_field_status).
 from hetero_exporter.collectors.amd.fields import (  # noqa: E402,F401 - part of this module's API
-    ECC_DEFERRED, MEDIA_UTILIZATION, PCIE_BANDWIDTH, PCIE_NAK_RECEIVED, PCIE_NAK_SENT, PCIE_RECOVERY,
-    PCIE_REPLAY, PCIE_REPLAY_ROLLOVER, PCIE_SPEED, PCIE_WIDTH, PCIE_WIDTH_MAX, TEMP_EDGE, XGMI_RX, XGMI_TX)
+    ECC_DEFERRED, MEDIA_UTILIZATION, PARTITIONS_COMPUTE, PARTITIONS_MEMORY, PCIE_BANDWIDTH, PCIE_NAK_RECEIVED,
+    PCIE_NAK_SENT, PCIE_RECOVERY, PCIE_REPLAY, PCIE_REPLAY_ROLLOVER, PCIE_SPEED, PCIE_WIDTH, PCIE_WIDTH_MAX, TEMP_EDGE,
+    XGMI_RX, XGMI_TX, partition_counts)
 
 # Static quality of each field: the amdsmi call, method, window, resolution, error bound.
 # AMD documents no accuracy figures for these sensors: error_bound stays None where unknown.
@@ -112,6 +113,10 @@ QUALITY: dict[str, Quality] = {
     # counted here as KiB, so the bound is that ambiguity (2.4 %), cited from amdsmi.h
     XGMI_RX: Quality("amdsmi_get_link_metrics.links[xgmi].read", "measured", None, 1024.0, 0.024),
     XGMI_TX: Quality("amdsmi_get_link_metrics.links[xgmi].write", "measured", None, 1024.0, 0.024),
+    # the partition mode: the handles amdsmi lists for one GPU (one per compute partition), else the
+    # count SPX/DPX/QPX names; NPS<n> of the memory partition
+    PARTITIONS_COMPUTE: Quality("amdsmi_get_gpu_compute_partition, partition handles per GPU", "measured", None, 1.0),
+    PARTITIONS_MEMORY: Quality("amdsmi_get_gpu_memory_partition (NPS<n>)", "measured", None, 1.0),
 }
 POWER_AVERAGE = Quality("amdsmi_get_power_info.average_socket_power", "sampled", 1.0, 1.0)
 # A physical GPU's utilization and memory in partition mode come from its partitions.
@@ -706,6 +711,8 @@ class AmdSmiCollector:
                     code="unreadable", fault_class="unreadable", action="none", severity="info",
                     message=f"GPU {pos} ({uuid}): every amdsmi call failed", first_seen=now, last_seen=now,
                     source="amdsmi"),))
+            if any(x.quality.status == "ok" for x in r.values()):  # the mode of a GPU that answers
+                self._partition_mode(lead, len(group), r)
             out.append(DeviceSample(identity=ident, timestamp=now, readings=r, health=health,
                                     faults=self._ledger.faults(uuid), processes=procs,
                                     links=links.get(uuid, ())))
@@ -727,6 +734,14 @@ class AmdSmiCollector:
                                     faults=self._ledger.faults(ident.uuid)))
         self._lost = lost
         return out
+
+    @staticmethod
+    def _partition_mode(lead: "_Logical", handles: int, r: dict) -> None:
+        """partitions_compute / partitions_memory of a physical GPU (absent where amdsmi does not say)."""
+        compute, memory = partition_counts(lead.compute_partition, lead.memory_partition, handles if handles > 1 else None)
+        for field, count in ((PARTITIONS_COMPUTE, compute), (PARTITIONS_MEMORY, memory)):
+            if count is not None:
+                r[field] = Reading(float(count), QUALITY[field])
 
     @staticmethod
     def _derive_from_partitions(r: dict, parts: list[dict], memory_partition: Optional[str]) -> None:
