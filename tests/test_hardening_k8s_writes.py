@@ -281,7 +281,7 @@ def test_an_agent_configured_to_evict_without_the_grant_says_so_once(kube_api, t
         assert evictions and all(r.status == 403 for r in evictions)
         (ev,) = kube_api.events(involved_name=agent.node, reason="AcceleratorEvictionForbidden")
         assert "deploy/components/eviction" in ev["message"]
-        said = [r for r in caplog.records if "refuses evictions" in r.getMessage()]
+        said = [r for r in caplog.records if "refused to evict" in r.getMessage()]
         assert len(said) == 1
         # the other pod signals went on: its condition, its event
         pod = kube_api.get(kubeapi.PODS, "ml", "train-0")

@@ -41,6 +41,7 @@ DRA_PROBE_SECONDS = 3600.0  # a cluster without DRA is asked again this often (a
 NFD_PROBE_SECONDS = 600.0  # a cluster without the NodeFeature CRD (nodefeature mode) is asked again this often
 MANAGED_BY = "app.kubernetes.io/managed-by=hetero-exporter"
 MAX_KNOWN_PODS = 4096  # pods whose uid and node are remembered
+MAX_QUOTED = 300  # characters of an API answer quoted in an event
 
 
 @dataclass
@@ -248,8 +249,10 @@ class ClusterSide:
         if self._eviction_refused:
             return
         self._eviction_refused = True
-        text = ("health.evict_pods is on, but the API server refuses evictions (403): grant pods/eviction "
-                "with deploy/components/eviction (docs/security.md), or turn evict_pods off")
+        why = str(e)[:MAX_QUOTED]
+        text = (f"health.evict_pods is on, but the API server refused to evict {key} (403: {why}); evictions "
+                "need the grant of deploy/components/eviction (docs/security.md), and none are admitted in "
+                "kube-* namespaces: grant it, or turn evict_pods off")
         log.error(f"health: {text}", extra={"node": self.node, "pod": key, "error": str(e)})
         self._warn(NodeEvent(name=f"{self.node}.eviction-forbidden", type="Warning",
                              reason="AcceleratorEvictionForbidden", action="Evict", message=text))
