@@ -191,15 +191,19 @@ AGENT_RULES = [
                      "that the vendor tools do not report go unseen.",
          runbook="Check that the DaemonSet mounts /dev/kmsg and that the container may read it (CAP_SYSLOG "
                  "where kernel.dmesg_restrict=1); the agent's log names the reason once at start."),
+    # rate-limited (info-only lines past the rule budget) and code-cap (codes folded into "other",
+    # worst severity kept) lose no fault: counted on /metrics, not alerted on
     Rule("AcceleratorKernelLogRecordsLost",
-         f"increase({N.KERNEL_LOG_DROPPED.name}[15m]) > 0", "warning",
+         f'increase({N.KERNEL_LOG_DROPPED.name}{{reason!~"rate-limited|code-cap"}}[15m]) > 0', "warning",
          summary="Kernel log records lost on node {{ $labels.node }} ({{ $labels.reason }})",
          description="{{ $value | humanize }} kernel-log records or events were lost on node {{ $labels.node }} "
                      "in 15 minutes (reason {{ $labels.reason }}: overwritten in the ring buffer before they "
-                     "were read, or past the bounded queue in a storm); a device fault may have gone unseen.",
+                     "were read, past the bounded queue in a storm, or naming a device not seen in time); a "
+                     "device fault may have gone unseen.",
          runbook="Read dmesg on the node for a message storm (a flapping device, a looping driver); "
                  "compare with the devices' health. overwritten: the agent was down or too slow; queue-full: "
-                 "a storm, raise kernel_log.max_pending if it is legitimate."),
+                 "a storm, raise kernel_log.max_pending if it is legitimate; unresolved: the line named a "
+                 "device no collector reported (compare the PCI addresses in dmesg with inspect)."),
     Rule("AcceleratorExporterCertificateExpiring",
          f"{N.TLS_CERTIFICATE_EXPIRY.name} - time() < {CERT_EXPIRY_DAYS} * 86400", "warning",
          summary="hetero-exporter's TLS certificate on node {{ $labels.node }} expires soon",
