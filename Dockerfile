@@ -1,11 +1,15 @@
 # hetero-exporter: one image for the node agent (DaemonSet, `run`) and the scheduler extender
-# (Deployment, `scheduler-extender`). Build: docker build -t ghcr.io/hetero-exporter/hetero-exporter:0.1.0 .
+# (Deployment, `scheduler-extender`). Build: scripts/build-image.sh --tag NAME (buildah, no daemon),
+# or docker build -t ghcr.io/hetero-exporter/hetero-exporter:0.1.0 .
 # The release workflow (.github/workflows/release.yml) builds amd64 and arm64 on version tags.
 #
 # Both stages use the same base image, tag pinned: the builder's virtualenv links to that stage's
-# /usr/local/bin/python3.11, which has to be the same interpreter at the same path in the runtime.
+# python3, which has to be the same interpreter at the same path in the runtime. BASE is a build
+# argument only so that scripts/build-image.sh can hand in a stand-in where no image registry is
+# reachable (Debian bookworm's own python3, debootstrapped); the default is the image we ship.
+ARG BASE=python:3.11.11-slim-bookworm
 
-FROM python:3.11.11-slim-bookworm AS builder
+FROM ${BASE} AS builder
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -21,15 +25,16 @@ COPY collectors/ collectors/
 # Every dependency of the `all` extras has a py3-none or manylinux wheel for amd64 and arm64
 # (amdsmi is a pure-Python binding: libamd_smi.so is the host's ROCm, found at run time), so the
 # builder needs no compiler either. The venv has no pip: the base image's pip installs into it.
+# `python3 -m pip`, not `python`/`pip`: Debian's python3 (the stand-in base) has no unversioned names.
 # pip compiles the installed modules' bytecode once here: the containers run with a read-only root
 # filesystem and PYTHONDONTWRITEBYTECODE, so nothing is written at run time.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[all]" \
-    && python -m venv --without-pip /opt/venv \
-    && pip --python /opt/venv/bin/python install --no-cache-dir --no-index --find-links /wheels /wheels/*.whl \
+RUN python3 -m pip wheel --no-cache-dir --wheel-dir /wheels ".[all]" \
+    && python3 -m venv --without-pip /opt/venv \
+    && python3 -m pip --python /opt/venv/bin/python install --no-cache-dir --no-index --find-links /wheels /wheels/*.whl \
     && /opt/venv/bin/hetero-exporter version
 
 
-FROM python:3.11.11-slim-bookworm
+FROM ${BASE}
 
 # Set by the release workflow; VERSION's default is pyproject.toml's version (tests/test_dockerfile.py).
 ARG VERSION=0.1.0
