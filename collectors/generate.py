@@ -21,7 +21,10 @@ What it writes:
 - ``README.md``: the collector table (each ``CollectorEntry``'s ``source`` and ``notes``);
 - ``docs/metrics.md``: every field of the catalogue (model/fields.py) with its family, unit and
   labels, and per vendor where it comes from (its collectors' quality tables, ``field_sources``)
-  or why it is missing (``unsupported``).
+  or why it is missing (``unsupported``);
+- ``charts/hetero-exporter/``: the Helm chart's generated files (charts/generate.py): the objects
+  kustomize renders from deploy/ (written after the files above, which it renders), the
+  dashboards, the vendors' values and schema, the chart's version.
 
 Specs are read from the files under ``--root`` (default: this checkout), not from the installed
 package, so a vendor just added is seen before it is installed.
@@ -219,16 +222,27 @@ def _component(spec: Any) -> dict[str, str]:
     }
 
 
-def _affinity_module(root: Path) -> Any:
-    path = root / "deploy" / "components" / "affinity.py"
-    spec = importlib.util.spec_from_file_location("hetero_exporter_deploy_affinity", path)
+def _script(root: Path, rel: str, name: str) -> Any:
+    """A script of the checkout (``rel`` below ``root``) loaded as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, root / rel)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+def _affinity_module(root: Path) -> Any:
+    return _script(root, "deploy/components/affinity.py", "hetero_exporter_deploy_affinity")
+
+
+def chart(root: Path) -> dict[Path, str]:
+    """The Helm chart's generated files (charts/generate.py), from deploy/ as it is now under ``root``."""
+    specs = load_specs(root, vendor_packages(root))
+    generic_term = _affinity_module(root).GENERIC_TERM
+    return _script(root, "charts/generate.py", "hetero_exporter_chart_generate").files(root, specs, generic_term)
+
+
 def derived(root: Path) -> dict[Path, str]:
-    """Every derived file under ``root`` and what it must hold."""
+    """Every derived file under ``root`` and what it must hold, but the chart's."""
     names = vendor_packages(root)
     specs = load_specs(root, names)
     out: dict[Path, str] = {
@@ -259,13 +273,14 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv[1:])
     root = args.root.resolve()
     if args.check:
-        bad = stale(root)
+        bad = stale(root) + stale(root, chart)
         for p in bad:
             print(f"stale: {p.relative_to(root)} (run python collectors/generate.py)")
         return 1 if bad else 0
-    for p, text in derived(root).items():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
+    for files in (derived, chart):  # the chart renders deploy/ as the first step leaves it
+        for p, text in files(root).items():
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
     return 0
 
 

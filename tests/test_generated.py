@@ -5,6 +5,8 @@ package and the regenerated files only."""
 from __future__ import annotations
 
 import filecmp
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +23,10 @@ ACME = ROOT / "tests" / "vendors" / "acme"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 # what a new built-in vendor may change besides its own package (collectors/acme/)
 REGENERATED = {"collectors/__init__.py", "pyproject.toml", "README.md", "deploy/base/accelerator-nodes.yaml",
-               "deploy/overlays/all-vendors/kustomization.yaml", "docs/metrics.md"}
+               "deploy/overlays/all-vendors/kustomization.yaml", "docs/metrics.md",
+               # the Helm chart (charts/generate.py): its vendors, and deploy/'s objects where kubectl renders them
+               "charts/hetero-exporter/values.yaml", "charts/hetero-exporter/values.schema.json",
+               "charts/hetero-exporter/ci/all-vendors-values.yaml", "charts/hetero-exporter/files/generated/kustomize.json"}
 
 
 def _generate(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -36,7 +41,7 @@ def test_the_generated_files_are_current():
 
 def _checkout(tmp: Path) -> Path:
     root = tmp / "checkout"
-    for name in ("collectors", "hetero_exporter", "deploy", "docs"):
+    for name in ("collectors", "hetero_exporter", "deploy", "docs", "charts", "dashboards"):
         shutil.copytree(ROOT / name, root / name, ignore=IGNORE)
     for name in ("README.md", "pyproject.toml"):
         shutil.copy2(ROOT / name, root / name)
@@ -80,6 +85,10 @@ def test_a_new_built_in_vendor_is_its_package_plus_the_regenerated_files(tmp_pat
     assert "ace5" in (root / "deploy/base/accelerator-nodes.yaml").read_text()
     for rel in ("kustomization.yaml", "agent/kustomization.yaml", "agent/daemonset-patch.yaml"):
         assert (root / "deploy/components/acme" / rel).is_file(), rel
+    chart = root / "charts/hetero-exporter"
+    assert "  acme:\n    enabled: false\n" in (chart / "values.yaml").read_text()
+    assert "  acme:\n    enabled: true\n" in (chart / "ci/all-vendors-values.yaml").read_text()
+    assert "acme" in json.loads((chart / "values.schema.json").read_text())["properties"]["agents"]["properties"]
     # a second run changes nothing, and a reviewed patch of the vendor is never rewritten
     patch = root / "deploy/components/acme/agent/daemonset-patch.yaml"
     patch.write_text(patch.read_text() + "# reviewed\n")
@@ -93,6 +102,24 @@ def test_a_new_built_in_vendor_is_its_package_plus_the_regenerated_files(tmp_pat
     assert built.returncode == 0, built.stderr[-2000:]
     names = {d["metadata"]["name"] for d in yaml.safe_load_all(built.stdout) if d and d["kind"] == "DaemonSet"}
     assert "hetero-exporter-acme" in names and "hetero-exporter-nvidia" in names
+    objects = json.loads((chart / "files/generated/kustomize.json").read_text())
+    assert objects["vendors"][-1]["daemonset"]["metadata"]["name"] == "hetero-exporter-acme"
+
+
+def test_a_stale_chart_file_is_named(tmp_path):
+    """The chart's generated files (charts/generate.py) are checked with the rest."""
+    root = _checkout(tmp_path)
+    dashboard = root / "charts/hetero-exporter/files/generated/dashboards/node.json"
+    dashboard.write_text(dashboard.read_text() + "\n")
+    config = root / "deploy/base/config.yaml"
+    config.write_text(config.read_text().replace("interval: 10", "interval: 15"))
+    proc = _generate(root, "--check")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stale = set(re.findall(r"^stale: (\S+)", proc.stdout, re.M))
+    expected = {"charts/hetero-exporter/files/generated/dashboards/node.json", "charts/hetero-exporter/values.yaml"}
+    if shutil.which("kubectl"):  # deploy/base's ConfigMap changed: the rendered objects too
+        expected.add("charts/hetero-exporter/files/generated/kustomize.json")
+    assert stale == expected, proc.stdout + proc.stderr
 
 
 def test_the_checkout_copy_is_faithful(tmp_path):
