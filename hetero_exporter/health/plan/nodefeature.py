@@ -38,6 +38,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from hetero_exporter.model.keys import DEFAULT_DOMAIN
+
 API_VERSION = "nfd.k8s-sigs.io/v1alpha1"
 KIND = "NodeFeature"
 NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"  # nfd-master's key for the node an object targets
@@ -58,7 +60,7 @@ class NodeFeatureRead:
 
     namespace: str
     current: Optional[Mapping[str, Any]] = None
-    domain: str = "hetero-exporter.io"
+    domain: str = DEFAULT_DOMAIN
 
 
 @dataclass
