@@ -140,6 +140,10 @@ def repeated_answer(tool: str, name: str) -> str:
         # in a device row
         truncated_inside = "S4000" in name or "gmi-2.3.2" in name
         return "refused" if "TRUNCATED" in name and truncated_inside else "same"
+    if tool == "dcgmi":
+        # dmon samples: the header again is skipped and each GPU's newest numeric sample wins,
+        # so the copies give the same GPUs and values
+        return "same"
     if tool == "amd-smi" and "monitor" in name:
         # monitor -w prints the header and a row per GPU each round: the header again is
         # skipped and a GPU's row of the last round wins (with an XCP column its first row in
