@@ -323,6 +323,15 @@ def test_a_config_change_rolls_the_pods_and_the_default_config_loads():
     assert changed["spec"]["template"]["metadata"]["annotations"]["checksum/config"] != annotation
 
 
+def test_the_switches_turn_their_objects_off():
+    kinds = lambda objs: {o["kind"] for o in objs}  # noqa: E731
+    on = template("--set", "extender.enabled=true")
+    assert {"NetworkPolicy", "NodeFeatureRule"} <= kinds(on)
+    off = template("--set", "extender.enabled=true,networkPolicy.enabled=false,nodeFeatureRule.enabled=false")
+    assert kinds(on) - kinds(off) == {"NetworkPolicy", "NodeFeatureRule"}
+    assert not by_kind(template("--set", "agents.generic.enabled=false"), "DaemonSet")
+
+
 BAD_VALUES = [
     ("agents.nvida.enabled=true", "at '/agents': additional properties 'nvida' not allowed"),
     ("agents.nvidia.enabled=yes", "at '/agents/nvidia/enabled': got string, want boolean"),
@@ -368,6 +377,12 @@ def test_another_namespace_reaches_the_subjects_and_the_scheduler_url():
     cm = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "hetero-exporter-scheduler-config"][0]
     (ext,) = yaml.safe_load(cm["data"]["scheduler-config.yaml"])["extenders"]
     assert ext["urlPrefix"] == "http://hetero-exporter-extender.gpu-monitoring.svc:9401"
+    # extender.schedulerConfig is merged over deploy/extender's (maps merged, lists replaced)
+    merged = helm("template", "x", str(CHART), "--skip-tests", "--set", "extender.enabled=true",
+                  "--set", "extender.schedulerConfig.leaderElection.leaderElect=true").stdout
+    cm = [d for d in yaml.safe_load_all(merged) if d and d["metadata"]["name"] == "hetero-exporter-scheduler-config"][0]
+    cfg = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    assert cfg["leaderElection"] == {"leaderElect": True} and cfg["extenders"][0]["nodeCacheCapable"] is True
     assert not [o for o in objs if o["metadata"].get("namespace") is not None and o["kind"] in CLUSTER_SCOPED]
 
 
