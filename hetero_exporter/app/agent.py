@@ -27,6 +27,7 @@ from hetero_exporter.sdk.contract import CollectorOptions
 log = logging.getLogger("hetero_exporter")
 
 KERNEL_LOG_FIRST_READ = 2.0  # seconds the first snapshot waits for the kernel log's backlog
+SIMULATED_KUBELET_TIMEOUT = 30.0  # seconds a PodResources call to the simulated kubelet may take
 
 
 @dataclass(frozen=True)
@@ -307,6 +308,11 @@ class Agent:
                         "the simulated kubelet also needs [simulate])", e)
             return None
         timeout = float(a.podresources_timeout)
+        if simulated is not None:
+            # the stand-in kubelet is a process of ours that has just started: on a loaded machine
+            # its first answers take longer than a real kubelet's budget, and the simulation's
+            # snapshot must still show them
+            timeout = max(timeout, SIMULATED_KUBELET_TIMEOUT)
         poller = PodResourcesPoller(socket_path, interval=float(a.podresources_interval or self.config.interval),
                                     timeout=timeout, extra_vendors=dict(a.resources), clock=self.clock)
         return self.services.start("podresources", lambda: poller.start(wait_first=timeout), poller.close)
