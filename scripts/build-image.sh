@@ -19,6 +19,7 @@
 # (CI: a fresh one per run); DEBIAN_MIRROR overrides the mirror debootstrap uses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+trap 'echo "build-image.sh: line $LINENO: a command exited $?" >&2' ERR
 
 usage() {
   echo "usage: scripts/build-image.sh --tag NAME [--base IMAGE | --stand-in] [--fresh-base]" >&2
@@ -127,4 +128,4 @@ bah bud --isolation chroot --pull=false --tag "$tag" \
   --build-arg BASE="$base" --build-arg REVISION="$revision" \
   --build-arg CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
   "${volumes[@]}" -f Dockerfile .
-step "built $tag: $(bah images --format '{{.Size}}' "$tag" | head -n 1)"
+step "built $tag: $(bah images --format '{{.Size}}' "$tag" | sed -n 1p)"

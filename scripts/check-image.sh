@@ -11,6 +11,7 @@
 # first check that fails. HETERO_IMAGE_STORE=DIR: the image store scripts/build-image.sh used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+trap 'echo "check-image.sh: line $LINENO: a command exited $?" >&2' ERR
 
 [ $# -eq 1 ] && [ -n "$1" ] || { echo "usage: scripts/check-image.sh IMAGE" >&2; exit 2; }
 image=$1
@@ -53,8 +54,9 @@ cleanup() {
 trap cleanup EXIT
 
 ctr=$(bah from --pull=false --quiet "$image")
-# `timeout` inside bounds every command even if this script is killed before its cleanup.
-inimage() { bah run --isolation chroot "$ctr" -- timeout "$@"; }
+# `timeout` inside bounds every command even if this script is killed before its cleanup. No
+# standard input: buildah run copies it in, and one left open (a pipe) can outlive the command.
+inimage() { bah run --isolation chroot "$ctr" -- timeout "$@" </dev/null; }
 
 step "hetero-exporter version"
 inimage 60 hetero-exporter version | tee "$work/version"
@@ -69,11 +71,11 @@ grep -Eq '^node sim-node-1: [1-9][0-9]* device' "$work/inspect" || fail "inspect
 step "hetero-exporter run --simulate on 127.0.0.1 (a free port)"
 buildah "${store[@]}" run --isolation chroot "$ctr" -- timeout 300 \
   hetero-exporter run --simulate --kernel-log off --listen 127.0.0.1:0 --log-format json \
-  >"$work/run.out" 2>"$work/run.log" &
+  </dev/null >"$work/run.out" 2>"$work/run.log" &
 agent=$!  # buildah's own pid: a simple command, not a function's subshell
 port=""
 for _ in $(seq 1 240); do  # 120 s to the first "serving" line
-  port=$(sed -n 's/.*"msg": "serving", "listen": "127\.0\.0\.1:\([0-9]*\)".*/\1/p' "$work/run.log" | head -n 1)
+  port=$(sed -n 's/.*"msg": "serving", "listen": "127\.0\.0\.1:\([0-9]*\)".*/\1/p' "$work/run.log" | sed -n 1p)
   [ -n "$port" ] && break
   kill -0 "$agent" 2>/dev/null || { cat "$work/run.log" >&2; fail "run --simulate exited before serving"; }
   sleep 0.5
@@ -113,9 +115,9 @@ mnt=$(bah mount "$ctr")
 for leftover in /root/.pip-forward /root/.config/pip /etc/pip.conf /wheels /src; do
   [ ! -e "$mnt$leftover" ] && [ ! -L "$mnt$leftover" ] || fail "the image carries $leftover"
 done
-step "image $image: $(bah images --format '{{.Size}}' "$image" | head -n 1); rootfs $(du -sh --apparent-size "$mnt" | cut -f1); /opt/venv $(du -sh --apparent-size "$mnt/opt/venv" | cut -f1)"
+step "image $image: $(bah images --format '{{.Size}}' "$image" | sed -n 1p); rootfs $(du -sh --apparent-size "$mnt" | cut -f1); /opt/venv $(du -sh --apparent-size "$mnt/opt/venv" | cut -f1)"
 echo "largest in /opt/venv/lib/python*/site-packages (apparent size):"
-du -s --apparent-size -B1 "$mnt"/opt/venv/lib/python3*/site-packages/* | sort -rn | head -n 12 \
+du -s --apparent-size -B1 "$mnt"/opt/venv/lib/python3*/site-packages/* | sort -rn | sed -n 1,12p \
   | awk '{ n = split($2, p, "/"); printf "  %7.1f MB  %s\n", $1 / 1e6, p[n] }'
 bah umount "$ctr" >/dev/null
 step "all checks passed"

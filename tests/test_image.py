@@ -154,7 +154,7 @@ def image(tmp_path_factory):
     name = "localhost/hetero-exporter:pytest"
     try:
         proc = subprocess.run(["bash", str(BUILD), "--tag", name], env=env, capture_output=True,
-                              text=True, timeout=1500)
+                              text=True, timeout=1500, stdin=subprocess.DEVNULL)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         yield name, env
     finally:
@@ -165,7 +165,8 @@ def image(tmp_path_factory):
 
 def test_the_agent_answers_inside_the_image(image):
     name, env = image
-    proc = subprocess.run(["bash", str(CHECK), name], env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(["bash", str(CHECK), name], env=env, capture_output=True, text=True, timeout=900,
+                          stdin=subprocess.DEVNULL)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert "hetero-exporter 0." in out
@@ -173,3 +174,15 @@ def test_the_agent_answers_inside_the_image(image):
     assert "/readyz 200" in out and "/metrics 200: " in out
     assert "SIGTERM: stopped cleanly (exit 0)" in out
     assert out.rstrip().endswith("all checks passed"), out[-500:]
+
+
+def test_check_image_fails_on_an_image_without_the_agent(image):
+    """The stand-in base (python3, no agent) must not pass: the checks are not vacuous."""
+    _, env = image
+    store = env.get("HETERO_IMAGE_STORE")
+    base = "localhost/hetero-exporter-stand-in:bookworm"
+    if not store or _buildah(Path(store), "inspect", "--type", "image", base).returncode != 0:
+        pytest.skip(f"no {base} in the image store (the image was built on the real base, or elsewhere)")
+    proc = subprocess.run(["bash", str(CHECK), base], env=env, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode != 0 and "all checks passed" not in proc.stdout, proc.stdout[-2000:]
