@@ -58,7 +58,8 @@ class SnapshotPoller:
     def _body(self) -> bytes:
         """The answer's body: at most MAX_SNAPSHOT_BYTES, whole within BODY_DEADLINE (ValueError else)."""
         deadline = time.monotonic() + BODY_DEADLINE
-        chunks, size = [], 0
+        chunks: list[bytes] = []
+        size = 0
         with self._open(self.url, timeout=self._timeout) as r:
             while size <= MAX_SNAPSHOT_BYTES:
                 chunk = r.read(min(CHUNK, MAX_SNAPSHOT_BYTES + 1 - size))
