@@ -39,6 +39,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$tag" ] || { echo "build-image.sh: --tag NAME is required" >&2; usage; }
 [ -z "$base" ] || [ "$stand_in" -eq 0 ] || { echo "build-image.sh: --base and --stand-in exclude each other" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "build-image.sh: run as root (buildah's chroot isolation, debootstrap)" >&2; exit 2; }
 for tool in buildah python3; do
   command -v "$tool" >/dev/null || { echo "build-image.sh: $tool not found (apt-get install buildah)" >&2; exit 2; }
 done
@@ -94,7 +95,7 @@ make_stand_in() {
 }
 
 if [ -n "$base" ]; then
-  have_image "$base" || bah pull --quiet "$base" >/dev/null || { echo "build-image.sh: base $base: not in the store and not pullable" >&2; exit 1; }
+  have_image "$base" || timeout 120 buildah "${store[@]}" pull --quiet "$base" >/dev/null || { echo "build-image.sh: base $base: not in the store and not pullable" >&2; exit 1; }
   step "base: $base"
 else
   base=$default_base
