@@ -17,7 +17,7 @@ import yaml
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar, Union
 
 from hetero_exporter import smallfile
-from hetero_exporter.model.errors import InputError
+from hetero_exporter.errors import InputError
 
 T = TypeVar("T")
 

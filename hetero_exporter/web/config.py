@@ -38,7 +38,7 @@ import yaml
 from hetero_exporter import validate as v
 from hetero_exporter.web import certificates
 from hetero_exporter.web.server import WebSettings
-from hetero_exporter.model.errors import InputError
+from hetero_exporter.errors import InputError
 
 log = logging.getLogger(__name__)
 
