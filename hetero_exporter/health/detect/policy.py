@@ -16,9 +16,10 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from hetero_exporter.sdk import faults as fault_tables
+from hetero_exporter import vendors
 from hetero_exporter.model import ACTIONS, SEVERITIES, Fault
 from hetero_exporter.model.errors import InputError
+from hetero_exporter.model.faults import Catalogue, FaultTable, FaultTableError, shipped_table
 
 POLICY_FILE = Path(__file__).with_name("policy.yaml")
 # Evidence that a sticky fault's recommended action happened (policy.yaml says what each means):
@@ -30,6 +31,16 @@ CLEAR_EVIDENCE = ("boot", "reset", "recovery", "readable")
 
 class PolicyError(InputError):
     """The health policy cannot be used (the message names the key): exit 2."""
+
+
+def vendor_table(vendor: str) -> FaultTable:
+    """The fault table a vendor's package ships (its spec says where)."""
+    return shipped_table(vendor, vendors.spec(vendor))
+
+
+def shipped_catalogue() -> Catalogue:
+    """The vendors' tables as shipped (no override)."""
+    return Catalogue(vendor_table)
 
 
 @dataclass(frozen=True)
@@ -81,8 +92,8 @@ class Policy:
     escalate_action: str = "isolate-device"
     min_healthy_fraction: float = 0.5
     reason_prefix: Mapping[str, str] = field(default_factory=dict)
-    # vendor -> its fault table with the overrides applied (built by parse)
-    tables: Mapping[str, fault_tables.FaultTable] = field(default_factory=dict)
+    # every vendor's fault table with the overrides applied (built by parse): what a code means
+    catalogue: Catalogue = field(default_factory=shipped_catalogue)
 
     def class_policy(self, fault: Fault) -> ClassPolicy:
         """The policy of a fault: by its class, else by its action, else not sticky."""
@@ -91,13 +102,7 @@ class Policy:
 
     def classify(self, vendor: str, fault: Fault) -> Fault:
         """The fault with class/action/severity from a configured override of its code."""
-        if str(fault.code) not in (self.overrides.get(vendor) or {}):
-            return fault
-        info = self.tables[vendor].lookup(fault.code)
-        return Fault(code=fault.code, fault_class=info.fault_class, action=info.action,
-                     message=fault.message or info.description, first_seen=fault.first_seen,
-                     last_seen=fault.last_seen, count=fault.count, severity=info.severity,
-                     source=fault.source)
+        return self.catalogue.classify(vendor, fault)
 
     def node_level(self, fault: Fault) -> bool:
         return self.class_policy(fault).node_level
@@ -107,7 +112,7 @@ class Policy:
         else the vendor fault table's ``code_prefix``."""
         if vendor in self.reason_prefix:
             return self.reason_prefix[vendor]
-        return (self.tables.get(vendor) or fault_tables.table(vendor)).code_prefix
+        return self.catalogue.code_prefix(vendor)
 
     def condition_reason(self, vendor: str, code: str) -> str:
         """``<Vendor><Prefix><Code>`` condition reason in CamelCase (a valid Kubernetes reason;
@@ -206,13 +211,11 @@ def parse(doc: Mapping[str, Any], where: str = "policy") -> Policy:
         if isinstance(e, PolicyError):
             raise
         raise PolicyError(f"{where}: {e}") from None
-    tables = {}
-    for vendor in policy.overrides:  # fail now, not at the first fault
-        try:
-            tables[vendor] = fault_tables.table(vendor).with_overrides(policy.overrides[vendor])
-        except fault_tables.FaultTableError as e:
-            raise PolicyError(f"{where}.overrides: {e}") from None
-    return dataclasses.replace(policy, tables=tables)
+    try:  # fail now, not at the first fault
+        catalogue = Catalogue.build(vendor_table, policy.overrides)
+    except FaultTableError as e:
+        raise PolicyError(f"{where}.overrides: {e}") from None
+    return dataclasses.replace(policy, catalogue=catalogue)
 
 
 @functools.lru_cache(maxsize=1)

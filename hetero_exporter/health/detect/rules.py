@@ -8,7 +8,7 @@ keeps the latest state. What goes in:
 - the collector's own health of each device (``failed`` = lost / fatal, ``degraded``,
   ``unknown`` = cannot read) and its reasons;
 - new fault occurrences (a code seen for the first time or with a larger cumulative count),
-  classified by the vendor fault tables with the policy's overrides;
+  classified by the policy's fault catalogue (the vendor tables with its overrides);
 - threshold rules on readings (temperature, ECC, retired pages, row remap, PCIe link).
 
 What comes out, per device: ``ok | degraded | failed | unknown`` with the reasons (faults).
@@ -28,7 +28,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
-from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.health.detect.policy import CLEAR_EVIDENCE, Policy, ReadingRule
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
 
@@ -150,7 +149,7 @@ def _check_rule(rule: ReadingRule, d: DeviceSample, active: bool,
 def _order(faults: Iterable[Fault], vendor: str, policy: Policy) -> tuple[Fault, ...]:
     """Most important first: severity, node-level, a vendor catalogue code (the cause, e.g.
     a fell-off-the-bus event) before a synthetic one (the symptom, e.g. gpu-lost), then oldest."""
-    table = policy.tables.get(vendor) or fault_tables.table(vendor)
+    table = policy.catalogue.table(vendor)
 
     def key(f: Fault) -> tuple:
         in_table = table.lookup(f.code).known

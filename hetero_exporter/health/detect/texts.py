@@ -7,7 +7,6 @@ import hashlib
 import re
 from typing import Any, Optional
 
-from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.model import DeviceSample, Fault
 
@@ -43,8 +42,7 @@ def fault_text(vendor: str, f: Fault, policy: Policy, uuid: str = "") -> str:
     """``<code>: <catalogue description> [device-lost, action reboot-node]``. The collector's
     message is added when it says more than the catalogue, not when it only names the device
     again (``uuid``), which the text around it does already."""
-    table = policy.tables.get(vendor) or fault_tables.table(vendor)
-    info = table.lookup(f.code)
+    info = policy.catalogue.lookup(vendor, f.code)
     prefix = policy.code_prefix(vendor)
     name = f"{prefix.upper()} {f.code}" if prefix and str(f.code).isdigit() else str(f.code)
     what = info.description if info.known and info.description else (f.message or "")

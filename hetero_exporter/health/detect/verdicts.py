@@ -1,7 +1,8 @@
 """The health judge: one rules step per snapshot, returning the judged snapshot and its evaluation.
 
 ``judge(snapshot)`` makes each device's ``health`` the rules' verdict (the collector's own report
-kept as ``reported_health``) and returns the ``Evaluation`` with it, so whoever publishes the
+kept as ``reported_health``), classifies its faults by the policy's catalogue (a configured
+override is what the fault counters say) and returns the ``Evaluation`` with it, so whoever publishes the
 snapshot publishes its evaluation beside it (``Sampler(judge=...)``, ``SnapshotStore``) and the
 health loop never has to find it again. It keeps the one piece of state the pure rules need
 between cycles (``rules.State``), so the health loop and ``health --dry-run`` can explain the
@@ -18,6 +19,7 @@ from typing import Iterable, Mapping, Optional
 from hetero_exporter.health.detect import rules
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.model import DeviceSample, Health, NodeSnapshot
+from hetero_exporter.model.faults import Catalogue
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class HealthVerdicts:
         with self._lock:
             self._state, verdicts = rules.step(self._state, snapshot, self.policy)
             self._verdicts = verdicts
-        devices = tuple(_judged(d, verdicts.get(d.identity.uuid)) for d in snapshot.devices)
+        devices = tuple(_judged(d, verdicts.get(d.identity.uuid), self.policy.catalogue) for d in snapshot.devices)
         out = dataclasses.replace(snapshot, devices=devices)
         node = rules.node_verdict(out, verdicts, self.policy)
         with self._lock:
@@ -87,7 +89,12 @@ class HealthVerdicts:
             self._state = rules.State(boot_id=self._state.boot_id or restored.boot_id, devices=devices)
 
 
-def _judged(device: DeviceSample, verdict: Optional[rules.Verdict]) -> DeviceSample:
+def _judged(device: DeviceSample, verdict: Optional[rules.Verdict], catalogue: Catalogue) -> DeviceSample:
+    """The device with the verdict as its health and its faults classified by the catalogue (a
+    configured override of a code is what its fault counter says, not the shipped table's)."""
+    vendor = device.identity.vendor
+    if vendor in catalogue.overridden and device.faults:
+        device = dataclasses.replace(device, faults=tuple(catalogue.classify(vendor, f) for f in device.faults))
     if verdict is None:
         return device
     return dataclasses.replace(device, health=Health(verdict.state, verdict.reasons), reported_health=device.health)

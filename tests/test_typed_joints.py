@@ -1,0 +1,48 @@
+"""Issue 37, typed joints: one fault catalogue (the vendors' tables with the policy's overrides),
+read by the rules, the texts and the fault counters alike."""
+
+from __future__ import annotations
+
+from hetero_exporter.exposition.collector import build_families
+from hetero_exporter.health.detect import policy as policy_mod
+from hetero_exporter.health.detect import texts
+from hetero_exporter.health.detect.verdicts import HealthVerdicts
+from hetero_exporter.model import DeviceIdentity, DeviceSample, NodeSnapshot
+from hetero_exporter.model import names as N
+from hetero_exporter.sdk.cli_collector import FaultEpisodes, table_fault
+from hetero_exporter.sdk.faults import health_of
+
+OVERRIDE = {"overrides": {"nvidia": {"94": {"action": "reset-device", "description": "ours: reset it"}}}}
+
+
+def _snapshot() -> NodeSnapshot:
+    """A GPU whose collector saw Xid 94 (shipped: restart-app), as a CLI collector builds it."""
+    episodes = FaultEpisodes()
+    ident = DeviceIdentity(vendor="nvidia", kind="gpu", index=0, uuid="GPU-0")
+    active = episodes.update(ident.uuid, [table_fault("nvidia", "94", "", "nvidia-smi")], 100.0)
+    d = DeviceSample(identity=ident, timestamp=100.0, health=health_of(active), faults=episodes.faults(ident.uuid))
+    return NodeSnapshot(node="n", time=100.0, devices=(d,))
+
+
+def _fault_counter_actions(snap: NodeSnapshot) -> dict[str, str]:
+    fam = next(f for f in build_families(snap) if f.name == N.FAULT_EVENTS.family)
+    return {s.labels["code"]: s.labels["action"] for s in fam.samples}
+
+
+def test_the_fault_counter_shows_the_overridden_action():
+    snap = _snapshot()
+    assert snap.devices[0].faults[0].action == "restart-app"  # the collector's: the shipped table
+    judged, _ = HealthVerdicts(policy_mod.load(OVERRIDE)).judge(snap)
+    assert _fault_counter_actions(judged) == {"94": "reset-device"}
+    unconfigured, _ = HealthVerdicts(policy_mod.load()).judge(snap)
+    assert _fault_counter_actions(unconfigured) == {"94": "restart-app"}
+
+
+def test_rules_texts_and_counters_read_one_catalogue():
+    policy = policy_mod.load(OVERRIDE)
+    assert policy.catalogue.lookup("nvidia", "94").action == "reset-device"
+    assert policy.catalogue.lookup("nvidia", "79").action == "reboot-node"  # not overridden: shipped
+    assert policy.catalogue.code_prefix("nvidia") == "Xid"
+    fault = policy.classify("nvidia", table_fault("nvidia", "94", "", "nvidia-smi"))
+    assert (fault.action, fault.severity) == ("reset-device", "warning")
+    assert "ours: reset it" in texts.fault_text("nvidia", fault, policy)
