@@ -40,12 +40,15 @@ from hetero_exporter.sdk.identity import RemovalLog
 from hetero_exporter.model.fields import MEMORY_TOTAL
 from hetero_exporter.model import (CollectorStatus, DeviceSample, Fault, Health, NodeSnapshot,
                                    Profile, Reading)
+from hetero_exporter.model.evaluation import Evaluation
 
 log = logging.getLogger(__name__)
 
 Enricher = Callable[[NodeSnapshot], NodeSnapshot]
-# The health judge: the judged snapshot and its evaluation (health.detect.verdicts; opaque here)
-Judge = Callable[[NodeSnapshot], "tuple[NodeSnapshot, Any]"]
+# The health judge (health.detect.verdicts): the judged snapshot and its evaluation
+Judge = Callable[[NodeSnapshot], "tuple[NodeSnapshot, Evaluation]"]
+# What a cycle publishes (``SnapshotStore.publish``): the snapshot and its evaluation, None unjudged
+Publish = Callable[[NodeSnapshot, Optional[Evaluation]], Any]
 
 # How long an unavailable collector waits before trying to start again (driver loaded
 # later, library installed by an operator): seconds.
@@ -292,7 +295,7 @@ class Sampler:
         """One snapshot: the collectors' devices, the sources' facts, the judge's verdicts."""
         return self.collect_judged()[0]
 
-    def collect_judged(self) -> "tuple[NodeSnapshot, Any]":
+    def collect_judged(self) -> "tuple[NodeSnapshot, Optional[Evaluation]]":
         """One snapshot and the judge's evaluation of it (None without a judge, or when it failed)."""
         snap = self._collect()
         if self._judge is None:
@@ -374,8 +377,7 @@ class Sampler:
                               getattr(enrich, "__name__", enrich))
         return snap
 
-    def run(self, interval: float, publish: Callable[[NodeSnapshot, Any], Any],
-            stop: threading.Event) -> None:
+    def run(self, interval: float, publish: Publish, stop: threading.Event) -> None:
         """``publish(snapshot, evaluation)`` (``SnapshotStore.publish``) every ``interval``
         seconds until ``stop`` is set, and at once (but not
         more often than every ``min_cycle_gap`` seconds) when a wake-up is requested.

@@ -9,21 +9,25 @@ health loop) never call a vendor.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from hetero_exporter.model import NodeSnapshot
+from hetero_exporter.model.evaluation import Evaluation
+
+# a subscriber: (snapshot, the judge's evaluation of it; None when it was not judged)
+Listener = Callable[[NodeSnapshot, Optional[Evaluation]], None]
 
 
 class SnapshotStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._snapshot: Optional[NodeSnapshot] = None
-        self._evaluation: Any = None
+        self._evaluation: Optional[Evaluation] = None
         self._seq = 0
-        self._listeners: list[Callable[[NodeSnapshot, Any], None]] = []
+        self._listeners: list[Listener] = []
         self._changed = threading.Condition(self._lock)
 
-    def publish(self, snapshot: NodeSnapshot, evaluation: Any = None) -> None:
+    def publish(self, snapshot: NodeSnapshot, evaluation: Optional[Evaluation] = None) -> None:
         """Make ``snapshot`` (and ``evaluation``, the health judge's of it) the latest."""
         with self._lock:
             self._snapshot, self._evaluation = snapshot, evaluation
@@ -37,7 +41,7 @@ class SnapshotStore:
         with self._lock:
             return self._snapshot
 
-    def latest_judged(self) -> tuple[Optional[NodeSnapshot], Any]:
+    def latest_judged(self) -> tuple[Optional[NodeSnapshot], Optional[Evaluation]]:
         """The latest snapshot and its evaluation, read together."""
         with self._lock:
             return self._snapshot, self._evaluation
@@ -57,7 +61,7 @@ class SnapshotStore:
         with self._changed:
             return self._changed.wait_for(lambda: self._seq > sequence, timeout)
 
-    def subscribe(self, fn: Callable[[NodeSnapshot, Any], None]) -> None:
+    def subscribe(self, fn: Listener) -> None:
         """Call ``fn(snapshot, evaluation)`` with each new snapshot (on the sampler's thread: keep it short)."""
         with self._lock:
             self._listeners.append(fn)

@@ -428,7 +428,7 @@ class HealthLoop:
         self._boot_id = boot_id
         self._idle = idle_seconds
         self._lock = threading.Lock()
-        self._latest: Optional[tuple[NodeSnapshot, Any]] = None  # a snapshot and its evaluation
+        self._latest: Optional[tuple[NodeSnapshot, Evaluation]] = None  # a snapshot and its evaluation
         self._removed: list[DeviceIdentity] = []  # forgotten devices not yet announced (a snapshot may be skipped)
         self._wake = threading.Event()
         self._stop = threading.Event()

@@ -30,26 +30,12 @@ from typing import Any, Iterable, Mapping, Optional
 
 from hetero_exporter.health.detect.policy import CLEAR_EVIDENCE, Policy, ReadingRule
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
+from hetero_exporter.model.evaluation import NodeVerdict, StickyFault, Verdict
 
 STATE_RANK = {"ok": 0, "unknown": 0, "degraded": 1, "failed": 2}
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 EVIDENCE_SOURCE = "kmsg"  # Fault.source of the kernel log (hetero_exporter/sources/kernel_log.py)
 STALE_SOURCE = "sampler"  # Fault.source of a device carried over stale (sampling.mark_stale)
-
-
-@dataclass(frozen=True)
-class StickyFault:
-    """A fault that holds until evidence clears it. ``seen_lost``: the device was really lost
-    since (absent, or nothing of it readable: needed for ``readable`` evidence; a failed health
-    state alone is not lost). ``recovery_pending``: the vendor's recovery action asked for an
-    action since (needed for ``recovery`` evidence: that reading back to none)."""
-
-    fault: Fault
-    since: float
-    clear_on: frozenset[str]
-    level: str  # failed | degraded
-    seen_lost: bool = False
-    recovery_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,33 +56,6 @@ class DeviceState:
 class State:
     boot_id: Optional[str] = None
     devices: Mapping[str, DeviceState] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The health of one device now. ``pending``: warnings seen but not yet confirmed
-    (code -> polls seen in the window); ``cleared``: sticky codes cleared by evidence this poll;
-    ``cleared_by``: code -> the evidence that cleared it (one of ``policy.CLEAR_EVIDENCE``)."""
-
-    uuid: str
-    state: str
-    reasons: tuple[Fault, ...] = ()
-    pending: Mapping[str, int] = field(default_factory=dict)
-    cleared: tuple[str, ...] = ()
-    node_level: bool = False  # failed with a node-level class or action
-    cleared_by: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class NodeVerdict:
-    """The node policy: unhealthy (taint) or not, and why."""
-
-    unhealthy: bool
-    taint_class: Optional[str]
-    failed: tuple[str, ...]  # uuids
-    degraded: tuple[str, ...]
-    total: int
-    why: str
 
 
 # --------------------------------------------------------------------------- readings

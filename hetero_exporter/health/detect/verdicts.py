@@ -13,23 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
 from hetero_exporter.health.detect import rules
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.model import DeviceSample, Health, NodeSnapshot
+from hetero_exporter.model.evaluation import Evaluation
 from hetero_exporter.model.faults import Catalogue
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """What the rules said about one snapshot."""
-
-    time: float
-    verdicts: Mapping[str, rules.Verdict]
-    node: rules.NodeVerdict
-    sticky: Mapping[str, list[rules.StickyFault]]
 
 
 class HealthVerdicts:
