@@ -296,7 +296,7 @@ def _unix_socket(path: str, value: Any) -> str:
     return text
 
 
-# nvsentinel (opt-in): the NVSentinel HealthEvent bridge (exposition/export/nvsentinel/settings.py
+# nvsentinel (opt-in): the NVSentinel HealthEvent bridge (health/act/nvsentinel/settings.py
 # NvSentinelSettings: the same keys, typed, with their defaults). max_outbox: at most
 # episodes.MAX_CLOSING, what the state file may hold.
 NVSENTINEL: dict[str, Check] = {

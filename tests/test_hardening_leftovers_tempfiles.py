@@ -18,8 +18,8 @@ import pytest
 from conftest import ROOT
 from hetero_exporter import smallfile
 from hetero_exporter.exposition.export import ExportFailures
-from hetero_exporter.exposition.export.nvsentinel import NvSentinelBridge, NvSentinelSettings
-from hetero_exporter.exposition.export.nvsentinel import state as nvs_state
+from hetero_exporter.health.act.nvsentinel import NvSentinelBridge, NvSentinelSettings
+from hetero_exporter.health.act.nvsentinel import state as nvs_state
 from hetero_exporter.model import DeviceIdentity
 from hetero_exporter.sdk import identity
 from hetero_exporter.sources import kernel_log

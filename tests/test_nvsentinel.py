@@ -28,12 +28,12 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from conftest import ROOT
 from hetero_exporter import config as config_mod
 from hetero_exporter.exposition.export import ExportFailures
-from hetero_exporter.exposition.export.nvsentinel import EXPORTER, NvSentinelBridge, NvSentinelSettings
-from hetero_exporter.exposition.export.nvsentinel import bridge as bridge_mod
-from hetero_exporter.exposition.export.nvsentinel import episodes as ep_mod
-from hetero_exporter.exposition.export.nvsentinel import health_event_pb2 as pb
-from hetero_exporter.exposition.export.nvsentinel import health_event_pb2_grpc as pb_grpc
-from hetero_exporter.exposition.export.nvsentinel import state as state_mod
+from hetero_exporter.health.act.nvsentinel import EXPORTER, NvSentinelBridge, NvSentinelSettings
+from hetero_exporter.health.act.nvsentinel import bridge as bridge_mod
+from hetero_exporter.health.act.nvsentinel import episodes as ep_mod
+from hetero_exporter.health.act.nvsentinel import health_event_pb2 as pb
+from hetero_exporter.health.act.nvsentinel import health_event_pb2_grpc as pb_grpc
+from hetero_exporter.health.act.nvsentinel import state as state_mod
 from hetero_exporter.health.detect import policy as policy_mod
 from hetero_exporter.health.detect import texts
 from hetero_exporter.health.detect.verdicts import HealthVerdicts
@@ -45,7 +45,7 @@ from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.validate import ValidationError
 
 NODE = "gpu-node-7"
-PKG = ROOT / "hetero_exporter" / "exposition" / "export" / "nvsentinel"
+PKG = ROOT / "hetero_exporter" / "health" / "act" / "nvsentinel"
 POLICY = policy_mod.load()
 
 GPU3 = DeviceIdentity("nvidia", "gpu", 3, "GPU-5d3c2a1e-0f6b-4b7a-9a51-3f1e2d4c5b60", model="H100-SXM5-80GB",
@@ -469,7 +469,7 @@ class _StubClient:
 
 
 def test_late_answers_grow_the_deadline_to_a_cap_and_an_absent_socket_costs_no_attempt(tmp_path, bridges):
-    from hetero_exporter.exposition.export.nvsentinel.client import SendError
+    from hetero_exporter.health.act.nvsentinel.client import SendError
     judge = Judge()
     late = bridges(sock="/nonexistent.sock", state_dir=None, start=False, timeout=1.0)
     late._client = _StubClient(SendError("DEADLINE_EXCEEDED: late", reached=True, late=True))
@@ -712,14 +712,14 @@ def test_regenerating_gives_the_committed_modules(tmp_path):
     pytest.importorskip("grpc_tools", reason="grpcio-tools not installed (pip install -e '.[test]')")
     from google.protobuf import descriptor_pb2
 
-    from hetero_exporter.exposition.export.nvsentinel.generate import generate
+    from hetero_exporter.health.act.nvsentinel.generate import generate
     fresh_pb2, fresh_grpc = generate(tmp_path)
     blob = re.search(rb"AddSerializedFile\((b'.*?')\)\n", fresh_pb2.read_bytes(), re.S)
     assert blob is not None, "generated health_event_pb2.py no longer embeds a serialized descriptor"
     fresh_fd = descriptor_pb2.FileDescriptorProto.FromString(ast.literal_eval(blob.group(1).decode()))
     committed_fd = descriptor_pb2.FileDescriptorProto()
     pb.DESCRIPTOR.CopyToProto(committed_fd)
-    assert fresh_fd == committed_fd, "out of date: python -m hetero_exporter.exposition.export.nvsentinel.generate"
+    assert fresh_fd == committed_fd, "out of date: python -m hetero_exporter.health.act.nvsentinel.generate"
     versions = lambda a, b: (re.search(r"Protobuf Python Version: (\S+)", a.read_text()).group(1),  # noqa: E731
                              re.search(r"GRPC_GENERATED_VERSION = '([^']+)'", b.read_text()).group(1))
     if versions(fresh_pb2, fresh_grpc) == versions(PKG / "health_event_pb2.py", PKG / "health_event_pb2_grpc.py"):
@@ -729,7 +729,7 @@ def test_regenerating_gives_the_committed_modules(tmp_path):
 
 def test_the_package_imports_neither_grpc_nor_protobuf_until_started():
     code = ("import sys\n"
-            "from hetero_exporter.exposition.export.nvsentinel import NvSentinelBridge, NvSentinelSettings\n"
+            "from hetero_exporter.health.act.nvsentinel import NvSentinelBridge, NvSentinelSettings\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'grpc' or m.startswith('google.protobuf')))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -803,7 +803,7 @@ def test_without_grpc_the_bridge_says_so_in_one_line_when_started():
     code = ("import sys\n"
             "sys.modules['grpc'] = None  # not installed\n"
             "from hetero_exporter.exposition.export import ExportFailures\n"
-            "from hetero_exporter.exposition.export.nvsentinel import NvSentinelBridge, NvSentinelSettings, "
+            "from hetero_exporter.health.act.nvsentinel import NvSentinelBridge, NvSentinelSettings, "
             "NvSentinelUnavailable\n"
             "b = NvSentinelBridge(NvSentinelSettings(), 'n', 'observe', None, ExportFailures(), "
             "condition_reason=lambda v, c: v + c)\n"

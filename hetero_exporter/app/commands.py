@@ -79,7 +79,7 @@ def _exporters(agent: Agent, reg: Any, store: Any, health: Any) -> None:
                                 selection=Selection.of(agent.config.metrics), version=__version__)
         agent.services.start("otlp", exporter.start, exporter.close)
     if nvsentinel is not None:
-        from hetero_exporter.exposition.export.nvsentinel.bridge import NvSentinelBridge
+        from hetero_exporter.health.act.nvsentinel.bridge import NvSentinelBridge
         from hetero_exporter.health.detect import texts
         policy = agent.settings.health.policy
         bridge = NvSentinelBridge(nvsentinel, agent.node, agent.settings.health.remedy.mode, agent.state_dir,

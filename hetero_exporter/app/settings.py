@@ -118,7 +118,7 @@ class OtlpSettings:
 def _nvsentinel(raw: Mapping[str, Any]) -> Any:
     if not raw:
         return None
-    from hetero_exporter.exposition.export.nvsentinel.settings import NvSentinelSettings
+    from hetero_exporter.health.act.nvsentinel.settings import NvSentinelSettings
     return NvSentinelSettings.parse(raw)
 
 
@@ -131,7 +131,7 @@ class Settings:
     attribution: AttributionSettings
     health: HealthSettings
     otlp: Optional[OtlpSettings] = None
-    nvsentinel: Any = None  # exposition.export.nvsentinel.settings.NvSentinelSettings, None: no bridge
+    nvsentinel: Any = None  # health.act.nvsentinel.settings.NvSentinelSettings, None: no bridge
 
     @classmethod
     def parse(cls, cfg: config_mod.Config, *, health_mode: Optional[str] = None,

@@ -1,4 +1,5 @@
-"""Outlets beyond the scrape: OTLP (``otlp``) and bridges to other engines (``nvsentinel``).
+"""Outlets beyond the scrape: OTLP (``otlp``), and the failure counter it shares with the
+NVSentinel bridge (a health output: ``health/act/nvsentinel``).
 
 Each exporter runs on its own thread or queue, so a slow or absent receiver never blocks
 sampling, a scrape or the health loop; what it could not deliver is counted here and

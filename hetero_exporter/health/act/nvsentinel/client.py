@@ -1,6 +1,6 @@
 """The one gRPC call of the bridge: ``PlatformConnector.HealthEventOccurredV1`` on a unix socket.
 
-The only module of exposition that imports grpc (.importlinter names it, and the generated
+The only module of the bridge that imports grpc (.importlinter names it, and the generated
 stub beside it, as the exceptions to "readers-see-only-the-model"). Every call has a
 deadline; a failed call closes the channel, so the next try connects afresh (no reconnect
 backoff of grpc's own in the way once the socket is back; the bridge keeps its own).
@@ -14,8 +14,8 @@ from typing import Any, Mapping, Optional, Sequence
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from hetero_exporter.exposition.export.nvsentinel import health_event_pb2 as pb
-from hetero_exporter.exposition.export.nvsentinel import health_event_pb2_grpc as pb_grpc
+from hetero_exporter.health.act.nvsentinel import health_event_pb2 as pb
+from hetero_exporter.health.act.nvsentinel import health_event_pb2_grpc as pb_grpc
 
 HEALTH_EVENTS_VERSION = 1
 CHANNEL_OPTIONS = (

@@ -4,9 +4,9 @@ import grpc
 import warnings
 
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
-from hetero_exporter.exposition.export.nvsentinel import health_event_pb2 as hetero__exporter_dot_exposition_dot_export_dot_nvsentinel_dot_health__event__pb2
+from hetero_exporter.health.act.nvsentinel import health_event_pb2 as hetero__exporter_dot_health_dot_act_dot_nvsentinel_dot_health__event__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -19,7 +19,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in hetero_exporter/exposition/export/nvsentinel/health_event_pb2_grpc.py depends on'
+        + ' but the generated code in hetero_exporter/health/act/nvsentinel/health_event_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -38,7 +38,7 @@ class PlatformConnectorStub:
         """
         self.HealthEventOccurredV1 = channel.unary_unary(
                 '/datamodels.PlatformConnector/HealthEventOccurredV1',
-                request_serializer=hetero__exporter_dot_exposition_dot_export_dot_nvsentinel_dot_health__event__pb2.HealthEvents.SerializeToString,
+                request_serializer=hetero__exporter_dot_health_dot_act_dot_nvsentinel_dot_health__event__pb2.HealthEvents.SerializeToString,
                 response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                 _registered_method=True)
 
@@ -59,7 +59,7 @@ def add_PlatformConnectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'HealthEventOccurredV1': grpc.unary_unary_rpc_method_handler(
                     servicer.HealthEventOccurredV1,
-                    request_deserializer=hetero__exporter_dot_exposition_dot_export_dot_nvsentinel_dot_health__event__pb2.HealthEvents.FromString,
+                    request_deserializer=hetero__exporter_dot_health_dot_act_dot_nvsentinel_dot_health__event__pb2.HealthEvents.FromString,
                     response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
     }
@@ -89,7 +89,7 @@ class PlatformConnector:
             request,
             target,
             '/datamodels.PlatformConnector/HealthEventOccurredV1',
-            hetero__exporter_dot_exposition_dot_export_dot_nvsentinel_dot_health__event__pb2.HealthEvents.SerializeToString,
+            hetero__exporter_dot_health_dot_act_dot_nvsentinel_dot_health__event__pb2.HealthEvents.SerializeToString,
             google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,

@@ -1,7 +1,7 @@
 """Regenerate ``health_event_pb2.py`` / ``health_event_pb2_grpc.py`` from ``health_event.proto`` with grpcio-tools.
 
-    python -m hetero_exporter.exposition.export.nvsentinel.generate            # rewrite the committed modules
-    python -m hetero_exporter.exposition.export.nvsentinel.generate --out DIR  # write them under DIR instead
+    python -m hetero_exporter.health.act.nvsentinel.generate            # rewrite the committed modules
+    python -m hetero_exporter.health.act.nvsentinel.generate --out DIR  # write them under DIR instead
 
 As for PodResources (sources/podresources/generate.py), the generated modules are committed: the
 agent needs only grpcio + protobuf at run time, not grpcio-tools; tests/test_nvsentinel.py
@@ -17,7 +17,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]  # the folder holding hetero_exporter/, so imports are package-qualified
-PROTO = "hetero_exporter/exposition/export/nvsentinel/health_event.proto"
+PROTO = "hetero_exporter/health/act/nvsentinel/health_event.proto"
 MODULES = ("health_event_pb2.py", "health_event_pb2_grpc.py")
 
 
@@ -40,7 +40,7 @@ def generate(out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, help="write under DIR/hetero_exporter/exposition/export/nvsentinel instead of in place")
+    ap.add_argument("--out", type=Path, help="write under DIR/hetero_exporter/health/act/nvsentinel instead of in place")
     args = ap.parse_args(argv)
     if args.out is not None:
         for p in generate(args.out):

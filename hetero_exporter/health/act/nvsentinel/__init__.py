@@ -10,9 +10,9 @@ health mode is enforce).
 Importing this package imports neither grpc nor protobuf: ``NvSentinelBridge.start`` does.
 """
 
-from hetero_exporter.exposition.export.nvsentinel.bridge import (  # noqa: F401
+from hetero_exporter.health.act.nvsentinel.bridge import (  # noqa: F401
     EXPORTER,
     NvSentinelBridge,
     NvSentinelUnavailable,
 )
-from hetero_exporter.exposition.export.nvsentinel.settings import NvSentinelSettings  # noqa: F401
+from hetero_exporter.health.act.nvsentinel.settings import NvSentinelSettings  # noqa: F401

@@ -7,7 +7,8 @@ waits on the socket or the disk. The sender thread saves the state file, then se
 unsent events in one call under a deadline; after a failed call it waits (``retry_min_seconds``,
 doubled per failure up to ``retry_max_seconds``) and tries again, while the socket is absent or
 down, as long as the bridge runs. Each failed call and each event dropped (the outbox full, or
-refused by the peer) counts once in ``ExportFailures("nvsentinel")``.
+refused by the peer) counts once in the export failures (``Failures``: ``ExportFailures`` of
+exposition, ``accelerator_export_failures_total{exporter="nvsentinel"}``).
 
 Across a restart with the same state dir: an episode whose opening was sent is not sent again
 while it stays open, and one that closed while the agent was down yields its recovery from the
@@ -25,12 +26,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Optional
-
-from hetero_exporter.exposition.export import ExportFailures
-from hetero_exporter.exposition.export.nvsentinel import state as state_file
-from hetero_exporter.exposition.export.nvsentinel.episodes import StateError, Tracker
-from hetero_exporter.exposition.export.nvsentinel.settings import NvSentinelSettings
+from typing import Any, Callable, Optional, Protocol
+from hetero_exporter.health.act.nvsentinel import state as state_file
+from hetero_exporter.health.act.nvsentinel.episodes import StateError, Tracker
+from hetero_exporter.health.act.nvsentinel.settings import NvSentinelSettings
 from hetero_exporter.model import Fault, NodeSnapshot
 from hetero_exporter.model.errors import ExitError
 
@@ -41,6 +40,15 @@ IDLE_SECONDS = 60.0  # the sender's longest sleep with nothing to send (it is wo
 JOIN_SECONDS = 10.0  # close() lets a call in flight finish this long at most, then cancels it
 MAX_REACHED_SENDS = 3  # calls that reached the peer without an answer in time, per event, then given up
 DEADLINE_GROWTH = 4.0  # a late answer doubles the next call's deadline, up to this times ``timeout``
+
+
+class Failures(Protocol):
+    """What the bridge counts its failed and dropped events in (exposition's ``ExportFailures``,
+    which app/commands.py hands in with the OTLP exporter's)."""
+
+    def declare(self, exporter: str) -> None: ...
+
+    def add(self, exporter: str, n: int = 1) -> None: ...
 
 
 class NvSentinelUnavailable(ExitError):
@@ -60,7 +68,7 @@ class NvSentinelBridge:
     are ignored, so a restart does not close an episode the judge has not restored yet."""
 
     def __init__(self, settings: NvSentinelSettings, node_name: str, mode: str, state_dir: Optional[str],
-                 failures: ExportFailures, *, condition_reason: Callable[[str, str], str],
+                 failures: Failures, *, condition_reason: Callable[[str, str], str],
                  fault_text: Optional[Callable[[str, Fault, str], str]] = None,
                  ready: Optional[Callable[[], bool]] = None) -> None:
         self.settings = settings
@@ -167,7 +175,7 @@ class NvSentinelBridge:
         if self._thread is not None:
             return
         try:
-            from hetero_exporter.exposition.export.nvsentinel.client import PlatformConnectorClient
+            from hetero_exporter.health.act.nvsentinel.client import PlatformConnectorClient
         except ImportError as e:
             raise NvSentinelUnavailable(f"nvsentinel: the bridge needs grpcio and protobuf ({e}); "
                                         "pip install 'hetero-exporter[all]'") from None

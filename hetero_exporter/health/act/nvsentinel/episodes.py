@@ -179,7 +179,7 @@ class Tracker:
     """Open episodes and the outbox of unsent events; ``observe`` folds in one judged snapshot.
 
     ``condition_reason(vendor, code)``: the node condition's reason (the health policy's
-    ``condition_reason``, handed in: exposition does not import the health rules);
+    ``condition_reason``, handed in: the tracker is pure and knows no policy);
     ``fault_text(vendor, fault, uuid)``: the condition's words for a fault (``texts.fault_text``
     with the policy), else ``default_fault_text``. Not thread-safe: the bridge locks around it."""
 
