@@ -89,3 +89,86 @@ def test_fuzz_parse_matrix(text):
     m = _tool_error(tables.parse_matrix, text, "t", r"GPU\d+")
     if m is not None:
         tables.pairs(m, ("NV4", "NV18", "MX"))
+
+
+# --------------------------------------------------------------------------- nvidia-smi-style summaries
+# (issue 37: one reader for nvidia-smi, ixsmi and xpu-smi 5.x)
+
+_SUMMARY = """\
+Tue Jan  1 00:00:00 2030
++------------------------------------------+
+| TOOL-SMI 1.0   Driver Version: 2.0       |
+|-------------------------------+----------|
+| GPU  Name                     | Bus-Id   |
+| Fan  Temp                     | Memory   |
+|===============================+==========|
+|   0  Card A                   | 01:00.0  |
+|  5%  40C                      | 1MiB     |
+|   1  Card B                   | 02:00.0  |
+|  6%  41C                      | 2MiB     |
++-------------------------------+----------+
++------------------------------------------+
+| Processes:                               |
+|  GPU   PID   Process name    GPU Memory  |
+|                              Usage       |
+|==========================================|
+|    0   123   /usr/bin/my app    500 MiB  |
+|    1   456   python              20MiB   |
++------------------------------------------+
+"""
+_SUMMARY_LABELS = (("Bus-Id", "bus"), ("Memory", "mem"), ("Name", "name"), ("Temp", "temp"), ("Fan", "fan"),
+                   ("GPU", "gpu"))
+_SUMMARY_PROCS = (("Process name", "name"), ("GPU Memory", "memory"), ("Usage", "memory"), ("PID", "pid"),
+                  ("GPU", "gpu"))
+
+
+def test_device_table_cuts_the_devices_under_their_header():
+    t = tables.device_table(_SUMMARY, "t", _SUMMARY_LABELS)
+    assert "Driver Version: 2.0" in t.title and t.banner() == ["Tue Jan  1 00:00:00 2030"]
+    assert len(t.header_rows) == 2 and [len(p) for p in t.devices] == [2, 2]  # two devices, one record
+    v = tables.record_values(t.devices[1], t.header, "t")
+    assert v["gpu"][0] == "1" and v["bus"][0] == "02:00.0" and v["mem"][0] == "2MiB" and v["temp"][0] == "41C"
+    rows = tables.process_rows(t.rest, "t", _SUMMARY_PROCS)
+    assert [(r.words["gpu"], r.words["pid"], r.name, r.words["memory"]) for r in rows] == [
+        ("0", "123", "/usr/bin/my app", "500MiB"), ("1", "456", "python", "20MiB")]
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("| GPU | x |\n|===|\n| 0 | 1 |\n", "no device header"),
+    (_SUMMARY.replace("|  6%  41C                      | 2MiB     |\n", ""), r"record of 3 row\(s\) under a header of 2"),
+    (_SUMMARY.replace("GPU   PID", "XPU   PID"), "process header without GPU and PID"),
+    (_SUMMARY.replace("   456   python", "   python"), "process row with 3 words under 4 labels"),
+])
+def test_device_table_and_process_rows_refuse_what_is_no_summary(text, msg):
+    with pytest.raises(ParseError, match=msg):
+        t = tables.device_table(text, "t", _SUMMARY_LABELS)
+        tables.process_rows(t.rest, "t", _SUMMARY_PROCS)
+
+
+def test_device_table_bounds_the_devices():
+    device = "|   0  Card A                   | 01:00.0  |\n|  5%  40C                      | 1MiB     |\n"
+    text = _SUMMARY.split("|===")[0] + "|====|\n" + device * (tables.MAX_DEVICES + 1)
+    with pytest.raises(ParseError, match="more than 1024 devices"):
+        tables.device_table(text, "t", _SUMMARY_LABELS)
+
+
+def test_process_rows_in_the_header_record_only_when_asked():
+    """xpu-smi draws no rule under its process header: its rows share the header's record."""
+    box = ("+---------------------------------+\n| Processes:                      |\n"
+           "|  XPU   PID   Process name       |\n|    0   123   app                |\n"
+           "+---------------------------------+\n")
+    labels = (("Process name", "name"), ("PID", "pid"), ("XPU", "xpu"))
+    recs = tables.records(tables.box_lines(box, "t"))
+    assert tables.process_rows(recs, "t", labels, device="xpu") == []
+    rows = tables.process_rows(recs, "t", labels, device="xpu", same_record=True)
+    assert [(r.words, r.name) for r in rows] == [({"xpu": "0", "pid": "123"}, "app")]
+
+
+@_FUZZ
+@given(mutated([_SUMMARY], "| +-=:/%.9MiB", "| 0x"))
+def test_fuzz_device_table_and_process_rows(text):
+    t = _tool_error(tables.device_table, text, "t", _SUMMARY_LABELS)
+    if t is not None:
+        for part in t.devices:
+            _tool_error(tables.record_values, part, t.header, "t")
+        _tool_error(tables.process_rows, t.rest, "t", _SUMMARY_PROCS)

@@ -29,6 +29,18 @@ PARTITION_ID = "partition_id"
 THROTTLE_ACTIVE = "clock_throttle_active"
 THROTTLE_ACCUMULATION = "throttle_accumulation_total"  # ACCUMULATION_COUNTER: samples counted
 
+# amdsmi_get_violation_status (ROCm 6.4+): which limit holds the clocks down now, as
+# clock_throttle_<reason> (1 while active); the reasons in the vocabulary nvml uses where they
+# mean the same (power_cap, hw_thermal), AMD's own otherwise. A field amdsmi answers "N/A" for
+# is unsupported. (Here, not in amdsmi/collector.py: its fake answers the same keys.)
+VIOLATIONS: tuple[tuple[str, str], ...] = (
+    ("power_cap", "active_ppt_pwr"),           # package power tracking (PVIOL)
+    ("socket_thermal", "active_socket_thrm"),  # socket temperature limit (TVIOL)
+    ("hw_thermal", "active_prochot_thrm"),     # PROCHOT: the hardware thermal signal
+    ("vr_thermal", "active_vr_thrm"),          # voltage regulator temperature
+    ("hbm_thermal", "active_hbm_thrm"),        # HBM temperature
+)
+
 
 def throttle_active_field(reason: str) -> str:
     """``<REASON>_VIOLATION_STATUS`` (ACTIVE -> 1, NOT ACTIVE -> 0), named as NVIDIA's clock reasons."""

@@ -7,6 +7,10 @@ the lines, ``records`` groups the content rows between borders, ``cell_labels`` 
 labels of a header cell and their columns, ``cell_values`` gives each group of text in a data
 cell to the label whose column is nearest (so a value that slid a column still lands right).
 
+``device_table`` and ``process_rows`` read the nvidia-smi-style summary whole (nvidia-smi,
+ixsmi and xpu-smi 5.x print it): the device header, one record per device under it, the
+``Processes:`` box after it.
+
 ``parse_matrix`` reads a ``topo -m`` style matrix (a header of device names, one row per
 device, a ``Legend:`` after it).
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Pattern, Sequence
 
 from hetero_exporter.sdk.contract import ParseError
 
@@ -203,6 +207,112 @@ def record_values(record: Sequence[BoxLine], header: Sequence[Sequence[Sequence[
             for key, val in cell_values(cell, labels).items():
                 values.setdefault(key, (val, row.lineno))
     return values
+
+
+# --------------------------------------------------------------------------- nvidia-smi-style summaries
+
+# where the device records end: the process box (its title or its header row)
+PROCESSES = re.compile(r"Processes:|\bPID\b")
+_NO_PROCESSES = re.compile(r"No running (?:compute )?processes found", re.I)
+_HEADER_REST = re.compile(r"(?:ID|Usage|\s)*")  # "ID  ID  Usage": the process header's second row
+_SPLIT_UNIT = re.compile(r"(\d)\s+(MiB|GiB|KiB|MB)\b")  # "500 MiB" is one word
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """An nvidia-smi-style summary: ``title`` the text of the records above the device header
+    (the tool, driver and runtime versions), ``header`` its labels (``header_labels``), ``devices``
+    one record part per device (as many rows as the header), ``rest`` the records after the
+    devices (a MIG box, the process box), ``lines`` every line (``box_lines``, not strict)."""
+
+    lines: tuple[BoxLine, ...]
+    title: str
+    header_rows: tuple[BoxLine, ...]
+    header: list[list[list[Label]]]
+    devices: tuple[tuple[BoxLine, ...], ...]
+    rest: tuple[tuple[BoxLine, ...], ...]
+
+    def banner(self) -> list[str]:
+        """The text lines above the header (a timestamp line)."""
+        return [ln.text for ln in self.lines if ln.kind == "text" and ln.lineno < self.header_rows[0].lineno]
+
+
+def device_table(text: str, tool: str, labels: Sequence[tuple[str, str]], *, device: str = "GPU",
+                 end: Pattern[str] = PROCESSES) -> DeviceTable:
+    """Read the device part of an nvidia-smi-style summary. The header is the first record
+    naming ``device`` (a word) and ``Bus-Id``; the device records follow it, up to the first
+    record with a line ``end`` finds. A record of several devices (no border between them) is
+    cut into parts of the header's row count; more than MAX_DEVICES devices is a ParseError."""
+    lines = box_lines(text, tool, strict=False)
+    recs = records(lines)
+    word = re.compile(rf"\b{re.escape(device)}\b")
+    at = next((i for i, r in enumerate(recs)
+               if any("Bus-Id" in ln.text for ln in r) and any(word.search(ln.text) for ln in r)), None)
+    if at is None:
+        raise ParseError(tool, f"no device header (a row naming {device} and Bus-Id)")
+    head = recs[at]
+    if any(len(r.cells) != len(head[0].cells) for r in head):
+        raise ParseError(tool, "the header rows have different cell counts", head[-1].lineno)
+    n = len(head)
+    parts: list[tuple[BoxLine, ...]] = []
+    i = at + 1
+    while i < len(recs) and not any(end.search(ln.text) for ln in recs[i]):
+        rec = recs[i]
+        if len(rec) % n:
+            raise ParseError(tool, f"a {device} record of {len(rec)} row(s) under a header of {n}", rec[0].lineno)
+        for j in range(0, len(rec), n):
+            parts.append(tuple(rec[j:j + n]))
+            check_devices(len(parts), tool, rec[j].lineno)
+        i += 1
+    return DeviceTable(lines=tuple(lines), title=" ".join(ln.text for r in recs[:at] for ln in r),
+                       header_rows=tuple(head), header=header_labels(head, labels), devices=tuple(parts),
+                       rest=tuple(tuple(r) for r in recs[i:]))
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    """One process row: ``words`` label key -> the word under it, ``name`` the words between
+    the labels before and after the name column (a process name may hold blanks)."""
+
+    words: dict[str, str]
+    name: str
+    lineno: int
+
+
+def process_rows(recs: Sequence[Sequence[BoxLine]], tool: str, labels: Sequence[tuple[str, str]], *,
+                 device: str = "gpu", name_required: bool = True, same_record: bool = False) -> list[ProcessRow]:
+    """The rows under the process header (the first row naming PID; it must name ``device``
+    and ``pid`` among ``labels``), read in the header's order; ``No running processes found``
+    rows are skipped. ``name_required``: a row must hold a word for the name column;
+    ``same_record``: process rows may follow the header in its own record (xpu-smi draws no
+    rule under it), else the rest of the header's record is its title and units."""
+    head: Optional[list[str]] = None
+    out: list[ProcessRow] = []
+    for rec in recs:
+        rows: Sequence[BoxLine] = rec
+        if head is None:
+            row = next((r for r in rec if re.search(r"\bPID\b", r.joined)), None)
+            if row is None:
+                continue
+            head = [lab.key for lab in cell_labels(" ".join(row.cells), labels) if not lab.key.startswith("?")]
+            if "pid" not in head or device not in head:
+                raise ParseError(tool, f"process header without {device.upper()} and PID", row.lineno)
+            rows = [r for r in rec[rec.index(row) + 1:] if same_record and not _HEADER_REST.fullmatch(r.joined)]
+        out += [_process_row(row, head, tool, name_required) for row in rows
+                if not _NO_PROCESSES.match(row.joined)]
+    return out
+
+
+def _process_row(row: BoxLine, head: Sequence[str], tool: str, name_required: bool) -> ProcessRow:
+    words = _SPLIT_UNIT.sub(r"\1\2", row.joined).split()
+    named = "name" in head
+    k = head.index("name") if named else len(head)
+    before, after = head[:k], head[k + 1:]
+    if len(words) < len(before) + len(after) + (1 if named and name_required else 0):
+        raise ParseError(tool, f"process row with {len(words)} words under {len(head)} labels", row.lineno)
+    got = dict(zip(before, words))
+    got.update(zip(after, words[len(words) - len(after):] if after else []))
+    return ProcessRow(got, " ".join(words[len(before):len(words) - len(after)]) if named else "", row.lineno)
 
 
 # --------------------------------------------------------------------------- link matrices

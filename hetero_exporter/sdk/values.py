@@ -7,13 +7,21 @@ ratios) or None for NA; anything else raises ``ValueError`` with the text, which
 into a ParseError naming the tool, field and line. ``integer`` reads an index, pid or count
 (ASCII digits, at most ``MAX_DIGITS``: ``int()`` of a 4,300-digit string raises a ValueError of
 its own, and ``str.isdigit`` passes digits ``int()`` refuses, such as ``²``).
+
+The ``checked_*`` readers are what a parser calls on a cell: the value in base units, None for
+NA, or a ParseError naming the tool, the field and the line (the one exception a parser lets
+escape); ``present`` is a text field (None for NA), ``decoded`` a binding's string.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Mapping, Optional
+
+from hetero_exporter.sdk import pciaddr
+from hetero_exporter.sdk.contract import ParseError
 
 NA = frozenset({"", "n/a", "na", "-", "--", "[n/a]", "not supported", "[not supported]", "unknown",
                 "none", "null", "not available", "[unknown error]", "unavailable", "unsupported"})
@@ -92,3 +100,130 @@ def integer(text: Optional[str], limit: int = MAX_DIGITS) -> Optional[int]:
     if not 0 < len(t) <= limit or not t.isascii() or not t.isdigit():
         return None
     return int(t)
+
+
+def present(text: Optional[str]) -> Optional[str]:
+    """A text field (a name, serial, state) stripped; None for NA."""
+    return None if text is None or is_na(text) else text.strip()
+
+
+def decoded(value: object) -> str:
+    """A binding's string: bytes as UTF-8 (a bad byte replaced, never an exception), else ``str``."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def checked_quantity(text: Optional[str], unit: str, tool: str, what: str,
+                     line: Optional[int] = None) -> Optional[float]:
+    """``quantity(text, unit)`` of a cell; None for NA, also followed by ``unit`` (``N/A %``);
+    ParseError for text that is no quantity and for one out of range once in base units
+    (``1e308 MiB`` overflows as bytes)."""
+    t = "" if text is None else text.strip()
+    if unit and t[-len(unit):].lower() == unit.lower() and is_na(t[:-len(unit)]):
+        return None
+    try:
+        v = quantity(text, unit)
+    except ValueError as e:
+        raise ParseError(tool, f"{what}: {e}", line) from None
+    if v is not None and not math.isfinite(v):
+        raise ParseError(tool, f"{what}: {str(text).strip()[:20]!r} is out of range", line)
+    return v
+
+
+def checked_index(text: Optional[str], tool: str, what: str, line: Optional[int] = None,
+                  digits: int = 6) -> int:
+    """A device index, pid or count in ASCII digits (at most ``digits``: an index has a few);
+    ParseError for anything else, NA included."""
+    got = integer(text, digits)
+    if got is None:
+        raise ParseError(tool, f"{what}: expected a whole number (a device index, pid or count), got "
+                                f"{str(text).strip()[:20]!r}", line)
+    return got
+
+
+def checked_integer(text: Optional[str], tool: str, what: str, line: Optional[int] = None,
+                    digits: int = MAX_DIGITS) -> Optional[int]:
+    """``checked_index`` of a cell that may be NA (None)."""
+    return None if is_na(text) else checked_index(text, tool, what, line, digits)
+
+
+def checked_pci(text: Optional[str], tool: str, what: str, line: Optional[int] = None, *,
+                default_function: Optional[int] = 0) -> Optional[str]:
+    """A PCI address in the model's form (sdk.pciaddr); None for NA; ParseError otherwise.
+    ``default_function``: as ``pciaddr.normalize`` (None: an address without one is refused)."""
+    if text is None or is_na(text):
+        return None
+    bus = pciaddr.normalize(text, default_function=default_function)
+    if bus is None:
+        raise ParseError(tool, f"{what}: not a PCI address: {text.strip()[:30]!r}", line)
+    return bus
+
+
+def halves(text: str) -> Optional[tuple[str, str]]:
+    """The two texts of ``used / total``; None when the whole is NA; ValueError unless there are
+    exactly two. The slash of an NA spelling (``N/A / 350W``, ``93W / [N/A]``) splits nothing."""
+    if is_na(text):
+        return None
+    parts: list[str] = []
+    for piece in text.split("/"):
+        if parts and not is_na(parts[-1]) and is_na(parts[-1] + "/" + piece):
+            parts[-1] += "/" + piece
+        else:
+            parts.append(piece)
+    if len(parts) != 2:
+        raise ValueError(f"expected 'USED / TOTAL', got {text.strip()[:40]!r}")
+    return parts[0], parts[1]
+
+
+def unit_after_number(text: str) -> str:
+    """The letters after the leading number of ``32768 MB`` (``MB``); "" when there are none or
+    the text is no number and letters. Read by index: the number's ``e`` is also a letter, and a
+    pattern for both would try each split of a long run of them."""
+    n = len(text) - len(text.lstrip("-+0123456789.eE"))
+    rest = text[n:].strip()
+    return rest if n and _LETTERS.fullmatch(rest) else ""
+
+
+_LETTERS = re.compile(r"[A-Za-z]+")
+
+
+def checked_pair(text: str, unit: str, tool: str, what: str, line: Optional[int] = None, *,
+                 shared_unit: bool = False) -> tuple[Optional[float], Optional[float]]:
+    """``116MiB / 32768MiB``, ``93W / N/A``: (used, total) by ``checked_quantity``, None for an NA
+    half (both for an NA whole). ``shared_unit``: the unit printed after the total applies to
+    the used value when that prints none (``810 / 65536 MiB``); else ``unit`` does."""
+    try:
+        got = halves(text)
+    except ValueError as e:
+        raise ParseError(tool, f"{what}: {e}", line) from None
+    if got is None:
+        return None, None
+    used, total = got
+    used_unit = (unit_after_number(total.strip()) or unit) if shared_unit else unit
+    return (checked_quantity(used, used_unit, tool, what, line),
+            checked_quantity(total, unit, tool, what, line))
+
+
+@dataclass(frozen=True)
+class Cells:
+    """The ``checked_*`` readers bound to one tool's name (``CELLS = values.Cells(TOOL)`` in a
+    parser module), so a call names only the cell: ``CELLS.quantity(text, "MiB", "Memory", line)``."""
+
+    tool: str
+
+    def quantity(self, text: Optional[str], unit: str, what: str, line: Optional[int] = None) -> Optional[float]:
+        return checked_quantity(text, unit, self.tool, what, line)
+
+    def pair(self, text: str, unit: str, what: str, line: Optional[int] = None, *,
+             shared_unit: bool = False) -> tuple[Optional[float], Optional[float]]:
+        return checked_pair(text, unit, self.tool, what, line, shared_unit=shared_unit)
+
+    def index(self, text: Optional[str], what: str, line: Optional[int] = None, digits: int = 6) -> int:
+        return checked_index(text, self.tool, what, line, digits)
+
+    def integer(self, text: Optional[str], what: str, line: Optional[int] = None,
+                digits: int = MAX_DIGITS) -> Optional[int]:
+        return checked_integer(text, self.tool, what, line, digits)
+
+    def pci(self, text: Optional[str], what: str, line: Optional[int] = None, *,
+            default_function: Optional[int] = 0) -> Optional[str]:
+        return checked_pci(text, self.tool, what, line, default_function=default_function)

@@ -50,6 +50,7 @@ from types import SimpleNamespace
 from typing import Any, Optional
 
 from hetero_exporter.collectors.amd import versions
+from hetero_exporter.collectors.amd.fields import VIOLATIONS
 from hetero_exporter.collectors.amd.identity import simulated_unique_id
 from hetero_exporter.model.scenario import DeviceSpec, Scenario
 
@@ -536,7 +537,6 @@ class FakeAmdSmi:
 
     def amdsmi_get_violation_status(self, h: _Handle) -> dict:
         """Throttle flags from the device values clock_throttle_<reason> (0/1); "N/A" where absent."""
-        from hetero_exporter.collectors.amd.amdsmi.collector import VIOLATIONS
         spec, t = self._dev(h, "amdsmi_get_violation_status")
         out: dict = {}
         for reason, key in VIOLATIONS:

@@ -19,10 +19,13 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Optional
 
-from .parse import TOOL, IxGpu, IxProcess, IxsmiOutput, _bus, _index, _qty, _word
-from hetero_exporter.sdk import tables
+from hetero_exporter.sdk import tables, values
 from hetero_exporter.sdk import xmldoc
 from hetero_exporter.sdk.contract import ParseError
+
+from .output import TOOL, IxGpu, IxProcess, IxsmiOutput
+
+CELLS = values.Cells(TOOL)
 
 
 def _document(text: str) -> ET.Element:
@@ -36,7 +39,7 @@ def _t(el: ET.Element, path: str) -> Optional[str]:
 
 def _q(el: ET.Element, path: str, unit: str) -> Optional[float]:
     v = _t(el, path)
-    return None if v is None else _qty(v, unit, path, None)
+    return None if v is None else CELLS.quantity(v, unit, path)
 
 
 def parse_xml(text: str) -> IxsmiOutput:
@@ -47,34 +50,34 @@ def parse_xml(text: str) -> IxsmiOutput:
     seen: set[int] = set()
     for n, g in enumerate(root.findall("gpu")):
         minor = _t(g, "minor_number")
-        index = _index(minor, "minor_number", None) if minor is not None and _word(minor) else n
+        index = CELLS.index(minor, "minor_number") if values.present(minor) else n
         if index in seen:
             raise ParseError(TOOL, f"GPU {index} listed twice")
         seen.add(index)
         bus = _t(g, "pci/pci_bus_id") or g.get("id")
         gpus.append(IxGpu(
-            index=index, name=_word(_t(g, "product_name")) or "", bus_id=_bus(bus, "pci_bus_id", None) if bus else None,
-            uuid=_word(_t(g, "uuid")), serial=_word(_t(g, "serial")),
+            index=index, name=values.present(_t(g, "product_name")) or "", bus_id=CELLS.pci(bus, "pci_bus_id"),
+            uuid=values.present(_t(g, "uuid")), serial=values.present(_t(g, "serial")),
             fan_ratio=_q(g, "fan_speed", "%"), temperature_celsius=_q(g, "temperature/gpu_temp", "C"),
-            perf_state=_word(_t(g, "performance_state")),
+            perf_state=values.present(_t(g, "performance_state")),
             power_watts=_q(g, "power_readings/gpu_power_draw", "W"),
             power_limit_watts=_q(g, "power_readings/current_gpu_power_limit", "W"),
             memory_used_bytes=_q(g, "memory_usage/used", "MiB"), memory_total_bytes=_q(g, "memory_usage/total", "MiB"),
             utilization_ratio=_q(g, "utilization/gpu_util", "%"),
             memory_utilization_ratio=_q(g, "utilization/memory_util", "%"),
             clock_sm_hertz=_q(g, "clocks/sm_clock", "MHz"), clock_memory_hertz=_q(g, "clocks/mem_clock", "MHz"),
-            compute_mode=_word(_t(g, "compute_mode")), ecc_uncorrected=_q(g, "ecc_errors/double_bit", "")))
+            compute_mode=values.present(_t(g, "compute_mode")), ecc_uncorrected=_q(g, "ecc_errors/double_bit", "")))
         tables.check_devices(len(gpus), TOOL)
         for p in g.findall("processes/process_info"):
             pid = _t(p, "pid") or ""
             if not re.fullmatch(r"\d{1,8}", pid):  # Linux pids reach 4194304 (7 digits)
                 raise ParseError(TOOL, f"process pid: expected a number, got {pid[:20]!r}")
             procs.append(IxProcess(gpu=index, pid=int(pid),
-                                   name=_word(_t(p, "process_name")) or "",
+                                   name=values.present(_t(p, "process_name")) or "",
                                    memory_bytes=_q(p, "used_memory", "MiB")))
     if not gpus:
         raise ParseError(TOOL, "no <gpu> element")
     return IxsmiOutput(layout="xml", gpus=tuple(gpus), processes=tuple(procs),
-                       driver_version=_word(_t(root, "driver_version")), cuda_version=_word(_t(root, "cuda_version")),
+                       driver_version=values.present(_t(root, "driver_version")), cuda_version=values.present(_t(root, "cuda_version")),
                        timestamp=_t(root, "timestamp"),
                        process_section=all(g.find("processes") is not None for g in root.findall("gpu")))

@@ -61,6 +61,7 @@ PROC_LABELS = (
 # optional words each behind their own blanks (no nested optional blank runs: linear search)
 _DRIVER = re.compile(r"Driver\s+Version(?:\s*:)?\s*(\d[\w.+-]{0,40})", re.I)
 _CUDA = re.compile(r"CUDA\s+Version(?:\s*:)?\s*(\d{1,3}\.\d{1,3})", re.I)
+_BOXES_AFTER = re.compile(r"(?:Processes|MIG devices)\s*:")  # the GPU records end at either box
 QUALITY = {
     F.MEMORY_USED: Quality(f"{TOOL}: Memory-Usage (used)", "measured", None, MIB),
     F.MEMORY_TOTAL: Quality(f"{TOOL}: Memory-Usage (total)", "measured", None, MIB),
@@ -194,85 +195,46 @@ def _migs(recs: Sequence[Sequence[tables.BoxLine]], gpus: dict[int, DeviceSample
 
 
 def _processes(recs: Sequence[Sequence[tables.BoxLine]]) -> list[tuple[int, Optional[int], Optional[int], ProcessSample]]:
-    """(GPU, GI, CI, process) per row after the header row naming PID; the process name may
-    hold spaces (the labels around it take one word each)."""
-    head: Optional[list[str]] = None
+    """(GPU, GI, CI, process) per row of the process box (sdk.tables.process_rows)."""
     out = []
-    for rec in recs:
-        if head is None:
-            row = next((r for r in rec if re.search(r"\bPID\b", r.joined)), None)
-            if row is not None:
-                head = [lab.key for lab in tables.cell_labels(" ".join(row.cells), PROC_LABELS)
-                        if not lab.key.startswith("?")]
-                if "pid" not in head or "gpu" not in head:
-                    raise ParseError(TOOL, "process header without GPU and PID", row.lineno)
-            continue
-        for row in rec:
-            text = row.joined
-            if re.match(r"No running (?:compute )?processes found", text, re.I):
-                continue
-            words = re.sub(r"(\d)\s+(MiB|GiB|KiB)\b", r"\1\2", text).split()
-            k = head.index("name") if "name" in head else len(head)
-            before, after = head[:k], head[k + 1:]
-            if len(words) < len(before) + len(after):
-                raise ParseError(TOOL, f"process row with {len(words)} words under {len(head)} labels", row.lineno)
-            got = dict(zip(before, words))
-            got.update(zip(after, words[len(words) - len(after):] if after else []))
-            name = " ".join(words[len(before):len(words) - len(after)]) if "name" in head else ""
-            try:
-                mem = _qty(got.get("memory", "N/A"), "MiB")
-            except _Bad:  # "13583..." (R580 truncates 6-digit MiB): not a value
-                mem = None
-            gi, ci = (int(got[k]) if re.fullmatch(r"[0-9]{1,6}", got.get(k, "")) else None for k in ("gi", "ci"))
-            proc = ProcessSample(pid=_index(got["pid"], "process PID", row.lineno), name=name or None,
-                                 memory_bytes=None if mem is None else int(mem))
-            out.append((_index(got["gpu"], "process GPU", row.lineno), gi, ci, proc))
+    for row in tables.process_rows(recs, TOOL, PROC_LABELS, name_required=False):
+        got = row.words
+        try:
+            mem = _qty(got.get("memory", "N/A"), "MiB")
+        except _Bad:  # "13583..." (R580 truncates 6-digit MiB): not a value
+            mem = None
+        gi, ci = (int(got[k]) if re.fullmatch(r"[0-9]{1,6}", got.get(k, "")) else None for k in ("gi", "ci"))
+        proc = ProcessSample(pid=_index(got["pid"], "process PID", row.lineno), name=row.name or None,
+                             memory_bytes=None if mem is None else int(mem))
+        out.append((_index(got["gpu"], "process GPU", row.lineno), gi, ci, proc))
     return out
 
 
 def parse(text: str) -> NodeSnapshot:
     """The GPUs (and MIG instances) of the default table with their processes."""
-    lines = tables.box_lines(text, TOOL, strict=False)
-    recs = tables.records(lines)
-    at = next((i for i, r in enumerate(recs)
-               if any("Bus-Id" in ln.text for ln in r) and any(re.search(r"\bGPU\b", ln.text) for ln in r)), None)
-    if at is None:
-        raise ParseError(TOOL, "no GPU header (a row naming GPU and Bus-Id)")
-    header_rows = recs[at]
-    if any(len(r.cells) != len(header_rows[0].cells) for r in header_rows):
-        raise ParseError(TOOL, "the header rows have different cell counts", header_rows[-1].lineno)
-    header = tables.header_labels(header_rows, LABELS)
-    title = " ".join(ln.text for r in recs[:at] for ln in r)
-    driver, cuda = _DRIVER.search(title), _CUDA.search(title)
-    stamp = next((ln.text for ln in lines if ln.kind == "text" and ln.lineno < header_rows[0].lineno), None)
+    table = tables.device_table(text, TOOL, LABELS, end=_BOXES_AFTER)
+    driver, cuda = _DRIVER.search(table.title), _CUDA.search(table.title)
+    stamp = next(iter(table.banner()), None)
     when = _timestamp(stamp) or 0.0
     gpus: dict[int, DeviceSample] = {}
-    i = at + 1
-    while i < len(recs) and not any(re.search(r"(?:Processes|MIG devices)\s*:", ln.text) for ln in recs[i]):
-        rec = recs[i]
-        if len(rec) % len(header_rows):
-            raise ParseError(TOOL, f"a GPU record of {len(rec)} row(s) under a header of {len(header_rows)}",
-                             rec[0].lineno)
-        for j in range(0, len(rec), len(header_rows)):  # several GPUs without a border between
-            g = _gpu(rec[j:j + len(header_rows)], header, driver.group(1) if driver else None,
-                     cuda.group(1) if cuda else None, when)
-            if g.identity.index in gpus:
-                raise ParseError(TOOL, f"GPU {g.identity.index} listed twice", rec[j].lineno)
-            gpus[g.identity.index] = g
-            tables.check_devices(len(gpus), TOOL, rec[j].lineno)
-        i += 1
-    proc_at = next((k for k in range(i, len(recs)) if any("Processes" in ln.text for ln in recs[k])), len(recs))
-    migs = _migs(recs[i:proc_at], gpus, when)
+    for part in table.devices:
+        g = _gpu(part, table.header, driver.group(1) if driver else None, cuda.group(1) if cuda else None, when)
+        if g.identity.index in gpus:
+            raise ParseError(TOOL, f"GPU {g.identity.index} listed twice", part[0].lineno)
+        gpus[g.identity.index] = g
+    rest = table.rest
+    proc_at = next((k for k in range(len(rest)) if any("Processes" in ln.text for ln in rest[k])), len(rest))
+    migs = _migs(rest[:proc_at], gpus, when)
     tables.check_devices(len(gpus) + len(migs), TOOL)
     owned: dict[str, list[ProcessSample]] = {}
-    for gpu, gi, ci, proc in _processes(recs[proc_at:]):
+    for gpu, gi, ci, proc in _processes(rest[proc_at:]):
         if gpu not in gpus:
             raise ParseError(TOOL, f"a process on GPU {gpu}, which the table does not list")
         mig = migs.get((gpu, gi, ci)) if gi is not None else None
         uuid = (mig or gpus[gpu]).identity.uuid
         owned.setdefault(uuid, []).append(ProcessSample(pid=proc.pid, device_uuid=uuid, name=proc.name,
                                                         memory_bytes=proc.memory_bytes))
-    reported = proc_at < len(recs)
+    reported = proc_at < len(rest)
     by_gpu: dict[int, list[DeviceSample]] = {}
     for (gpu, _gi, _ci), m in migs.items():
         by_gpu.setdefault(gpu, []).append(m)
