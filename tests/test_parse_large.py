@@ -38,7 +38,7 @@ from hetero_exporter.collectors.metax.mx_smi import parse as mx
 from hetero_exporter.collectors.mthreads.gmi import parse as gmi
 from hetero_exporter.collectors.nvidia.nvidia_smi import parse as nv
 from hetero_exporter.model import to_dict
-from hetero_exporter.sdk import blocks, tables
+from hetero_exporter.sdk import blocks, tables, values
 from hetero_exporter.sdk.contract import ParseError
 
 BOUND_SECONDS = 120  # a hang guard: each case takes well under a second
@@ -286,7 +286,7 @@ def test_long_runs_in_the_other_vendors_fields():
     assert finishes(lambda: ixsmi._VERSIONS["ml"].search("IXSMI" + " " * 20_000 + "x")) is None
     assert finishes(efsmi.detect, "DEV ID" + " " * 1_000_000 + "x\n") == "efsmi"
     assert finishes(lambda: efsmi._KV.match("Key :" + " " * 200_000 + "!").group(2).strip()) == "!"
-    assert finishes(xpu._unit_after_number, "1" + "e" * 200_000 + "!") == ""
+    assert finishes(values.unit_after_number, "1" + "e" * 200_000 + "!") == ""
     assert finishes(xpu._unit_label, "(" * 200_000 + ")") == ("", "(" * 199_999)
     assert finishes(lambda: amd._KV.match("    Key:" + " " * 200_000 + "!").group("value")) == "!"
     assert finishes(lambda: nv._TEXT_KV.match("    Key :" + " " * 200_000 + "!").group("value")) == "!"
@@ -379,7 +379,7 @@ def test_row_readers_read_lines_as_the_patterns_did(line):
     old = OLD_XPU_LABEL.match(line)
     assert xpu._unit_label(line) == ((old.group(1), old.group(2)) if old else (line, ""))
     old = OLD_XPU_UNIT.match(s)
-    assert xpu._unit_after_number(s) == (old.group(1) if old else "")
+    assert values.unit_after_number(s) == (old.group(1) if old else "")
 
 
 def _quantity_ok(text):

@@ -259,7 +259,7 @@ def device_table(text: str, tool: str, labels: Sequence[tuple[str, str]], *, dev
     while i < len(recs) and not any(end.search(ln.text) for ln in recs[i]):
         rec = recs[i]
         if len(rec) % n:
-            raise ParseError(tool, f"a {device} record of {len(rec)} row(s) under a header of {n}", rec[0].lineno)
+            raise ParseError(tool, f"a device record of {len(rec)} row(s) under a header of {n}", rec[0].lineno)
         for j in range(0, len(rec), n):
             parts.append(tuple(rec[j:j + n]))
             check_devices(len(parts), tool, rec[j].lineno)

@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 from hetero_exporter.model import fields as F
 from hetero_exporter.sdk.fake_tool import tool_entry
 
-from .parse import MIB
+from .output import MIB
 
 VENDOR = "kunlunxin"
 TOOL = "xpu_smi"

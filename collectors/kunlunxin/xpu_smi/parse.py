@@ -28,87 +28,18 @@ no unit.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from hetero_exporter.sdk import pciaddr, tables, values
+from hetero_exporter.sdk import tables, values
 from hetero_exporter.sdk.contract import ParseError
 
-TOOL = "xpu-smi"  # the ``parse`` name (and the fixtures folder); the XRE binary is xpu_smi
-MIB = 1 << 20
+from .output import (CELLS, MIB, TOOL, VideoEngine, XpuDevice, XpuProcess, XpuSmi,  # noqa: F401 - API
+                     cell_text)
+
 _TITLE = re.compile(r"^[A-Z][A-Z0-9 _/-]{1,40}$")
 _KEY_VALUE = re.compile(r"^([A-Za-z][A-Za-z0-9 ._-]{0,40}?)\s*:\s*(\S.*)$")
-_OK_STATES = {"n", "normal", "r", "running", "ok"}
-
-
-@dataclass(frozen=True)
-class XpuDevice:
-    """One DEVICES row. Bytes for memory / L3 (printed in MB), ratio for UseRate (%), W, C, Hz;
-    None where the tool prints N/A or the version has no such column."""
-
-    index: int  # DevID (the /dev/xpuN number)
-    bus_id: Optional[str]
-    model: str
-    serial: Optional[str]
-    inode: Optional[str]
-    state: Optional[str]  # State column as printed ("N"); None where the layout has none
-    utilization_ratio: Optional[float]
-    l3_used_bytes: Optional[float]
-    l3_total_bytes: Optional[float]
-    memory_used_bytes: Optional[float]
-    memory_total_bytes: Optional[float]
-    power_watts: Optional[float] = None
-    temperature_celsius: Optional[float] = None
-    clock_hertz: Optional[float] = None
-    firmware: Optional[str] = None
-    cpld: Optional[str] = None
-    line: int = 0
-    # the xpu-smi 5.x box (box.py) and ``-q`` (query.py) outputs also print these
-    power_limit_watts: Optional[float] = None  # Pwr:Usage/Cap cap, -q Enforced Power Limit (W)
-    ecc_uncorrected: Optional[float] = None  # Volatile Uncorr. ECC, -q Volatile DRAM Uncorrectable
-    uuid: Optional[str] = None  # -q XPU UUID (printed with a GPU- prefix)
-
-    @property
-    def state_ok(self) -> Optional[bool]:
-        return None if self.state is None else self.state.strip().lower() in _OK_STATES
-
-
-@dataclass(frozen=True)
-class VideoEngine:
-    """One VIDEO cell (``0 %, 0 fps, 800 MHz``): busy ratio, frames per second, clock (Hz)."""
-
-    utilization_ratio: Optional[float]
-    fps: Optional[float]
-    clock_hertz: Optional[float]
-
-
-@dataclass(frozen=True)
-class XpuProcess:
-    index: int  # DevID
-    pid: int
-    streams: Optional[int]
-    l3_bytes: Optional[float]
-    memory_bytes: Optional[float]
-    command: str
-
-
-@dataclass(frozen=True)
-class XpuSmi:
-    """One parsed output. ``process_section``: a PROCESSES table was printed (empty or not)."""
-
-    runtime_version: Optional[str]
-    driver_version: Optional[str]
-    devices: tuple[XpuDevice, ...]
-    video: Mapping[int, Mapping[str, VideoEngine]] = field(default_factory=dict)
-    processes: tuple[XpuProcess, ...] = ()
-    process_section: bool = False
-    sections: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict:
-        import dataclasses
-        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -122,61 +53,6 @@ class _Table:
 
 def _label(text: str) -> str:
     return " ".join(text.split()).lower()
-
-
-def _finite(v: Optional[float], what: str, line: int) -> Optional[float]:
-    if v is not None and not math.isfinite(v):
-        raise ParseError(TOOL, f"{what}: value out of range", line)
-    return v
-
-
-def _quantity(text: str, unit: str, what: str, line: int) -> Optional[float]:
-    try:
-        return _finite(values.quantity(text, unit), what, line)
-    except ValueError as e:
-        raise ParseError(TOOL, f"{what}: {e}", line) from None
-
-
-def _pair(text: str, what: str, line: int) -> tuple[Optional[float], Optional[float]]:
-    """``0 / 32768 MB`` (the unit after the total applies to both; MB when none)."""
-    if values.is_na(text):
-        return None, None
-    parts = re.sub(r"(?i)\bn/a\b", "NA", text).split("/")  # "N/A / 16384 MB"
-    if len(parts) != 2:
-        raise ParseError(TOOL, f"{what}: expected 'USED / TOTAL MB', got {text[:30]!r}", line)
-    right = parts[1].strip()
-    unit = _unit_after_number(right) or "MB"
-    left = parts[0].strip()
-    left_has_unit = bool(re.search(r"[A-Za-z]", left)) and not values.is_na(left)
-    used = _quantity(left, "" if left_has_unit else unit, what, line)
-    total = _quantity(right, unit, what, line)
-    return used, total
-
-
-def _unit_after_number(text: str) -> str:
-    """The letters after the leading number of ``32768 MB`` (``MB``); "" when there are none or
-    the text is no number and letters. Read by index: the number's ``e`` is also a letter, and a
-    pattern for both would try each split of a long run of them."""
-    n = len(text) - len(text.lstrip("-+0123456789.eE"))
-    rest = text[n:].strip()
-    return rest if n and _LETTERS.fullmatch(rest) else ""
-
-
-_LETTERS = re.compile(r"[A-Za-z]+")
-
-
-def _text(cell: Optional[str]) -> Optional[str]:
-    if cell is None:
-        return None
-    s = cell.strip()
-    return None if values.is_na(s) or s in ("...",) else s
-
-
-def _int(text: str, what: str, line: int) -> int:
-    s = text.strip()
-    if not re.fullmatch(r"\d{1,6}", s):
-        raise ParseError(TOOL, f"{what}: expected a number, got {s[:20]!r}", line)
-    return int(s)
 
 
 def _tables(text: str) -> tuple[dict[str, str], list[_Table]]:
@@ -275,25 +151,21 @@ def _device(cells: tuple[str, ...], cols: Mapping[str, int], line: int,
         i = cols.get(name)
         return None if i is None else cells[i]
 
-    index = _int(cell("devid") or "", "DevID", line)
-    bus = None
-    raw_bus = _text(cell("pci addr"))
-    if raw_bus is not None:
-        bus = pciaddr.normalize(raw_bus)
-        if bus is None:
-            raise ParseError(TOOL, f"PCI Addr: not a PCI address: {raw_bus[:20]!r}", line)
-    l3_used, l3_total = _pair(cell("l3") or "N/A", "L3", line)
-    mem_used, mem_total = _pair(cell("memory") or "N/A", "Memory", line)
-    util = _quantity(cell("userate") or "N/A", "%", "UseRate", line)
+    index = CELLS.index(cell("devid") or "", "DevID", line)
+    bus = CELLS.pci(cell_text(cell("pci addr")), "PCI Addr", line)
+    # the unit after the total applies to both; MB when none
+    l3_used, l3_total = CELLS.pair(cell("l3") or "N/A", "MB", "L3", line, shared_unit=True)
+    mem_used, mem_total = CELLS.pair(cell("memory") or "N/A", "MB", "Memory", line, shared_unit=True)
+    util = CELLS.quantity(cell("userate") or "N/A", "%", "UseRate", line)
     extra: dict[str, Optional[float]] = {}
     for key, (i, unit, default) in (extra_cols or _extra_columns(cols)).items():
-        extra[key] = None if i is None else _quantity(cells[i], unit or default, key, line)
-    return XpuDevice(index=index, bus_id=bus, model=_text(cell("model")) or "", serial=_text(cell("sn")),
-                     inode=_text(cell("inode")), state=_text(cell("state")), utilization_ratio=util,
+        extra[key] = None if i is None else CELLS.quantity(cells[i], unit or default, key, line)
+    return XpuDevice(index=index, bus_id=bus, model=cell_text(cell("model")) or "", serial=cell_text(cell("sn")),
+                     inode=cell_text(cell("inode")), state=cell_text(cell("state")), utilization_ratio=util,
                      l3_used_bytes=l3_used, l3_total_bytes=l3_total, memory_used_bytes=mem_used,
                      memory_total_bytes=mem_total, power_watts=extra["power"],
                      temperature_celsius=extra["temp"], clock_hertz=extra["freq"],
-                     firmware=_text(cell("firmware version")), cpld=_text(cell("cpld version")), line=line)
+                     firmware=cell_text(cell("firmware version")), cpld=cell_text(cell("cpld version")), line=line)
 
 
 def _video_cell(text: str, what: str, line: int) -> VideoEngine:
@@ -306,11 +178,11 @@ def _video_cell(text: str, what: str, line: int) -> VideoEngine:
                 continue
             low = p.lower()
             if low.endswith("fps"):
-                fps = _quantity(p[:-3], "", what, line)
+                fps = CELLS.quantity(p[:-3], "", what, line)
             elif low.endswith("%"):
-                util = _quantity(p, "%", what, line)
+                util = CELLS.quantity(p, "%", what, line)
             elif low.endswith("hz"):
-                clock = _quantity(p, "MHz", what, line)
+                clock = CELLS.quantity(p, "MHz", what, line)
             else:
                 raise ParseError(TOOL, f"{what}: unexpected part {p[:20]!r}", line)
     return VideoEngine(util, fps, clock)
@@ -321,12 +193,12 @@ def _process(cells: tuple[str, ...], cols: Mapping[str, int], line: int) -> XpuP
         i = cols.get(name)
         return "N/A" if i is None else cells[i]
 
-    streams = _text(cell("streams"))
-    return XpuProcess(index=_int(cell("devid"), "DevID", line), pid=_int(cell("pid"), "PID", line),
-                      streams=None if streams is None else _int(streams, "Streams", line),
-                      l3_bytes=_quantity(cell("l3"), "MB", "L3", line),
-                      memory_bytes=_quantity(cell("memory"), "MB", "Memory", line),
-                      command=_text(cell("command")) or "")
+    streams = cell_text(cell("streams"))
+    return XpuProcess(index=CELLS.index(cell("devid"), "DevID", line), pid=CELLS.index(cell("pid"), "PID", line),
+                      streams=None if streams is None else CELLS.index(streams, "Streams", line),
+                      l3_bytes=CELLS.quantity(cell("l3"), "MB", "L3", line),
+                      memory_bytes=CELLS.quantity(cell("memory"), "MB", "Memory", line),
+                      command=cell_text(cell("command")) or "")
 
 
 # blanks as [ \t]: a \s run could span lines and be retried from each of them
@@ -354,7 +226,7 @@ def parse(text: str) -> XpuSmi:
     ``xpu-smi`` output of any of the kinds ``detect`` names."""
     kind = detect(text)
     if kind == "xpu-smi box":
-        from .box import parse_box  # the modules build on this one's structures
+        from .box import parse_box  # each reader only when asked
         return parse_box(text)
     if kind == "xpu-smi -q":
         from .query import parse_query
@@ -398,7 +270,7 @@ def parse_sections(text: str) -> XpuSmi:
         elif t.title == "VIDEO" and "devid" in cols:
             engines = [(label, i) for label, i in cols.items() if label not in ("devid", "model")]
             for line, cells in t.rows:
-                idx = _int(cells[cols["devid"]], "DevID", line)
+                idx = CELLS.index(cells[cols["devid"]], "DevID", line)
                 video[idx] = {label: _video_cell(cells[i], label.upper(), line) for label, i in engines}
     return XpuSmi(runtime_version=head.get("runtime version"), driver_version=head.get("driver version"),
                   devices=tuple(devices), video=video, processes=tuple(processes),

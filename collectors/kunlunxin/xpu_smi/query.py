@@ -18,7 +18,7 @@ from typing import Optional
 from hetero_exporter.sdk import blocks, pciaddr, tables, values
 from hetero_exporter.sdk.contract import ParseError
 
-from .parse import TOOL, XpuDevice, XpuSmi, _int, _quantity, _text
+from .output import CELLS, TOOL, XpuDevice, XpuSmi, cell_text
 
 _XPU = re.compile(r"^XPU[ \t]+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])[ \t]*$")
 _BANNER = re.compile(r"^[ \t]*=+XPUSMI LOG=*[ \t]*$", re.M)  # each blank run has one way to match
@@ -38,16 +38,16 @@ def _device(b: blocks.Block, n: int) -> XpuDevice:
 
     def qty(unit: str, what: str, *keys: str) -> Optional[float]:
         v = _get(p, *keys)
-        return None if v is None else _quantity(v, unit, what, line)
+        return None if v is None else CELLS.quantity(v, unit, what, line)
 
     m = _XPU.match(b.header or "")
     bus = pciaddr.normalize(_get(p, "pci/bus id") or (m.group(1) if m else ""))
     if bus is None:
         raise ParseError(TOOL, "an XPU block without a PCI bus id", line)
-    minor = _text(_get(p, "minor number"))
+    minor = cell_text(_get(p, "minor number"))
     return XpuDevice(
-        index=_int(minor, "Minor Number", line) if minor is not None else n, bus_id=bus,
-        model=_text(_get(p, "product name")) or "", serial=_text(_get(p, "serial number")), inode=None,
+        index=CELLS.index(minor, "Minor Number", line) if minor is not None else n, bus_id=bus,
+        model=cell_text(_get(p, "product name")) or "", serial=cell_text(_get(p, "serial number")), inode=None,
         state=None, utilization_ratio=qty("%", "Utilization Xpu", "utilization/xpu"),
         l3_used_bytes=qty("MiB", "L3 Used", "l3 usage/used"), l3_total_bytes=qty("MiB", "L3 Total", "l3 usage/total"),
         memory_used_bytes=qty("MiB", "Memory Used", "memory usage/used"),
@@ -56,10 +56,10 @@ def _device(b: blocks.Block, n: int) -> XpuDevice:
         power_limit_watts=qty("W", "Enforced Power Limit", "power readings/enforced power limit"),
         temperature_celsius=qty("C", "XPU Current Temp", "temperature/xpu current temp"),
         clock_hertz=qty("MHz", "Clocks Cluster", "clocks/cluster"),
-        firmware=_text(_get(p, "firmware version/all version")),
-        cpld=_text(_get(p, "firmware version/cpld version")),
+        firmware=cell_text(_get(p, "firmware version/all version")),
+        cpld=cell_text(_get(p, "firmware version/cpld version")),
         ecc_uncorrected=qty("", "Volatile DRAM Uncorrectable", "ecc errors/volatile/dram uncorrectable"),
-        uuid=_text(_get(p, "xpu uuid")), line=line)
+        uuid=cell_text(_get(p, "xpu uuid")), line=line)
 
 
 def parse_query(text: str) -> XpuSmi:
@@ -86,5 +86,5 @@ def parse_query(text: str) -> XpuSmi:
     # one), so then the processes are unknown rather than none
     none_run = all((b.get("processes") or "").strip().lower() == "none" for b in found if b.header is not None)
     return XpuSmi(runtime_version=None if rt is None or values.is_na(rt) else rt,
-                  driver_version=_text(head.get("driver version")), devices=tuple(devices),
+                  driver_version=cell_text(head.get("driver version")), devices=tuple(devices),
                   process_section=none_run, sections=("XPU",))
