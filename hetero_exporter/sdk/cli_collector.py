@@ -30,6 +30,7 @@ from hetero_exporter.sdk import host_tools
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
 from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
+from hetero_exporter.model import episodes
 from hetero_exporter.model.spec import ToolSpec
 from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, Health, ProcessSample, Quality, Reading
@@ -147,8 +148,8 @@ def table_fault(vendor: str, code: str, message: str, source: str) -> Fault:
 
 
 class FaultEpisodes:
-    """Faults active per device, counted in a FaultLedger once per episode: a code active
-    now that was not active at the device's previous update is a new occurrence (so
+    """Faults active per device, counted in a FaultLedger once per episode (``model.episodes``:
+    a code active now that was not active at the device's previous update opens one, so
     ``accelerator_fault_events_total`` counts onsets, not polls). The one onset counter of the
     SDK: the CLI base's, and NVIDIA's conditions over its shared ledger. Thread-safe."""
 
@@ -160,12 +161,13 @@ class FaultEpisodes:
     def update(self, uuid: str, current: Sequence[Fault], now: float) -> tuple[Fault, ...]:
         """Record the onsets among ``current``; the active faults with their ledger counts (a
         fault still active keeps its count and first sighting, with this poll's message)."""
+        codes = tuple(f.code for f in current)
         with self._lock:
-            previous = self._active.get(uuid, ())
-            self._active[uuid] = tuple(f.code for f in current)
+            previous, self._active[uuid] = self._active.get(uuid, ()), codes
+        onsets = set(episodes.change(previous, codes).opened)
         out = []
         for f in current:
-            if f.code not in previous:
+            if f.code in onsets:
                 out.append(self.ledger.record(uuid, f, now))
                 continue
             known = self.ledger.get(uuid, f.code)

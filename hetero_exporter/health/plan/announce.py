@@ -1,6 +1,7 @@
-"""Announcements: a Warning event when a device shows a new class of fault, a Normal one when it
-recovers, and the book's record of what has been announced (``devices``), so a restart does not
-announce the same fault again. The node actions of the cycle are folded into these events."""
+"""Announcements: a Warning event when a device shows a new class of fault (an episode of the class,
+``model.episodes``, held until the device recovers), a Normal one when it recovers, and the book's
+record of what has been announced (``devices``), so a restart does not announce the same fault
+again. The node actions of the cycle are folded into these events."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, Mapping, Optional, Sequence
 from hetero_exporter.health.detect.texts import device_name, event_id, fault_text
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, Verdict
-from hetero_exporter.model import DeviceSample, NodeSnapshot
+from hetero_exporter.model import DeviceSample, NodeSnapshot, episodes
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ def _fault(name: str, d: DeviceSample, v: Verdict, announced: Optional[dict], po
     uuid = d.identity.uuid
     current = [f for f in v.reasons if f.code != "unreadable"]
     known = set(announced.get("classes") or []) if announced else set()
-    fresh = [f for f in current if f.fault_class not in known]
+    opened = set(episodes.change(known, (f.fault_class for f in current)).opened)
+    fresh = [f for f in current if f.fault_class in opened]
     since = announced["since"] if announced else now
     event, line = None, ""
     if fresh:

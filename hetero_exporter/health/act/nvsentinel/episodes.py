@@ -1,7 +1,7 @@
 """Fault episodes of the judged snapshots, and the HealthEvents they make: the pure part of the bridge.
 
-An episode is one fault code active on one device: it opens when a judged snapshot shows the
-device ``failed`` or ``degraded`` with that code among the verdict's reasons (info faults are
+An episode (``model.episodes``) is one fault code active on one device: it opens when a judged
+snapshot shows the device ``failed`` or ``degraded`` with that code among the verdict's reasons (info faults are
 events only, never reasons to report), and closes when a later judged snapshot no longer does:
 
 - the device is judged ``ok``, or its verdict lists other faults but not this one;
@@ -28,7 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
+from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot, episodes
+from hetero_exporter.model.evaluation import Evaluation
 
 AGENT = "hetero-exporter"
 EVENT_VERSION = 1
@@ -202,24 +203,35 @@ class Tracker:
 
     # ---- one judged snapshot
 
-    def observe(self, snapshot: NodeSnapshot, evaluation: Any = None) -> int:
-        """Open and close episodes from one judged snapshot; the number of events dropped
-        (outbox full, or too many open episodes to track)."""
+    def observe(self, snapshot: NodeSnapshot, evaluation: Optional[Evaluation] = None) -> int:
+        """Open and close episodes (``model.episodes``: per device, the codes its verdict shows
+        against those open) from one judged snapshot; the number of events dropped (outbox full,
+        or too many open episodes to track)."""
         self.snapshots += 1
         devices = {d.identity.uuid: d for d in snapshot.devices if d.identity.parent is None}
+        open_codes: dict[str, list[str]] = {}
+        for uuid, code in self.open:
+            open_codes.setdefault(uuid, []).append(code)
         dropped = 0
         for d in devices.values():
             if d.identity.uuid and d.health.state in REPORTED_STATES:
-                for f in reported_faults(d):
-                    if (d.identity.uuid, str(f.code)) not in self.open:
-                        dropped += self._open(d, f, snapshot.time)
+                faults = {str(f.code): f for f in reported_faults(d)}
+                for code in episodes.change(open_codes.get(d.identity.uuid, ()), faults).opened:
+                    dropped += self._open(d, faults[code], snapshot.time)
         removed = {i.uuid for i in snapshot.removed}
         answered = {c.vendor for c in snapshot.collectors if c.ok and c.vendor}
+        over: dict[tuple[str, str], str] = {}  # (uuid, code) -> why its episode is over
+        for uuid, codes in open_codes.items():
+            shown = _shown(devices.get(uuid), uuid, self.open[(uuid, codes[0])].vendor, removed, answered)
+            if shown is not None:
+                over.update({(uuid, code): shown[1] for code in episodes.change(codes, shown[0]).closed})
         cleared = _cleared_by(evaluation)
         for ep in list(self.open.values()):
-            why = self._close_reason(ep, devices.get(ep.uuid), removed, answered, cleared.get(ep.uuid) or {})
-            if why is not None:
-                self._close(ep, snapshot.time, why)
+            why = over.get(ep.key)
+            if why is None or (ep.restored and self.snapshots <= self.settle_snapshots):
+                continue  # held, or restored and the judge has no debounce history yet: let it confirm
+            by = (cleared.get(ep.uuid) or {}).get(ep.code) if ep.uuid in devices else None
+            self._close(ep, snapshot.time, f"cleared by {by} evidence" if by else why)
         return dropped + self._bound()
 
     def _open(self, d: DeviceSample, f: Fault, now: float) -> int:
@@ -238,29 +250,6 @@ class Tracker:
             message=text[:MAX_TEXT], opened=now, strategy=self.strategy, open_seq=seq)
         self.opened_total += 1
         return 0
-
-    def _close_reason(self, ep: Episode, d: Optional[DeviceSample], removed: set[str], answered: set[str],
-                      cleared_by: Mapping[str, str]) -> Optional[str]:
-        """Why ``ep`` is over now, or None while it holds (or nothing can be said)."""
-        if ep.restored and self.snapshots <= self.settle_snapshots:
-            return None  # the judge has no debounce history yet: let it confirm what still holds
-        if d is None:
-            if ep.uuid in removed:
-                return "the device was removed from the node"
-            if ep.vendor in answered:
-                return f"the device is no longer reported by its {ep.vendor} collector"
-            return None  # no collector of its vendor answered: nothing is known
-        state = d.health.state
-        if state == "unknown":
-            return None
-        if state in REPORTED_STATES:
-            codes = {str(f.code) for f in reported_faults(d)}
-            if not codes or ep.code in codes:
-                return None  # still active, or held without a named fault
-        by = cleared_by.get(ep.code)
-        if by:
-            return f"cleared by {by} evidence"
-        return "the device is healthy" if state == "ok" else "the fault is no longer reported"
 
     def _close(self, ep: Episode, now: float, why: str) -> None:
         del self.open[ep.key]
@@ -344,17 +333,30 @@ class Tracker:
         return self._bound()
 
 
-def _cleared_by(evaluation: Any) -> dict[str, Mapping[str, str]]:
-    """uuid -> code -> the evidence that cleared it this poll (the judge's ``Evaluation``, read by shape)."""
-    verdicts = getattr(evaluation, "verdicts", None)
-    if not isinstance(verdicts, Mapping):
+def _shown(d: Optional[DeviceSample], uuid: str, vendor: str, removed: set[str],
+           answered: set[str]) -> Optional[tuple[list[str], str]]:
+    """The codes a judged snapshot shows active on a device, and why an episode it no longer shows
+    is over; None when it says nothing (missing data: the episodes hold as they are)."""
+    if d is None:
+        if uuid in removed:
+            return [], "the device was removed from the node"
+        if vendor in answered:
+            return [], f"the device is no longer reported by its {vendor} collector"
+        return None  # no collector of its vendor answered: nothing is known
+    state = d.health.state
+    if state == "unknown":
+        return None
+    if state in REPORTED_STATES:
+        codes = [str(f.code) for f in reported_faults(d)]
+        return (codes, "the fault is no longer reported") if codes else None  # none named: held
+    return [], "the device is healthy" if state == "ok" else "the fault is no longer reported"
+
+
+def _cleared_by(evaluation: Optional[Evaluation]) -> dict[str, Mapping[str, str]]:
+    """uuid -> code -> the evidence that cleared it this poll (the judge's ``Evaluation``)."""
+    if evaluation is None:
         return {}
-    out: dict[str, Mapping[str, str]] = {}
-    for uuid, v in verdicts.items():
-        by = getattr(v, "cleared_by", None)
-        if isinstance(by, Mapping) and by:
-            out[str(uuid)] = by
-    return out
+    return {uuid: v.cleared_by for uuid, v in evaluation.verdicts.items() if v.cleared_by}
 
 
 # --------------------------------------------------------------------------- the state document
