@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional, Pattern, Sequence
+from typing import Callable, Iterable, Optional, Pattern, Sequence, TypeVar
 
 from hetero_exporter.sdk.contract import ParseError
 
@@ -267,6 +267,23 @@ def device_table(text: str, tool: str, labels: Sequence[tuple[str, str]], *, dev
     return DeviceTable(lines=tuple(lines), title=" ".join(ln.text for r in recs[:at] for ln in r),
                        header_rows=tuple(head), header=header_labels(head, labels), devices=tuple(parts),
                        rest=tuple(tuple(r) for r in recs[i:]))
+
+
+Device = TypeVar("Device")
+
+
+def read_devices(table: DeviceTable, build: Callable[[tuple[BoxLine, ...]], Device],
+                 index: Callable[[Device], int], tool: str, noun: str = "GPU") -> list[Device]:
+    """``build`` each device part of ``table``, in order; ParseError when two have one index."""
+    out: list[Device] = []
+    seen: set[int] = set()
+    for part in table.devices:
+        device = build(part)
+        if index(device) in seen:
+            raise ParseError(tool, f"{noun} {index(device)} listed twice", part[0].lineno)
+        seen.add(index(device))
+        out.append(device)
+    return out
 
 
 @dataclass(frozen=True)

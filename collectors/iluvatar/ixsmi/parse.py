@@ -93,14 +93,8 @@ def parse_table(text: str) -> IxsmiOutput:
     table = tables.device_table(text, TOOL, _LABELS)
     found = {k: rx.search(table.title) for k, rx in _VERSIONS.items()}
     timestamp = next((t for t in table.banner() if t.lower().startswith("timestamp")), None)
-    gpus: list[IxGpu] = []
-    indexes: set[int] = set()
-    for part in table.devices:
-        g = _gpu_of(part, table.header, part[0].lineno)
-        if g.index in indexes:
-            raise ParseError(TOOL, f"GPU {g.index} listed twice", part[0].lineno)
-        indexes.add(g.index)
-        gpus.append(g)
+    gpus = tables.read_devices(table, lambda part: _gpu_of(part, table.header, part[0].lineno),
+                               lambda g: g.index, TOOL)
     procs = [IxProcess(gpu=CELLS.index(row.words["gpu"], "process GPU", row.lineno),
                        pid=CELLS.index(row.words["pid"], "process PID", row.lineno), name=row.name,
                        memory_bytes=CELLS.quantity(row.words.get("memory", "N/A"), "MiB", "process memory", row.lineno))

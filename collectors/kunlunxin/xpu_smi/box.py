@@ -78,14 +78,9 @@ def parse_box(text: str) -> XpuSmi:
     """The devices and processes of one xpu-smi 5.x default box (sdk.tables reads it)."""
     table = tables.device_table(text, TOOL, _LABELS, device="XPU")
     driver, runtime = _DRIVER.search(table.title), _RUNTIME.search(table.title)
-    devices: list[XpuDevice] = []
-    known: set[int] = set()
-    for part in table.devices:
-        d = _device(part, table.header, part[0].lineno)
-        if d.index in known:
-            raise ParseError(TOOL, f"XPU {d.index} listed twice", part[0].lineno)
-        known.add(d.index)
-        devices.append(d)
+    devices = tables.read_devices(table, lambda part: _device(part, table.header, part[0].lineno),
+                                  lambda d: d.index, TOOL, "XPU")
+    known = {d.index for d in devices}
     lines = table.lines
     if lines and lines[-1].kind != "border":  # a cut output must not drop devices silently
         raise ParseError(TOOL, "the output ends inside a box (no closing border)", lines[-1].lineno)

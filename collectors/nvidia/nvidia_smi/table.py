@@ -216,12 +216,9 @@ def parse(text: str) -> NodeSnapshot:
     driver, cuda = _DRIVER.search(table.title), _CUDA.search(table.title)
     stamp = next(iter(table.banner()), None)
     when = _timestamp(stamp) or 0.0
-    gpus: dict[int, DeviceSample] = {}
-    for part in table.devices:
-        g = _gpu(part, table.header, driver.group(1) if driver else None, cuda.group(1) if cuda else None, when)
-        if g.identity.index in gpus:
-            raise ParseError(TOOL, f"GPU {g.identity.index} listed twice", part[0].lineno)
-        gpus[g.identity.index] = g
+    versions = (driver.group(1) if driver else None, cuda.group(1) if cuda else None)
+    gpus = {g.identity.index: g for g in tables.read_devices(
+        table, lambda part: _gpu(part, table.header, *versions, when), lambda g: g.identity.index, TOOL)}
     rest = table.rest
     proc_at = next((k for k in range(len(rest)) if any("Processes" in ln.text for ln in rest[k])), len(rest))
     migs = _migs(rest[:proc_at], gpus, when)
