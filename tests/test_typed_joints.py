@@ -46,3 +46,32 @@ def test_rules_texts_and_counters_read_one_catalogue():
     fault = policy.classify("nvidia", table_fault("nvidia", "94", "", "nvidia-smi"))
     assert (fault.action, fault.severity) == ("reset-device", "warning")
     assert "ours: reset it" in texts.fault_text("nvidia", fault, policy)
+
+
+# A book as an agent writes it on the Node: every record of the typed Book (health/plan/records.py),
+# in the JSON form the earlier, dict-typed Book wrote (pinned: the wire format is unchanged)
+BOOK_JSON = (
+    '{"black_hole":{"announced":{"allocatable-shortfall":90.0},"shortfall":{"nvidia.com/gpu":80.0}},'
+    '"boot_id":"b-1","cordoned":false,"devices":{"GPU-0":{"classes":["device-lost"],"codes":["79"],'
+    '"index":0,"since":100.0,"state":"failed","vendor":"nvidia"}},"inventory_hash":"h","inventory_time":99.5,'
+    '"labels":["hetero-exporter.io/accelerator"],"outbox":[{"action":"Fault","id":"0123456789abcdef0123",'
+    '"message":"m","reason":"NvidiaXid79","time":100.0,"type":"Warning"},{"action":"Fault","id":"pod-x",'
+    '"message":"p","pod":{"name":"p","namespace":"ns","uid":"u"},"reason":"AcceleratorDeviceFailed",'
+    '"time":100.0,"type":"Warning"}],"pods":{"ns/p":{"devices":["GPU-0"],"evict_failures":0,'
+    '"evict_retry_at":0.0,"evicted":false,"message":"m","reason":"NvidiaXid79","recovered_at":null,'
+    '"since":100.0,"status":"False","uid":"u"}},"refused_since":null,"scheduler":{"volcano.sh/gpu-unhealthy-ids":'
+    '["0"]},"sticky":{"GPU-0":[{"clear_on":["boot"],"fault":{"class":"device-lost","code":"79"},'
+    '"level":"failed","lost":false,"recovery_pending":false,"since":100.0}]},"suppressed":false,'
+    '"taint":{"applied":true,"effects":["NoSchedule"],"since":100.0,"value":"device-lost"},"v":1}')
+
+
+def test_the_node_book_reads_back_and_writes_byte_identical():
+    from hetero_exporter.health.plan import Book
+    book = Book.from_annotation(BOOK_JSON)
+    assert not book.broken
+    assert book.to_json() == BOOK_JSON
+    assert book.taint is not None and book.taint["value"] == "device-lost"
+    assert book.devices["GPU-0"]["classes"] == ["device-lost"] and book.outbox[1]["pod"]["uid"] == "u"
+    assert Book().to_json() == ('{"boot_id":null,"cordoned":false,"devices":{},"inventory_hash":"",'
+                                '"inventory_time":0.0,"labels":[],"outbox":[],"refused_since":null,"sticky":{},'
+                                '"suppressed":false,"taint":null,"v":1}')

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from hetero_exporter.health.plan.device_taints import json_at
+from hetero_exporter.health.plan.records import BlackHoleState
 from hetero_exporter.health.detect.texts import rfc3339
 from hetero_exporter.health.detect.rules import Verdict
 
@@ -64,7 +65,7 @@ class NodeFault:
 @dataclass
 class BlackHole:
     faults: list[NodeFault] = field(default_factory=list)
-    state: dict = field(default_factory=dict)  # {"shortfall": {resource: first seen, Unix s}}
+    state: BlackHoleState = field(default_factory=lambda: BlackHoleState())  # its ``shortfall``
     explain: list[str] = field(default_factory=list)
 
 
@@ -157,7 +158,7 @@ def _admission_faults(node_name: str, pods: Sequence[dict], names: Sequence[str]
 
 def _shortfall_faults(node: Mapping, resources: Mapping[str, str], verdicts: Mapping[str, Verdict],
                       names: Sequence[str], state: Mapping, cfg: BlackHoleSettings, now: float,
-                      explain: list[str]) -> tuple[list[NodeFault], dict]:
+                      explain: list[str]) -> tuple[list[NodeFault], BlackHoleState]:
     allocatable = json_at(node, "status", "allocatable")
     allocatable = allocatable if isinstance(allocatable, Mapping) else {}
     before = json_at(state, "shortfall")
@@ -177,8 +178,9 @@ def _shortfall_faults(node: Mapping, resources: Mapping[str, str], verdicts: Map
         if have >= healthy:
             continue
         first = before.get(resource)
-        known = isinstance(first, (int, float)) and not isinstance(first, bool) and 0 <= first <= now
-        since = float(first) if known else now
+        since = now
+        if isinstance(first, (int, float)) and not isinstance(first, bool) and 0 <= first <= now:
+            since = float(first)
         since_by[resource] = since
         message = (f"status.allocatable {resource} is {have} but {healthy} devices are healthy "
                    f"(since {rfc3339(since)})")
@@ -187,7 +189,7 @@ def _shortfall_faults(node: Mapping, resources: Mapping[str, str], verdicts: Map
             continue
         explain.append(f"black hole: {message}")
         out.append(NodeFault("allocatable-shortfall", "AcceleratorAllocatableShortfall", message, resource))
-    return out, {"shortfall": since_by} if since_by else {}
+    return out, BlackHoleState(shortfall=since_by) if since_by else BlackHoleState()
 
 
 def detect_black_hole(node: dict, failed_pods: Sequence[dict], resources: Mapping[str, str],

@@ -18,6 +18,8 @@ from typing import Any, Mapping, Optional
 
 from hetero_exporter import model
 from hetero_exporter.health.detect.rules import StickyFault
+from hetero_exporter.health.plan.records import (AnnouncedDevice, BlackHoleState, OutboxEvent, PodRecord, StickyRecord,
+                                                 TaintRecord)
 from hetero_exporter.model import Fault
 
 BOOK_VERSION = 1
@@ -29,20 +31,20 @@ _OPTIONAL = ("pods", "scheduler", "black_hole")
 class Book:
     """The agent's record on the Node (annotation ``<domain>/agent-state``)."""
 
-    taint: Optional[dict] = None  # {"value", "effects": [...], "since", "applied": bool}
+    taint: Optional[TaintRecord] = None  # our taint (None: none added)
     cordoned: bool = False  # the agent set spec.unschedulable
     suppressed: bool = False  # someone removed our taint/cordon: not again until recovery
     refused_since: Optional[float] = None  # the budget refused the taint (episode start)
     labels: list[str] = field(default_factory=list)  # label keys the agent owns
-    devices: dict[str, dict] = field(default_factory=dict)  # uuid -> announced {codes, state, since, ...}
-    sticky: dict[str, list[dict]] = field(default_factory=dict)  # uuid -> sticky faults of the rules
+    devices: dict[str, AnnouncedDevice] = field(default_factory=dict)  # uuid -> what was announced
+    sticky: dict[str, list[StickyRecord]] = field(default_factory=dict)  # uuid -> sticky faults of the rules
     boot_id: Optional[str] = None
-    outbox: list[dict] = field(default_factory=list)  # {id, type, reason, message, action, time}
+    outbox: list[OutboxEvent] = field(default_factory=list)
     inventory_hash: str = ""
     inventory_time: float = 0.0
-    pods: dict[str, dict] = field(default_factory=dict)  # "ns/name" -> pod signal record
-    scheduler: dict[str, list] = field(default_factory=dict)  # annotation key -> ids this agent marked
-    black_hole: dict[str, Any] = field(default_factory=dict)  # state of the black-hole detector
+    pods: dict[str, PodRecord] = field(default_factory=dict)  # "ns/name" -> pod signal record
+    scheduler: dict[str, list[str]] = field(default_factory=dict)  # annotation key -> ids this agent marked
+    black_hole: BlackHoleState = field(default_factory=lambda: BlackHoleState())  # the black-hole detector's
     broken: str = ""  # why the annotation could not be read (then nothing is assumed ours)
 
     def to_json(self) -> str:
@@ -76,8 +78,8 @@ def _check_shapes(book: Book) -> None:
             raise ValueError(f"{name} is not an object")
 
 
-def sticky_to_json(items: Mapping[str, list[StickyFault]]) -> dict[str, list[dict]]:
-    out = {}
+def sticky_to_json(items: Mapping[str, list[StickyFault]]) -> dict[str, list[StickyRecord]]:
+    out: dict[str, list[StickyRecord]] = {}
     for uuid, faults in sorted(items.items()):
         out[uuid] = [{"fault": model.to_dict(st.fault), "since": st.since, "clear_on": sorted(st.clear_on),
                       "level": st.level, "lost": st.seen_lost, "recovery_pending": st.recovery_pending}

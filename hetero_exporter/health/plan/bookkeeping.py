@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from hetero_exporter.health.plan.book import Book, sticky_to_json
 from hetero_exporter.health.plan.config import RemedyConfig
+from hetero_exporter.health.plan.records import OutboxEvent
 from hetero_exporter.health.detect.rules import StickyFault
 
 
@@ -17,7 +18,7 @@ class Bookkeeping:
     node_patch: Optional[dict]  # strategic merge patch of metadata/spec, None: nothing to write
 
 
-def keep_books(book: Book, events: Sequence[dict], boot_id: Optional[str],
+def keep_books(book: Book, events: Sequence[OutboxEvent], boot_id: Optional[str],
                sticky: Optional[Mapping[str, list[StickyFault]]], cfg: RemedyConfig, now: float) -> Book:
     """The book with this cycle's sticky faults and boot id, and the outbox: recent events (up
     to ``outbox_seconds`` old, at most ``outbox_max``) plus this plan's."""
@@ -44,7 +45,7 @@ def node_patch(book: Book, annotations: Mapping[str, str], cfg: RemedyConfig, *,
     return patch
 
 
-def bookkeeping(book: Book, annotations: Mapping[str, str], events: Sequence[dict], boot_id: Optional[str],
+def bookkeeping(book: Book, annotations: Mapping[str, str], events: Sequence[OutboxEvent], boot_id: Optional[str],
                 sticky: Optional[Mapping[str, list[StickyFault]]], cfg: RemedyConfig, now: float, *,
                 new_annotations: Mapping[str, str], new_labels: Mapping[str, Optional[str]],
                 spec: Mapping[str, Any]) -> Bookkeeping:

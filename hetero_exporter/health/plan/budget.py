@@ -7,6 +7,7 @@ from typing import Optional
 
 from hetero_exporter.health.plan.book import Book
 from hetero_exporter.health.plan.config import RemedyConfig
+from hetero_exporter.health.plan.records import TaintRecord
 from hetero_exporter.health.detect.rules import NodeVerdict
 
 
@@ -53,7 +54,8 @@ class Budget:
         return f"{self.tainted} of {self.total} accelerator nodes already carry the taint; {allows}"
 
 
-def taint_would_be_added(nv: NodeVerdict, taint: Optional[dict], suppressed: bool, cfg: RemedyConfig) -> bool:
+def taint_would_be_added(nv: NodeVerdict, taint: Optional[TaintRecord], suppressed: bool,
+                         cfg: RemedyConfig) -> bool:
     """True when the plan would add the taint now (then the budget is asked)."""
     if not nv.unhealthy or suppressed or cfg.mode == "observe":
         return False

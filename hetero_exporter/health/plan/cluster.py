@@ -12,6 +12,7 @@ from typing import Any, Mapping, Optional, Sequence
 from hetero_exporter.health.plan import black_hole, device_taints, nodefeature, pod_signals, scheduler_annotations
 from hetero_exporter.health.plan.config import RemedyConfig
 from hetero_exporter.health.plan.inventory import selection_labels
+from hetero_exporter.health.plan.records import BlackHoleState, OutboxEvent, PodRecord
 from hetero_exporter.health.detect.texts import event_id
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, Verdict
@@ -26,7 +27,7 @@ class ClusterView:
     device_rules: tuple = ()  # the DeviceTaintRules this agent made (by label)
     failed_pods: Optional[tuple] = None  # this node's pods in phase Failed; None: not read
     resources: Mapping[str, str] = field(default_factory=dict)  # device uuid -> extended resource it is allocated as
-    pods_book: Optional[Mapping[str, Any]] = None  # pod records settled after the last writes (None: the Node's)
+    pods_book: Optional[Mapping[str, PodRecord]] = None  # pod records settled after the last writes (None: the Node's)
     nodefeature: Optional[nodefeature.NodeFeatureRead] = None  # None: not read (off, not served, or unreadable)
 
 
@@ -36,40 +37,42 @@ class NodeFaults:
 
     faults: tuple[black_hole.NodeFault, ...]
     verdict: NodeVerdict  # the node verdict with the faults
-    state: dict  # the book's new ``black_hole``
-    events: tuple[dict, ...] = ()
+    state: BlackHoleState  # the book's new ``black_hole``
+    events: tuple[OutboxEvent, ...] = ()
     explain: tuple[str, ...] = ()
 
 
 def plan_node_faults(name: str, node: Mapping[str, Any], view: ClusterView, verdicts: Mapping[str, Verdict],
-                     nv: NodeVerdict, state: Mapping[str, Any], cfg: RemedyConfig, now: float) -> NodeFaults:
+                     nv: NodeVerdict, state: BlackHoleState, cfg: RemedyConfig, now: float) -> NodeFaults:
     """A node that looks Ready but rejects accelerator pods is unhealthy: its faults name it.
     A Warning event when a fault appears, a Normal one when it clears (``state["announced"]``)."""
     announced = dict(state.get("announced") or {}) if isinstance(state, Mapping) else {}
     if not cfg.black_hole or view.failed_pods is None:
-        return NodeFaults((), nv, dict(state) if isinstance(state, Mapping) else {})
+        return NodeFaults((), nv, BlackHoleState(**state) if isinstance(state, Mapping) else BlackHoleState())
     bh = black_hole.detect_black_hole(
         dict(node), list(view.failed_pods), view.resources, verdicts, state,
         black_hole.BlackHoleSettings(cfg.admission_failures_min, cfg.admission_window_seconds,
                                      cfg.allocatable_grace_seconds), now)
-    events: list[dict] = []
+    events: list[OutboxEvent] = []
     for f in bh.faults:
         if f.code not in announced:
             announced[f.code] = now
-            events.append({"id": event_id(name, "node-fault", f.code, now), "type": "Warning", "reason": f.reason,
-                           "message": f"{name}: {f.message}", "action": "Fault", "time": now})
+            events.append(OutboxEvent(id=event_id(name, "node-fault", f.code, now), type="Warning", reason=f.reason,
+                                      message=f"{name}: {f.message}", action="Fault", time=now))
     current = {f.code for f in bh.faults}
     for code in sorted(set(announced) - current):
         since = announced.pop(code)
-        events.append({"id": event_id(name, "node-fault-cleared", code, since), "type": "Normal",
-                       "reason": "AcceleratorNodeFaultCleared", "message": f"{name}: {code} cleared",
-                       "action": "Recover", "time": now})
+        events.append(OutboxEvent(id=event_id(name, "node-fault-cleared", code, since), type="Normal",
+                                  reason="AcceleratorNodeFaultCleared", message=f"{name}: {code} cleared",
+                                  action="Recover", time=now))
     verdict = nv
     if bh.faults:
         why = "; ".join(f.message for f in bh.faults)
         verdict = dataclasses.replace(nv, unhealthy=True, taint_class=nv.taint_class or bh.faults[0].code,
                                       why=f"{why}; {nv.why}" if nv.unhealthy else why)
-    new_state = {**bh.state, **({"announced": announced} if announced else {})}
+    new_state = BlackHoleState(**bh.state)
+    if announced:
+        new_state["announced"] = announced
     return NodeFaults(tuple(bh.faults), verdict, new_state, tuple(events), tuple(bh.explain))
 
 
@@ -88,7 +91,7 @@ def plan_device_rules(name: str, view: ClusterView, verdicts: Mapping[str, Verdi
     return dt
 
 
-def plan_pods(name: str, snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], book_pods: Mapping[str, Any],
+def plan_pods(name: str, snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], book_pods: Mapping[str, PodRecord],
               view: ClusterView, policy: Policy, cfg: RemedyConfig, now: float) -> Optional[pod_signals.PodSignalPlan]:
     """Conditions, events and (opt-in) evictions for the pods holding failed devices; None when
     all are off or in observe mode."""

@@ -17,8 +17,14 @@ from hetero_exporter.health.plan.cluster import (ClusterView, plan_annotations, 
                                                  plan_nodefeature, plan_pods)
 from hetero_exporter.health.plan.condition import plan_condition
 from hetero_exporter.health.plan.config import RemedyConfig
+from hetero_exporter.health.plan.black_hole import NodeFault
 from hetero_exporter.health.plan.cordon import CordonPlan, plan_cordon
+from hetero_exporter.health.plan.device_taints import DeviceTaintPlan
 from hetero_exporter.health.plan.inventory import InventoryPlan, plan_inventory, selection_labels
+from hetero_exporter.health.plan.nodefeature import NodeFeaturePlan
+from hetero_exporter.health.plan.pod_signals import PodSignalPlan
+from hetero_exporter.health.plan.records import OutboxEvent, PodTarget
+from hetero_exporter.health.plan.scheduler_annotations import AnnotationPlan
 from hetero_exporter.health.plan.taint import TaintPlan, plan_taint
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, StickyFault, Verdict
@@ -32,19 +38,18 @@ class Plan:
     node_patch: Optional[dict] = None  # strategic merge patch of metadata/spec (with the book)
     status_patch: Optional[dict] = None  # strategic merge patch of status.conditions
     condition: Optional[dict] = None  # the condition we want (whether or not it is written)
-    events: list[dict] = field(default_factory=list)  # outbox entries added by this plan
+    events: list[OutboxEvent] = field(default_factory=list)  # outbox entries added by this plan
     actions: list[tuple[str, str]] = field(default_factory=list)  # (action, what) for the metrics
     explain: list[str] = field(default_factory=list)
     budget_refused: bool = False
     budget: Optional[Budget] = None  # the budget asked (None: the taint did not need it)
     book: Book = field(default_factory=Book)
-    # The per-device outputs of issue 15: compose fills them from health/plan/device_taints.py,
-    # health/plan/pod_signals.py, health/plan/scheduler_annotations.py and health/plan/black_hole.py.
-    device_taints: Any = None  # DeviceTaintPlan
-    pod_signals: Any = None  # PodSignalPlan
-    scheduler_annotations: Any = None  # AnnotationPlan
-    nodefeature: Any = None  # NodeFeaturePlan (health/plan/nodefeature.py): the selection labels for NFD
-    node_faults: list = field(default_factory=list)  # black-hole NodeFaults
+    # The per-device outputs of issue 15 (cluster.py: None when off, or in a mode that has none)
+    device_taints: Optional[DeviceTaintPlan] = None  # DRA DeviceTaintRules (device_taints.py)
+    pod_signals: Optional[PodSignalPlan] = None  # pod conditions, events, evictions (pod_signals.py)
+    scheduler_annotations: Optional[AnnotationPlan] = None  # Volcano's and HAMi's (scheduler_annotations.py)
+    nodefeature: Optional[NodeFeaturePlan] = None  # the selection labels for NFD (nodefeature.py)
+    node_faults: list[NodeFault] = field(default_factory=list)  # black-hole faults (black_hole.py)
 
     @property
     def writes(self) -> bool:
@@ -127,14 +132,15 @@ def _merged(book: Book, news: Announcements, taint: TaintPlan, cordon: CordonPla
         inventory_hash=inv.inventory_hash, inventory_time=inv.inventory_time)
 
 
-def _pod_outbox(ps: Any, outbox: Sequence[Mapping[str, Any]], cfg: RemedyConfig, now: float) -> list[dict]:
+def _pod_outbox(ps: Optional[PodSignalPlan], outbox: Sequence[OutboxEvent], cfg: RemedyConfig,
+                now: float) -> list[OutboxEvent]:
     """The pod events as outbox entries (delivered with the node's, restart-safe on the Node);
     ``pod`` names the involved Pod; one already in the outbox is not added again. Dry-run sends
     none: the node's explain lines say what it would do."""
     if ps is None or cfg.mode != "enforce" or not cfg.pod_events:
         return []
     queued = {e.get("id") for e in outbox}
-    return [{"id": f"pod-{e.id}", "type": e.type, "reason": e.reason, "message": e.message,
-             "action": "Fault" if e.type == "Warning" else "Recover", "time": now,
-             "pod": {"namespace": e.namespace, "name": e.name, "uid": e.uid}}
+    return [OutboxEvent(id=f"pod-{e.id}", type=e.type, reason=e.reason, message=e.message,
+                        action="Fault" if e.type == "Warning" else "Recover", time=now,
+                        pod=PodTarget(namespace=e.namespace, name=e.name, uid=e.uid))
             for e in ps.events if f"pod-{e.id}" not in queued]

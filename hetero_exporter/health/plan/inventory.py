@@ -29,7 +29,7 @@ _KEPT_READINGS = ("memory_free_bytes", "utilization_ratio")  # what the scorer r
 class InventoryPlan:
     annotations: dict[str, str]  # annotations to write (the devices annotation when due)
     labels: dict[str, Optional[str]]  # labels to set (None: remove)
-    owned: Sequence[str]  # the book's: label keys this agent owns
+    owned: list[str]  # the book's: label keys this agent owns
     inventory_hash: str  # the book's: fingerprint of the annotation last written
     inventory_time: float  # the book's: when it was written
     explain: tuple[str, ...] = ()
@@ -114,7 +114,7 @@ def plan_inventory(snapshot: NodeSnapshot, labels: Mapping[str, str], annotation
     every ``inventory_heartbeat_seconds`` (its readers judge freshness by its time).
     ``nodefeature_ready``: in nodefeature mode, the NodeFeature was read and will be written."""
     if not cfg.inventory or cfg.mode == "observe":
-        return InventoryPlan({}, {}, owned, inventory_hash, inventory_time)
+        return InventoryPlan({}, {}, list(owned), inventory_hash, inventory_time)
     explain: list[str] = []
     actions: list[tuple[str, str]] = []
     new_annotations: dict[str, str] = {}

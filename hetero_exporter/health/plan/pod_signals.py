@@ -26,6 +26,7 @@ while its device is still failed keeps its record: the caller drops it when the 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping, Optional
@@ -35,6 +36,7 @@ from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import Verdict
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
 from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
+from hetero_exporter.health.plan.records import PodRecord
 
 MAX_DEVICES = 256
 MAX_PODS = 1024
@@ -103,7 +105,7 @@ class PodSignalPlan:
     conditions: list[PodCondition] = field(default_factory=list)
     events: list[PodEvent] = field(default_factory=list)
     evictions: list[PodRef] = field(default_factory=list)
-    book: dict[str, dict] = field(default_factory=dict)
+    book: dict[str, PodRecord] = field(default_factory=dict)
     explain: list[str] = field(default_factory=list)
     actions: list[tuple[str, str]] = field(default_factory=list)  # (action, what) for metrics
     deferred: int = 0  # pods whose signals wait for the next cycle (MAX_PODS_PER_CYCLE)
@@ -151,7 +153,7 @@ def _failed_verdicts(snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict]) ->
     return out
 
 
-def _record(raw: Any) -> Optional[dict]:
+def _record(raw: Any) -> Optional[PodRecord]:
     """A book record as a previous process left it, or None when malformed."""
     if not isinstance(raw, Mapping):
         return None
@@ -159,16 +161,17 @@ def _record(raw: Any) -> Optional[dict]:
     if not isinstance(devices, list):
         return None
     try:
-        rec = {"uid": str(raw.get("uid") or ""), "devices": [str(u) for u in devices[:MAX_DEVICES]],
-               "since": float(raw["since"]), "status": str(raw["status"]), "reason": str(raw.get("reason") or ""),
-               "message": str(raw.get("message") or "")[:MAX_MESSAGE], "evicted": bool(raw.get("evicted", False)),
-               "recovered_at": None if raw.get("recovered_at") is None else float(raw["recovered_at"]),
-               "evict_failures": max(0, min(int(raw.get("evict_failures") or 0), 64)),
-               "evict_retry_at": float(raw.get("evict_retry_at") or 0.0)}
+        rec = PodRecord(uid=str(raw.get("uid") or ""), devices=[str(u) for u in devices[:MAX_DEVICES]],
+                        since=float(raw["since"]), status=str(raw["status"]), reason=str(raw.get("reason") or ""),
+                        message=str(raw.get("message") or "")[:MAX_MESSAGE], evicted=bool(raw.get("evicted", False)),
+                        recovered_at=None if raw.get("recovered_at") is None else float(raw["recovered_at"]),
+                        evict_failures=max(0, min(int(raw.get("evict_failures") or 0), 64)),
+                        evict_retry_at=float(raw.get("evict_retry_at") or 0.0))
     except (KeyError, TypeError, ValueError):
         return None
-    times = (rec["since"], rec["evict_retry_at"]) + (() if rec["recovered_at"] is None else (rec["recovered_at"],))
-    return rec if rec["status"] in ("True", "False") and all(map(math.isfinite, times)) else None
+    recovered = rec["recovered_at"]
+    times = (rec["since"], rec["evict_retry_at"]) + (() if recovered is None else (recovered,))
+    return rec if rec["status"] in ("True", "False") and all(math.isfinite(t) for t in times) else None
 
 
 def _text(uuids: list[str], by_uuid: Mapping[str, DeviceSample], failed: Mapping[str, Verdict],
@@ -189,8 +192,8 @@ def _name(uuid: str, by_uuid: Mapping[str, DeviceSample]) -> str:
     return device_name(by_uuid[uuid]) if uuid in by_uuid else uuid
 
 
-def _read_book(book_pods: Any, explain: list[str]) -> dict[str, dict]:
-    book: dict[str, dict] = {}
+def _read_book(book_pods: Any, explain: list[str]) -> dict[str, PodRecord]:
+    book: dict[str, PodRecord] = {}
     malformed = 0
     for key, raw in list(book_pods.items())[:MAX_PODS] if isinstance(book_pods, Mapping) else []:
         rec = _record(raw)
@@ -203,22 +206,22 @@ def _read_book(book_pods: Any, explain: list[str]) -> dict[str, dict]:
     return book
 
 
-def _failing(p: PodSignalPlan, key: str, uid: str, rec: Optional[dict], bad: list[str], reason: str, message: str,
-             cfg: PodSignalSettings, now: float) -> dict:
+def _failing(p: PodSignalPlan, key: str, uid: str, rec: Optional[PodRecord], bad: list[str], reason: str,
+             message: str, cfg: PodSignalSettings, now: float) -> PodRecord:
     """Signals for a pod holding failed devices; its new record."""
     ns, name = key.split("/", 1)
-    ongoing = rec is not None and rec["status"] == "False"
-    since = rec["since"] if ongoing else now
-    new = {"uid": uid, "devices": bad, "since": since, "status": "False", "reason": reason, "message": message,
-           "evicted": bool(ongoing and rec["evicted"]), "recovered_at": None,
-           "evict_failures": rec["evict_failures"] if ongoing else 0,
-           "evict_retry_at": rec["evict_retry_at"] if ongoing else 0.0}
-    if not (ongoing and (rec["reason"], rec["message"]) == (reason, message)):
+    ongoing = rec if rec is not None and rec["status"] == "False" else None
+    since = ongoing["since"] if ongoing else now
+    new = PodRecord(uid=uid, devices=bad, since=since, status="False", reason=reason, message=message,
+                    evicted=bool(ongoing and ongoing["evicted"]), recovered_at=None,
+                    evict_failures=ongoing["evict_failures"] if ongoing else 0,
+                    evict_retry_at=ongoing["evict_retry_at"] if ongoing else 0.0)
+    if not (ongoing and (ongoing["reason"], ongoing["message"]) == (reason, message)):
         p.explain.append(f"pod {key} holds failed {message}")
         if cfg.conditions:
             p.conditions.append(PodCondition(ns, name, uid, cfg.condition_type, "False", reason, message))
             p.actions.append(("pod-condition", f"{key} False {reason}"))
-    if cfg.events and not (ongoing and set(rec["devices"]) == set(bad)):  # announced once per episode and device set
+    if cfg.events and not (ongoing and set(ongoing["devices"]) == set(bad)):  # once per episode and device set
         p.events.append(PodEvent(ns, name, uid, _event_id(ns, name, uid, ",".join(bad), since), "Warning",
                                  FAILED_REASON, message))
         p.actions.append(("event", f"{key} {FAILED_REASON}"))
@@ -233,8 +236,8 @@ def _failing(p: PodSignalPlan, key: str, uid: str, rec: Optional[dict], bad: lis
     return new
 
 
-def _recovering(p: PodSignalPlan, key: str, uid: str, rec: dict, by_uuid: Mapping[str, DeviceSample],
-                cfg: PodSignalSettings, now: float) -> dict:
+def _recovering(p: PodSignalPlan, key: str, uid: str, rec: PodRecord, by_uuid: Mapping[str, DeviceSample],
+                cfg: PodSignalSettings, now: float) -> PodRecord:
     """Signals for a pod whose failed devices are back; its new record."""
     ns, name = key.split("/", 1)
     back = ", ".join(_name(u, by_uuid) for u in rec["devices"]) or "its devices"
@@ -250,7 +253,8 @@ def _recovering(p: PodSignalPlan, key: str, uid: str, rec: dict, by_uuid: Mappin
     return {**rec, "uid": uid, "status": "True", "reason": HEALTHY_REASON, "message": message, "recovered_at": now}
 
 
-def plan_pod_signals(node: str, snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], book_pods: Mapping[str, Any],
+def plan_pod_signals(node: str, snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict],
+                     book_pods: Mapping[str, PodRecord],
                      policy: Policy, cfg: PodSignalSettings, now: float) -> PodSignalPlan:
     """Conditions, events and evictions for the pods on this node's failed devices, and the new book.
 
@@ -263,7 +267,7 @@ def plan_pod_signals(node: str, snapshot: NodeSnapshot, verdicts: Mapping[str, V
     if cut:
         p.explain.append(f"more than {MAX_PODS} pods hold devices on {node}: the rest are not signalled")
     old = _read_book(book_pods, p.explain)
-    book: dict[str, dict] = {}
+    book: dict[str, PodRecord] = {}
     for key in sorted(set(holders) | set(old)):
         held, rec = holders.get(key), old.get(key)
         devices = held.devices if held is not None else (rec["devices"] if rec else ())
@@ -275,17 +279,18 @@ def plan_pod_signals(node: str, snapshot: NodeSnapshot, verdicts: Mapping[str, V
         if bad and held is None:  # gone from the snapshot: judged by the devices it held
             p.explain.append(f"pod {key} is gone from the snapshot while {_name(bad[0], by_uuid)} is still "
                              "failed: its record stays until the API says the pod is gone")
-            book[key] = rec
+            if rec is not None:  # always: a pod not in the snapshot is one of the book's
+                book[key] = rec
         elif bad:
             reason, message = _text(bad, by_uuid, failed, policy)
-            _bounded(p, key, rec, book, lambda: _failing(p, key, uid, rec, bad, reason, message, cfg, now))
+            _bounded(p, key, rec, book, functools.partial(_failing, p, key, uid, rec, bad, reason, message, cfg, now))
         elif rec is not None and rec["status"] == "False" and any(u not in by_uuid for u in rec["devices"]):
             # a device it held is not seen this cycle: unknown is not recovered
             p.explain.append(f"pod {key}: {', '.join(u for u in rec['devices'] if u not in by_uuid)} "
                              "not seen this cycle: its condition stays")
             book[key] = rec
         elif rec is not None and rec["status"] == "False":
-            _bounded(p, key, rec, book, lambda: _recovering(p, key, uid, rec, by_uuid, cfg, now))
+            _bounded(p, key, rec, book, functools.partial(_recovering, p, key, uid, rec, by_uuid, cfg, now))
         elif rec is not None and now - (rec["recovered_at"] or 0.0) < RECOVERED_KEEP_SECONDS:
             book[key] = rec  # recovered: the record is kept a while, then dropped
     if p.deferred:
@@ -294,7 +299,8 @@ def plan_pod_signals(node: str, snapshot: NodeSnapshot, verdicts: Mapping[str, V
     return p
 
 
-def _bounded(p: PodSignalPlan, key: str, rec: Optional[dict], book: dict, signal: Callable[[], dict]) -> None:
+def _bounded(p: PodSignalPlan, key: str, rec: Optional[PodRecord], book: dict[str, PodRecord],
+             signal: Callable[[], PodRecord]) -> None:
     """Plan one pod's signals, unless MAX_PODS_PER_CYCLE pods are written already: then the pod
     keeps the record it had (none: it is planned as new next cycle) and counts as deferred, so a
     GPU shared by hundreds of pods is written in bounded steps, each pod once per episode."""
@@ -318,9 +324,9 @@ def eviction_backoff(failures: int) -> float:
     return min(EVICT_BACKOFF_MAX, EVICT_BACKOFF_FIRST * 2.0 ** max(0, failures - 1))
 
 
-def settle(plan: PodSignalPlan, old_book: Mapping[str, Any], failed_conditions: Collection[str] = (),
+def settle(plan: PodSignalPlan, old_book: Mapping[str, PodRecord], failed_conditions: Collection[str] = (),
            refused_evictions: Collection[str] = (), failed_evictions: Collection[str] = (),
-           now: float = 0.0) -> dict[str, dict]:
+           now: float = 0.0) -> dict[str, PodRecord]:
     """The book to keep once the plan's writes are done. A pod ("namespace/name") whose condition
     write failed is written again next cycle: a failing pod's record keeps its episode (so its
     event is not announced twice) but not the condition text; a recovered pod's record goes back

@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 
 from hetero_exporter.health.plan.budget import Budget, taint_would_be_added
 from hetero_exporter.health.plan.config import RemedyConfig
+from hetero_exporter.health.plan.records import OutboxEvent, TaintRecord
 from hetero_exporter.health.detect.texts import event_id, label_value
 from hetero_exporter.health.detect.rules import NodeVerdict
 
@@ -17,11 +18,11 @@ from hetero_exporter.health.detect.rules import NodeVerdict
 class TaintPlan:
     taints: list[dict]  # the node's taints after this plan (equal to the input when unchanged)
     spec: dict  # its part of the node patch: {"taints": ...} when they change (enforce), else {}
-    taint: Optional[dict]  # the book's record of our taint
+    taint: Optional[TaintRecord]  # the book's record of our taint
     suppressed: bool
     refused: bool  # the budget refused the taint this cycle
     refused_since: Optional[float]
-    events: tuple[dict, ...] = ()  # the budget refusal (once per episode)
+    events: tuple[OutboxEvent, ...] = ()  # the budget refusal (once per episode)
     notes: tuple[str, ...] = ()  # what was done, for the device event
     explain: tuple[str, ...] = ()
     actions: tuple[tuple[str, str], ...] = ()
@@ -34,7 +35,7 @@ class _Lines:
     notes: list[str] = field(default_factory=list)
 
 
-def plan_taint(name: str, taints: Sequence[dict], taint: Optional[dict], suppressed: bool,
+def plan_taint(name: str, taints: Sequence[dict], taint: Optional[TaintRecord], suppressed: bool,
                refused_since: Optional[float], nv: NodeVerdict, cfg: RemedyConfig, now: float,
                budget: Optional[Budget] = None) -> TaintPlan:
     """``taints``: the node's (dicts only); ``taint``, ``suppressed``, ``refused_since``: the book's.
@@ -66,7 +67,7 @@ def _text(cfg: RemedyConfig, value: str) -> str:
     return f"{cfg.taint_key}={value}:{'+'.join(cfg.effects)}"
 
 
-def _ours(taint: Optional[dict], cfg: RemedyConfig) -> set[tuple[str, str]]:
+def _ours(taint: Optional[TaintRecord], cfg: RemedyConfig) -> set[tuple[str, str]]:
     return {(cfg.taint_key, e) for e in (taint.get("effects") or [])} if taint else set()
 
 
@@ -74,7 +75,7 @@ def _on_node(taints: Sequence[dict]) -> set:
     return {(t.get("key"), t.get("effect")) for t in taints}
 
 
-def _suppression(taints: Sequence[dict], taint: Optional[dict], suppressed: bool, nv: NodeVerdict,
+def _suppression(taints: Sequence[dict], taint: Optional[TaintRecord], suppressed: bool, nv: NodeVerdict,
                  cfg: RemedyConfig, lines: _Lines) -> bool:
     """Someone removed the taint we added: respect it until recovery (which lifts it)."""
     if (cfg.mode == "enforce" and taint and taint.get("applied") and not (_ours(taint, cfg) & _on_node(taints))
@@ -85,9 +86,9 @@ def _suppression(taints: Sequence[dict], taint: Optional[dict], suppressed: bool
     return suppressed and nv.unhealthy
 
 
-def _budget_decision(name: str, nv: NodeVerdict, taint: Optional[dict], suppressed: bool,
+def _budget_decision(name: str, nv: NodeVerdict, taint: Optional[TaintRecord], suppressed: bool,
                      refused_since: Optional[float], budget: Optional[Budget], cfg: RemedyConfig, now: float,
-                     lines: _Lines) -> tuple[bool, Optional[float], tuple[dict, ...]]:
+                     lines: _Lines) -> tuple[bool, Optional[float], tuple[OutboxEvent, ...]]:
     """(refused, refused_since, the refusal event): the budget is asked only when the taint
     would be added now; a refusal episode is announced once."""
     refused = False
@@ -105,18 +106,18 @@ def _budget_decision(name: str, nv: NodeVerdict, taint: Optional[dict], suppress
     lines.actions.append(("taint", "refused"))
     if refused_since is not None:
         return True, refused_since, ()
-    event = {"id": event_id(name, "budget", now), "type": "Warning", "reason": "AcceleratorTaintBudgetExhausted",
-             "message": f"not tainting {name} ({nv.why}): {why}", "action": "Taint", "time": now}
+    event = OutboxEvent(id=event_id(name, "budget", now), type="Warning", reason="AcceleratorTaintBudgetExhausted",
+                        message=f"not tainting {name} ({nv.why}): {why}", action="Taint", time=now)
     return True, now, (event,)
 
 
-def _place(taints: Sequence[dict], taint: Optional[dict], want: str, cfg: RemedyConfig, now: float,
-           lines: _Lines) -> tuple[list[dict], Optional[dict]]:
+def _place(taints: Sequence[dict], taint: Optional[TaintRecord], want: str, cfg: RemedyConfig, now: float,
+           lines: _Lines) -> tuple[list[dict], Optional[TaintRecord]]:
     """Enforce: our taint with the wanted value and the configured effects; another's taint
     with our key is left as it is."""
     ours, on_node = _ours(taint, cfg), _on_node(taints)
     new_taints: list[dict] = []
-    placed = set()
+    placed: set[str] = set()
     for t in taints:
         if (t.get("key"), t.get("effect")) in ours:
             if t.get("effect") in cfg.effects:
@@ -134,21 +135,23 @@ def _place(taints: Sequence[dict], taint: Optional[dict], want: str, cfg: Remedy
         placed.add(e)
     if not placed:  # someone else's taint with our key already keeps pods away: nothing of ours
         return new_taints, None
-    if not (taint and taint.get("applied")) or (taint or {}).get("value") != want:
+    if not (taint and taint.get("applied")) or (taint.get("value") if taint else None) != want:
         lines.actions.append(("taint", _text(cfg, want)))
         lines.notes.append(f"tainted the node {_text(cfg, want)}")
-    return new_taints, {"value": want, "effects": sorted(placed), "applied": True,
-                        "since": (taint or {}).get("since") or now}
+    return new_taints, TaintRecord(value=want, effects=sorted(placed), applied=True,
+                                   since=(taint.get("since") if taint else None) or now)
 
 
-def _dry_run(taint: Optional[dict], want: str, cfg: RemedyConfig, now: float, lines: _Lines) -> dict:
+def _dry_run(taint: Optional[TaintRecord], want: str, cfg: RemedyConfig, now: float, lines: _Lines) -> TaintRecord:
     if not taint or taint.get("value") != want:
         lines.actions.append(("taint", f"dry-run {_text(cfg, want)}"))
         lines.notes.append(f"would taint the node {_text(cfg, want)} (dry-run)")
-    return {"value": want, "effects": list(cfg.effects), "applied": False, "since": (taint or {}).get("since") or now}
+    return TaintRecord(value=want, effects=list(cfg.effects), applied=False,
+                       since=(taint.get("since") if taint else None) or now)
 
 
-def _remove(taints: list[dict], taint: dict, cfg: RemedyConfig, lines: _Lines) -> tuple[list[dict], Optional[dict]]:
+def _remove(taints: list[dict], taint: TaintRecord, cfg: RemedyConfig,
+            lines: _Lines) -> tuple[list[dict], Optional[TaintRecord]]:
     """Recovery: our taint comes off (enforce); one added in enforce mode stays in other modes."""
     enforce = cfg.mode == "enforce"
     new_taints = taints

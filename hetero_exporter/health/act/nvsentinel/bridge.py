@@ -31,6 +31,7 @@ from hetero_exporter.health.act.nvsentinel import state as state_file
 from hetero_exporter.health.act.nvsentinel.episodes import StateError, Tracker
 from hetero_exporter.health.act.nvsentinel.settings import NvSentinelSettings
 from hetero_exporter.model import Fault, NodeSnapshot
+from hetero_exporter.model.evaluation import Evaluation
 from hetero_exporter.model.errors import ExitError
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ class NvSentinelBridge:
 
     # ---- the caller's side
 
-    def offer(self, snapshot: NodeSnapshot, evaluation: Any) -> None:
+    def offer(self, snapshot: NodeSnapshot, evaluation: Optional[Evaluation]) -> None:
         """Fold one judged snapshot into the episodes and wake the sender (never waits on the
         socket or the disk). An unjudged snapshot (``evaluation`` None) says nothing."""
         if evaluation is None:
