@@ -75,3 +75,22 @@ def test_the_node_book_reads_back_and_writes_byte_identical():
     assert Book().to_json() == ('{"boot_id":null,"cordoned":false,"devices":{},"inventory_hash":"",'
                                 '"inventory_time":0.0,"labels":[],"outbox":[],"refused_since":null,"sticky":{},'
                                 '"suppressed":false,"taint":null,"v":1}')
+
+
+def test_report_is_the_collectors_word_before_and_after_the_judge():
+    """``health`` is the verdict, ``report`` what the collector said, at every stage: the rules
+    judge the report, so a judged snapshot judged again counts the collector's warning again."""
+    from hetero_exporter.model import Fault, Health
+    fan = Fault(code="fan", severity="warning", fault_class="thermal", message="fan slow")
+    ident = DeviceIdentity(vendor="nvidia", kind="gpu", index=0, uuid="GPU-0")
+    raw = NodeSnapshot(node="n", time=1.0, devices=(
+        DeviceSample(identity=ident, timestamp=1.0, health=Health("degraded", (fan,))),))
+    assert raw.devices[0].report == raw.devices[0].health == Health("degraded", (fan,))
+    judge = HealthVerdicts(policy_mod.load())
+    judged, first = judge.judge(raw)
+    d = judged.devices[0]
+    assert d.health.state == "ok" and first.verdicts["GPU-0"].pending == {"fan": 1}  # not confirmed yet
+    assert d.report == Health("degraded", (fan,)) == d.reported_health
+    again, second = judge.judge(judged)
+    assert second.verdicts["GPU-0"].pending == {"fan": 2}  # the report judged again, not the verdict
+    assert again.devices[0].report == Health("degraded", (fan,))

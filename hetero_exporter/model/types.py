@@ -193,10 +193,16 @@ class Profile:
 
 @dataclass(frozen=True)
 class DeviceSample:
+    """One device in one snapshot. Its health has two names, each meaning one thing: ``health`` is
+    the device's health verdict (what /metrics, the annotation and the health outputs show: the
+    rules' once judged, and until then the report, which is all an unjudged snapshot such as
+    ``parse``'s has to say); ``report`` is what the collector and the sources after it said,
+    judged or not (the rules judge it; ``reported_health`` keeps it in a judged snapshot)."""
+
     identity: DeviceIdentity
     timestamp: float
     readings: Mapping[str, Reading] = field(default_factory=dict)
-    health: Health = Health()  # the health rules' verdict once judged (health.detect.verdicts)
+    health: Health = Health()  # the verdict: the rules' once judged (health.detect.verdicts), else the report
     faults: tuple[Fault, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
     links: tuple[Link, ...] = ()
@@ -206,8 +212,13 @@ class DeviceSample:
     # means none run (and all used memory is unattributed); False: not reported.
     processes_reported: bool = False
     # What the collector (and the sources after it) said of the device's health before the
-    # rules judged it; None until judged. ``health`` is the verdict.
+    # rules judged it; None until judged (the report is ``health`` then). Read it as ``report``.
     reported_health: Optional[Health] = None
+
+    @property
+    def report(self) -> Health:
+        """What the collector and the sources after it said of the device's health, judged or not."""
+        return self.reported_health if self.reported_health is not None else self.health
 
     def value(self, name: str) -> Optional[float]:
         """The value of reading ``name``, or None when absent or not ok."""

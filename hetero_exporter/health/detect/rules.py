@@ -125,9 +125,9 @@ def _unreachable(d: DeviceSample) -> bool:
     that no longer lists it, a device that cannot be identified (``unknown``), PCI presence's
     stand-in. A device that answers with a critical health code is not, and neither is a stale
     carry-over (its collector did not run this cycle, which says nothing about the device)."""
-    if d.health.state not in ("failed", "unknown"):
+    if d.report.state not in ("failed", "unknown"):
         return False
-    if any(f.source == STALE_SOURCE for f in d.health.reasons) or any(
+    if any(f.source == STALE_SOURCE for f in d.report.reasons) or any(
             r.quality.status == "stale" for r in d.readings.values()):
         return False
     return not any(r.quality.status == "ok" for r in d.readings.values())
@@ -154,7 +154,7 @@ def _evidence(st: StickyFault, reset_seen: bool, recovery: Optional[bool], back:
 def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) -> tuple[DeviceState, Verdict]:
     """One poll of one device: the history ``s`` and this sample -> the new history and the verdict."""
     vendor = d.identity.vendor
-    collector = d.health.state
+    collector = d.report.state
     readable = collector in ("ok", "degraded")
     lost = collector == "failed"
     unreachable = _unreachable(d)
@@ -211,7 +211,7 @@ def _reset_seen(s: DeviceState, d: DeviceSample, new: list[Fault], readable: boo
     """Whether this poll shows a device reset (a reset code, or a counter that restarts at a
     reset gone backwards), and the counters' last readings."""
     reset_seen = any(f.code in policy.reset_codes for f in new) or any(
-        f.code in policy.reset_codes for f in d.health.reasons)
+        f.code in policy.reset_codes for f in d.report.reasons)
     counters = dict(s.counters)
     for name in policy.reset_counters:
         v = d.value(name) if readable else None
@@ -243,10 +243,10 @@ def _carry_sticky(s: DeviceState, reset_seen: bool, recovery: Any, readable: boo
 def _conditions(d: DeviceSample, new: list[Fault], policy: Policy) -> tuple[dict[str, Fault], dict[str, Fault]]:
     """This poll's critical and warning conditions (code -> fault): the collector's own report
     (a lost device's reasons are critical) and the new fault occurrences (info ones are not)."""
-    vendor, collector = d.identity.vendor, d.health.state
+    vendor, collector = d.identity.vendor, d.report.state
     critical: dict[str, Fault] = {}
     warning: dict[str, Fault] = {}
-    for f in d.health.reasons:
+    for f in d.report.reasons:
         f = policy.classify(vendor, f)
         if f.code in policy.reset_codes:
             continue
@@ -268,7 +268,7 @@ def _reading_rules(s: DeviceState, d: DeviceSample, readable: bool, counters: Ma
     if not readable:
         return set(s.active_rules)
     active: set[str] = set()
-    reported = {f.fault_class for f in d.health.reasons}
+    reported = {f.fault_class for f in d.report.reasons}
     for rule in policy.readings:
         if rule.fault_class in reported:
             continue  # the collector reports this condition itself
@@ -357,11 +357,11 @@ def _reasons(s: DeviceState, d: DeviceSample, state: str, failed_reasons: list[F
     elif state == "degraded":
         reasons = degraded_reasons or _held(s, sticky)
     elif state == "unknown":
-        reasons = tuple(d.health.reasons)
+        reasons = tuple(d.report.reasons)
     else:
         reasons = ()
-    if state in ("failed", "degraded") and not readable and d.health.reasons and not lost:
-        reasons = tuple(reasons) + tuple(d.health.reasons)  # say that it is not readable now
+    if state in ("failed", "degraded") and not readable and d.report.reasons and not lost:
+        reasons = tuple(reasons) + tuple(d.report.reasons)  # say that it is not readable now
     return _order(reasons, d.identity.vendor, policy)
 
 

@@ -87,4 +87,4 @@ def _judged(device: DeviceSample, verdict: Optional[rules.Verdict], catalogue: C
         device = dataclasses.replace(device, faults=tuple(catalogue.classify(vendor, f) for f in device.faults))
     if verdict is None:
         return device
-    return dataclasses.replace(device, health=Health(verdict.state, verdict.reasons), reported_health=device.health)
+    return dataclasses.replace(device, health=Health(verdict.state, verdict.reasons), reported_health=device.report)
