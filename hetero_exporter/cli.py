@@ -223,10 +223,11 @@ def options(args: argparse.Namespace, extra: Sequence[str] = ()) -> Any:
     return options_for(getattr(args, "command", None) or "", args, _collector_flags(extra))
 
 
-def agent(args: argparse.Namespace, extra: Sequence[str] = ()) -> Any:
-    """The Agent a parsed command line builds (nothing started): ``run``'s, ``inspect``'s, ``health``'s."""
+def agent(args: argparse.Namespace, extra: Sequence[str] = (), *, clock: Optional[Callable[[], float]] = None) -> Any:
+    """The Agent a parsed command line builds (nothing started): ``run``'s, ``inspect``'s,
+    ``health``'s; ``clock`` over the environment's (tests drive a simulation by hand)."""
     from hetero_exporter.app.agent import Agent
-    return Agent.build(options(args, extra))
+    return Agent.build(options(args, extra), clock=clock)
 
 
 def cmd_version(_args: argparse.Namespace) -> int:

@@ -46,21 +46,19 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import yaml
 
 from hetero_exporter import finops as finops_mod
 from hetero_exporter import validate as v
 from hetero_exporter.sdk import host_tools
+from hetero_exporter.sdk import settings as collector_settings
+from hetero_exporter.sdk.settings import Check, timeout
 from hetero_exporter.validate import ValidationError
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few KiB; a bigger file is a mistake
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 86400.0  # seconds: below 0.1 s a cycle is a busy loop
-TIMEOUT_MIN, TIMEOUT_MAX = 0.01, 86400.0  # seconds: a deadline must be finite and positive
-CADENCE_MAX = 7 * 86400.0  # seconds between slow per-device calls (0 = off)
-
-Check = Callable[[str, Any], Any]
 
 
 class ConfigError(ValidationError):
@@ -72,30 +70,7 @@ def interval(path: str, value: Any) -> float:
     return v.number(path, value, minimum=INTERVAL_MIN, maximum=INTERVAL_MAX, unit="seconds")
 
 
-def timeout(path: str, value: Any) -> float:
-    """A deadline in seconds: finite and positive."""
-    return v.number(path, value, minimum=TIMEOUT_MIN, maximum=TIMEOUT_MAX, unit="seconds")
-
-
-def _seconds(maximum: float, minimum: float = 0.0) -> Check:
-    return lambda p, x: v.number(p, x, minimum=minimum, maximum=maximum, unit="seconds")
-
-
-def _integer(minimum: int, maximum: int) -> Check:
-    return lambda p, x: v.number(p, x, minimum=minimum, maximum=maximum, integer=True)
-
-
-def _path(p: str, x: Any) -> str:
-    return v.string(p, x, non_empty=True)
-
-
-def _args(p: str, x: Any) -> Any:
-    """A tool's options: one string (split like a shell) or a list of strings."""
-    return v.string(p, x) if isinstance(x, str) else v.list_of(p, x, v.string, max_items=64)
-
-
-def _cadences(p: str, x: Any) -> dict:
-    return {k: _seconds(CADENCE_MAX)(v.join(p, k), c) for k, c in v.mapping(p, x, max_items=64).items()}
+_seconds, _integer, _path = collector_settings.seconds, collector_settings.integer, collector_settings.a_path
 
 
 def _section(path: str, value: Any, table: Mapping[str, Check]) -> dict:
@@ -104,21 +79,13 @@ def _section(path: str, value: Any, table: Mapping[str, Check]) -> dict:
     return {k: table[k](v.join(path, k), x) for k, x in doc.items() if x is not None}
 
 
-# Settings a collector reads from its section (the SDK's and the built-in collectors'; README:
-# Collectors). enabled and timeout are the agent's.
+# The agent's keys of every collector's section (README: Collectors): whether it runs, its
+# deadline, and the host paths it sees (over the top-level ones: CollectorOptions.host). The
+# rest of a section is the collector's own keys, checked by its settings class (sdk/settings.py).
 COLLECTOR_SETTINGS: dict[str, Check] = {
-    "enabled": v.boolean, "timeout": timeout, "cli_timeout": timeout,
-    "path": _path, "host_root": _path, "host_exec": lambda p, x: v.string(p, x, choices=host_tools.EXEC_MODES),
-    "sysfs_root": _path, "args": _args, "runtime_version": v.string,
-    "fallback": v.boolean, "events": v.boolean, "profiling": v.boolean,
-    "parallel_calls": _integer(1, 64), "budget_fraction": lambda p, x: v.number(p, x, minimum=0.05, maximum=1.0),
-    "detail_calls_per_cycle": _integer(0, 1000), "health_calls_per_cycle": _integer(0, 1000),
-    "info_calls_per_cycle": _integer(0, 1000), "detail_intervals": _cadences,
-    "topo_interval": _seconds(CADENCE_MAX), "info_interval": _seconds(CADENCE_MAX),
-    "query_interval": _seconds(CADENCE_MAX),
-    "ecc_uncorrected_threshold": lambda p, x: v.number(p, x, minimum=0),
-    "fault_hold_seconds": _seconds(86400.0), "event_hold_seconds": _seconds(86400.0),
-    "event_wait_ms": _integer(1, 60000),
+    "enabled": v.boolean, "timeout": timeout,
+    "host_root": _path, "host_exec": lambda p, x: v.string(p, x, choices=host_tools.EXEC_MODES),
+    "sysfs_root": _path,
 }
 
 KERNEL_LOG: dict[str, Check] = {
@@ -144,10 +111,24 @@ ATTRIBUTION: dict[str, Check] = {
 }
 
 
+def _collector(path: str, value: Any, entry: Any) -> dict:
+    """One collector's section: the agent's keys and the collector's own, each checked by the
+    collector's settings class (when its module cannot be imported, the agent's keys only: the
+    collector says why it cannot run when it is built)."""
+    from hetero_exporter import registry
+    own = registry.collector_settings(entry)
+    if own is not None:
+        return _section(path, value, {**COLLECTOR_SETTINGS, **own.checks()})
+    doc = v.mapping(path, value)
+    agent = _section(path, {k: x for k, x in doc.items() if k in COLLECTOR_SETTINGS}, COLLECTOR_SETTINGS)
+    return {**{k: x for k, x in doc.items() if k not in COLLECTOR_SETTINGS}, **agent}
+
+
 def _collectors(path: str, value: Any) -> dict:
     from hetero_exporter import registry
-    doc = v.mapping(path, value, registry.collector_entries())
-    return {k: _section(v.join(path, k), s, COLLECTOR_SETTINGS) if s is not None else {} for k, s in doc.items()}
+    entries = registry.collector_entries()
+    doc = v.mapping(path, value, entries)
+    return {k: _collector(v.join(path, k), s, entries[k]) if s is not None else {} for k, s in doc.items()}
 
 
 _BY_TYPE: dict[str, Check] = {"bool": v.boolean, "str": v.string, "int": _integer(0, 1 << 20),

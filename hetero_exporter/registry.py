@@ -8,14 +8,16 @@ built-in packages plus plugins registered under the entry-point group
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from hetero_exporter import vendors
 from hetero_exporter.model.spec import CollectorEntry
+from hetero_exporter.sdk.settings import CollectorSettings, ToolSettings
 
 ENTRY_POINT_GROUP = vendors.ENTRY_POINT_GROUP
 
-__all__ = ["CollectorEntry", "collector_entries", "collector_factory", "parsers", "parser", "pci_vendors"]
+__all__ = ["CollectorEntry", "collector_entries", "collector_factory", "collector_settings", "parsers", "parser",
+           "pci_vendors"]
 
 # Parsers that are not a vendor's (TOOL -> "module:function")
 _CORE_PARSERS = {
@@ -38,6 +40,16 @@ def collector_entries() -> dict[str, CollectorEntry]:
 def collector_factory(entry: CollectorEntry) -> Callable[..., Any]:
     """The entry's ``create`` function (ImportError propagates: the caller reports it)."""
     return vendors.load(entry.module).create
+
+
+def collector_settings(entry: CollectorEntry) -> Optional[type[CollectorSettings]]:
+    """The class of the entry's settings (its module's ``SETTINGS``; ToolSettings where it names
+    none); None when the module cannot be imported (the collector says why when it runs)."""
+    try:
+        found = vendors.load(entry.module)
+    except (ImportError, AttributeError):
+        return None
+    return getattr(found, "SETTINGS", ToolSettings)
 
 
 def parsers() -> dict[str, str]:

@@ -18,7 +18,7 @@ from hetero_exporter.collectors.amd.rocm_smi import collector as rocm_smi
 from hetero_exporter.collectors.amd.rocm_smi import fake as smi_fake
 from hetero_exporter.model import Quality
 from hetero_exporter.sdk import runner as vendor_cli
-from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, ParseError
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict, load
 
@@ -115,11 +115,11 @@ def test_amdsmi_runtime_is_the_host_roots_rocm_never_the_bindings(tmp_path):
     clock = ManualClock()
     empty = tmp_path / "bare"
     empty.mkdir()
-    c = amdsmi.AmdSmiCollector(FakeAmdSmi(sc, clock), clock, {"host_root": str(empty)})
+    c = amdsmi.AmdSmiCollector(FakeAmdSmi(sc, clock), clock, host=HostPaths(root=str(empty)))
     assert {d.identity.runtime_version for d in c.collect()} == {None}
     (tmp_path / "opt/rocm/.info").mkdir(parents=True)
     (tmp_path / "opt/rocm/.info/version").write_text("6.1.2-77\n")
-    c = amdsmi.AmdSmiCollector(FakeAmdSmi(sc, clock), clock, {"host_root": str(tmp_path)})
+    c = amdsmi.AmdSmiCollector(FakeAmdSmi(sc, clock), clock, host=HostPaths(root=str(tmp_path)))
     assert {d.identity.runtime_version for d in c.collect()} == {"6.1.2"}
     # simulated: the fake writes the scenario's ROCm release into its own host root
     assert {d.identity.runtime_version for d in amdsmi.create(options(tmp_path, sc)).collect()} == {"6.4.1"}
@@ -136,7 +136,7 @@ def test_cli_runtime_is_none_without_the_runtime_file(tmp_path, tool, cls, rel, 
     bare.mkdir()
 
     def collect(root):
-        c = cls(exe, clock=clock, timeout=5.0, interval=10.0, extra_env=env, settings={"host_root": str(root)})
+        c = cls(exe, clock=clock, timeout=5.0, interval=10.0, extra_env=env, host=HostPaths(root=str(root)))
         return {d.identity.runtime_version for d in c.collect()}
     assert collect(bare) == {None}  # not "" and not the driver's version
     (bare / rel).parent.mkdir(parents=True)
@@ -155,7 +155,7 @@ def test_amd_smi_cli_runtime_is_none_without_the_runtime_file(tmp_path):
 
     def collect():
         c = amd_smi.AmdSmiCliCollector(exe, clock=ManualClock(), timeout=5.0, interval=10.0, extra_env=env,
-                                       settings={"host_root": str(bare)})
+                                       host=HostPaths(root=str(bare)))
         return {d.identity.runtime_version for d in c.collect()}
     assert collect() == {None}
     (bare / "opt/rocm-7.0.1/.info").mkdir(parents=True)
@@ -190,7 +190,7 @@ def test_topology_is_asked_once_then_every_topo_interval(tmp_path):
         return vendor_cli.run(argv, timeout, **kw)
 
     c = rocm_smi.HySmiCollector(exe, clock=clock, timeout=5.0, interval=10.0, runner=runner, extra_env=env,
-                                settings={"topo_interval": 300, "host_root": root})
+                                settings={"topo_interval": 300}, host=HostPaths(root=root))
     asked = []
     for t in (0, 10, 20, 310, 320):
         clock.set_t(t)
@@ -211,7 +211,7 @@ def test_topology_is_a_call_of_its_own_with_the_minimal_option_set(tmp_path):
         return vendor_cli.run(argv, timeout, **kw)
 
     c = rocm_smi.HySmiCollector(exe, clock=clock, timeout=5.0, interval=10.0, runner=runner, extra_env=env,
-                                settings={"args": list(rocm_smi.MINIMAL_ARGS), "host_root": root})
+                                settings={"args": list(rocm_smi.MINIMAL_ARGS)}, host=HostPaths(root=root))
     devs = c.collect()
     assert rocm_smi.TOPO_ARGS in calls and all(len(d.links) == 2 for d in devs)
 

@@ -83,8 +83,8 @@ def test_a_simulated_agent_keeps_everything_in_its_workdir_and_closes_every_serv
         assert isinstance(agent.env, SimulatedEnvironment) and agent.state_writable
         workdir = Path(agent.workdir)
         assert agent.state_dir == str(workdir / "state")
-        snap = agent.sampler().collect()
-        assert snap.devices and agent.sampler() is agent.sampler()  # built once
+        snap = agent.start().sampler.collect()
+        assert snap.devices and agent.start() is agent.parts  # built once, started once
         assert "kernel-log" in agent.services.names
     finally:
         agent.close()
@@ -111,9 +111,9 @@ def test_one_api_connection_for_the_pod_cache_and_the_health_loop(monkeypatch):
     monkeypatch.setattr(k8s_client, "connect", lambda *a, **k: calls.append(a) or real(None, env={}))
     agent = Agent.build(Options(command="run", simulate="default", health_mode="dry-run", kubeconfig="/nonexistent"))
     try:
-        agent.sampler()
-        agent.health_loop(CollectorRegistry(auto_describe=False))
-        assert agent.health_loop(CollectorRegistry(auto_describe=False)) is agent.health_loop(None)
+        parts = agent.start()
+        CollectorRegistry(auto_describe=False).register(parts.health.metrics)
+        assert parts.health.remedy is not None and parts.cluster is not None
     finally:
         agent.close()
     assert len(calls) == 1

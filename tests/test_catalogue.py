@@ -45,7 +45,7 @@ def all_vendors_snapshots():
     from hetero_exporter.app.agent import Agent, Options
     agent = Agent.build(Options(command="inspect", simulate=str(ROOT / "fixtures/scenarios/all-vendors.yaml")))
     try:
-        sampler = agent.sampler()
+        sampler = agent.start().sampler
         first = sampler.collect()
         agent.clock.advance(900.0) if hasattr(agent.clock, "advance") else None
         second = sampler.collect()

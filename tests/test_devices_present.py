@@ -43,10 +43,10 @@ def _one_shot(scenario: str, *flags: str) -> NodeSnapshot:
     """The snapshot `inspect --simulate` takes, on a manual scenario clock (at --at)."""
     args = cli.build_parser().parse_args(["inspect", "--simulate", scenario, *flags, "--kernel-log", "off",
                                           "--log-format", "text"])
-    w = cli.agent(args)
-    w.clock = ManualClock()
-    w.clock.set_t(args.at or 0.0)
-    sampler = w.sampler()
+    clock = ManualClock()
+    clock.set_t(args.at or 0.0)
+    w = cli.agent(args, clock=clock)
+    sampler = w.start().sampler
     try:
         return sampler.collect()
     finally:

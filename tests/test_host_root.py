@@ -32,7 +32,7 @@ from hetero_exporter.cli import agent, build_parser, main
 from hetero_exporter.sdk import host_tools, runner
 from hetero_exporter.sdk import versions as sdk_versions
 from hetero_exporter.sdk.cli_collector import CliCalls, find_tool
-from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, Unavailable
 
 GATE = """#!/bin/sh
 # a vendor tool: it cannot start without its driver library {lib}
@@ -109,7 +109,7 @@ def test_every_cli_tool_is_found_below_the_host_root_and_runs_only_with_its_libr
         vendor, tool, tmp_path, bare_path):
     root = tmp_path / "host"
     exe, lib = install_gated(root, tool, f"echo ok-{tool.name}")
-    found = find_tool({"host_root": str(root)}, tool.name, vendor=vendor)
+    found = find_tool(HostPaths(root=str(root)), tool.name, vendor=vendor)
     assert found == str(exe) and found.host_path == f"{tool.dirs[-1]}/{tool.name}"
     assert str(lib.parent) in found.env["LD_LIBRARY_PATH"].split(":")
     assert CliCalls(found, tool.name).call([], _soon()).strip() == f"ok-{tool.name}"
@@ -123,7 +123,7 @@ def test_a_missing_tool_says_every_place_it_looked(vendor, tool, tmp_path, bare_
     root = tmp_path / "host"
     root.mkdir()
     with pytest.raises(Unavailable) as e:
-        find_tool({"host_root": str(root)}, tool.name, vendor=vendor)
+        find_tool(HostPaths(root=str(root)), tool.name, vendor=vendor)
     msg = str(e.value)
     assert msg.startswith(f"{tool.name} not found on PATH, in {root}{tool.dirs[0]}")
     for d in tool.dirs:
@@ -135,7 +135,7 @@ def test_a_missing_tool_says_every_place_it_looked(vendor, tool, tmp_path, bare_
 def test_without_a_host_root_the_message_lists_the_folders_as_they_are(bare_path):
     with pytest.raises(Unavailable, match=r"^npu-smi not found on PATH, in /usr/local/sbin, /usr/local/bin, "
                                           r"/usr/sbin, /usr/bin \(Ascend driver tools not installed\)$"):
-        find_tool({}, "npu-smi", vendor="ascend")
+        find_tool(HostPaths(), "npu-smi", vendor="ascend")
 
 
 def test_a_configured_path_is_looked_for_below_the_host_root(tmp_path, bare_path):
@@ -143,10 +143,10 @@ def test_a_configured_path_is_looked_for_below_the_host_root(tmp_path, bare_path
     root = tmp_path / "host"
     exe, _ = install_gated(root, tool, "echo ok")
     configured = f"{tool.dirs[-1]}/cnmon"
-    found = find_tool({"host_root": str(root), "path": configured}, "cnmon", vendor="cambricon")
+    found = find_tool(HostPaths(root=str(root)), "cnmon", vendor="cambricon", path=configured)
     assert found == str(exe) and runner.run([found], 10, env=found.env).stdout.strip() == "ok"
     with pytest.raises(Unavailable, match=re.escape(f"not found or not executable at /opt/cnmon, {root}/opt/cnmon")):
-        find_tool({"host_root": str(root), "path": "/opt/cnmon"}, "cnmon", vendor="cambricon")
+        find_tool(HostPaths(root=str(root)), "cnmon", vendor="cambricon", path="/opt/cnmon")
 
 
 def test_absolute_symlinks_resolve_below_the_host_root_and_install_variables_point_there(tmp_path, bare_path):
@@ -160,7 +160,7 @@ def test_absolute_symlinks_resolve_below_the_host_root_and_install_variables_poi
     (real / "lib64/libixml.so").write_text("")
     os.symlink("/usr/local/corex-4.1.0", root / "usr/local/corex")
     assert host_tools.host_path(str(root), "/usr/local/corex/bin/ixsmi") == "/usr/local/corex-4.1.0/bin/ixsmi"
-    found = find_tool({"host_root": str(root)}, tool.name, vendor="iluvatar")
+    found = find_tool(HostPaths(root=str(root)), tool.name, vendor="iluvatar")
     assert found == str(real / "bin/ixsmi")
     out = CliCalls(found, "ixsmi").call([], _soon())
     assert f"LD_LIBRARY_PATH={real}/lib64\n" in out and f"COREX_HOME={real}\n" in out
@@ -199,7 +199,7 @@ def test_the_agents_library_path_and_install_variables_are_kept(tmp_path, bare_p
     root = tmp_path / "host"
     install_gated(root, tool, "env")
     (root / "usr/local/neuware").mkdir(parents=True, exist_ok=True)
-    found = find_tool({"host_root": str(root)}, "cnmon", vendor="cambricon")
+    found = find_tool(HostPaths(root=str(root)), "cnmon", vendor="cambricon")
     assert found.env == {"LD_LIBRARY_PATH": f"{root}/usr/local/neuware/lib64:/agent/lib"}
     out = CliCalls(found, "cnmon").call([], _soon())
     assert "NEUWARE_HOME=/custom/neuware\n" in out  # passed through (ToolSpec.env), not replaced
@@ -213,8 +213,8 @@ def test_chroot_mode_falls_back_with_a_warning_when_the_root_is_not_whole(tmp_pa
     root = tmp_path / "host"
     install_gated(root, tool, "echo ok")
     with caplog.at_level(logging.WARNING, logger="hetero_exporter.sdk.host_tools"):
-        found = find_tool({"host_root": str(root), "host_exec": "chroot"}, "mx-smi", vendor="metax")
-        find_tool({"host_root": str(root), "host_exec": "chroot"}, "mx-smi", vendor="metax")
+        found = find_tool(HostPaths(root=str(root), exec_mode="chroot"), "mx-smi", vendor="metax")
+        find_tool(HostPaths(root=str(root), exec_mode="chroot"), "mx-smi", vendor="metax")
     assert found.chroot is None and CliCalls(found, "mx-smi").call([], _soon()).strip() == "ok"
     warned = [r.getMessage() for r in caplog.records if "cannot chroot" in r.getMessage()]
     assert len(warned) == 1 and "not a whole root: no usr" not in warned[0] and "no etc, lib" in warned[0]
@@ -239,7 +239,7 @@ def test_chroot_mode_runs_the_host_path_through_chroot_with_host_library_folders
                                                       'echo "argv0=$tool"\nexec "$root$tool" "$@"\n')
     monkeypatch.setattr(host_tools, "chroot_unusable", lambda r: None)
     monkeypatch.setattr(host_tools, "chroot_command", lambda: str(fake_chroot))
-    found = find_tool({"host_root": str(root), "host_exec": "chroot"}, "efsmi", vendor="enflame")
+    found = find_tool(HostPaths(root=str(root), exec_mode="chroot"), "efsmi", vendor="enflame")
     assert found.chroot == str(root) and found.env == {"LD_LIBRARY_PATH": "/opt/tops/lib"}
     # the fake chroot does not change the root, so the gate finds the library by host path
     # only when that path exists here too: point it at the host root's copy
@@ -273,7 +273,7 @@ def test_chroot_mode_really_runs_the_tool_inside_a_whole_host_root(tmp_path, bar
     tool = vendors.spec("kunlunxin").tool("xpu_smi")
     install_gated(root, tool, "/bin/sh -c 'echo inside'")
     assert host_tools.chroot_unusable(str(root)) is None
-    found = find_tool({"host_root": str(root), "host_exec": "chroot"}, "xpu_smi", vendor="kunlunxin")
+    found = find_tool(HostPaths(root=str(root), exec_mode="chroot"), "xpu_smi", vendor="kunlunxin")
     assert found.chroot == str(root)
     assert CliCalls(found, "xpu_smi").call([], _soon()).strip() == "inside"
 
@@ -302,12 +302,12 @@ def test_amdsmi_without_its_library_says_how_to_use_the_host_roots(tmp_path, bar
         raise Unavailable("amdsmi cannot be imported (KeyError: 'libamd_smi.so')")
     monkeypatch.setattr(amdsmi, "import_binding", broken)
     with pytest.raises(Unavailable) as e:
-        amdsmi.create(CollectorOptions(settings={"host_root": str(root)}))
+        amdsmi.create(CollectorOptions(host=HostPaths(root=str(root))))
     msg = str(e.value)
     assert f"the host root has {root}/opt/rocm-6.2.0/lib/libamd_smi.so" in msg
     assert f"ROCM_PATH={root}/opt/rocm-6.2.0 and LD_LIBRARY_PATH={root}/opt/rocm-6.2.0/lib" in msg
     assert "amd-smi fallback: amd-smi not found on PATH, in " in msg  # the CLI looked below it too
-    assert amdsmi.host_library_hint({}) == "" and amdsmi.host_library_hint({"host_root": str(tmp_path)}) == ""
+    assert amdsmi.host_library_hint(HostPaths()) == "" and amdsmi.host_library_hint(HostPaths(root=str(tmp_path))) == ""
 
 
 # --------------------------------------------------------------------------- flag, config, env
@@ -343,17 +343,19 @@ def test_every_collector_gets_the_host_root_but_a_simulated_node_does_not(tmp_pa
     cfg.write_text(f"host_exec: chroot\nsysfs_root: {tmp_path / 'no-sysfs'}\ncollectors:\n  cnmon: {{host_root: /elsewhere}}\n")
     args, extra = build_parser().parse_known_args(["inspect", "--config", str(cfg), "--collector.cnmon"])
     w = agent(args, extra)
-    monkeypatch.setattr(w, "sources", lambda: [])
-    assert w.env.host_root == str(tmp_path) and w.host_settings() == {"host_root": str(tmp_path), "host_exec": "chroot"}
+    assert w.env.host_root == str(tmp_path) and w.parts.paths == HostPaths(str(tmp_path), "chroot", str(tmp_path / "no-sysfs"))
     captured = {}
     monkeypatch.setattr(registry, "collector_factory", lambda e: lambda opts: captured.setdefault(e.name, opts))
-    w.sampler().collect()
-    assert captured["cnmon"].settings["host_root"] == "/elsewhere"  # a collector's own setting wins
-    assert captured["npu_smi"].settings["host_root"] == str(tmp_path)
+    try:
+        w.parts.sampler.collect()
+    finally:
+        w.close()
+    assert captured["cnmon"].host.root == "/elsewhere"  # a collector's own setting wins
+    assert captured["npu_smi"].host.root == str(tmp_path) and captured["npu_smi"].host.exec_mode == "chroot"
     args, extra = build_parser().parse_known_args(["inspect", "--simulate"])
     w = agent(args, extra)
     try:
-        assert w.host_settings() == {}
+        assert w.parts.paths.root is None
     finally:
         w.close()
 

@@ -16,9 +16,9 @@ from hetero_exporter.simulate.scenario import ScenarioError, from_dict
 SCENARIO = str(Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "kernel-log-faults.yaml")
 
 
-def _wiring(extra_args=()) -> "Agent":
+def _wiring(extra_args=(), clock=None) -> "Agent":
     args = cli.build_parser().parse_args(["inspect", "--simulate", SCENARIO, "--log-format", "text", *extra_args])
-    return cli.agent(args)
+    return cli.agent(args, clock=clock)
 
 
 def _health(snap, vendor: str, index: int) -> str:
@@ -26,32 +26,31 @@ def _health(snap, vendor: str, index: int) -> str:
 
 
 def test_an_xid79_line_fails_its_gpu_in_the_next_cycle_and_an_amdgpu_ue_line_fails_its_gpu():
-    w = _wiring()
     clock = ManualClock()
     clock.set_t(20)
-    w.clock = clock  # deterministic: the scenario clock moves only when the test says
-    sampler = w.sampler()
+    w = _wiring(clock=clock)  # deterministic: the scenario clock moves only when the test says
+    sampler = w.start().sampler
     try:
         snap = sampler.collect()
         assert _health(snap, "nvidia", 1) == "ok" and _health(snap, "amd", 1) == "ok"
         clock.set_t(31)
-        w.kernel_log.drain()  # what the follower's thread does when the line arrives
+        w.parts.kernel_log.follower.drain()  # what the follower's thread does when the line arrives
         snap = sampler.collect()
         assert _health(snap, "nvidia", 1) == "failed"
         gpu = next(d for d in snap.devices if d.identity.vendor == "nvidia" and d.identity.index == 1)
         assert [(f.code, f.source) for f in gpu.faults] == [("79", "kmsg")]
-        assert w.verdicts.node.unhealthy
+        assert w.parts.verdicts.node.unhealthy
         assert _health(snap, "amd", 1) == "ok"
         clock.set_t(46)
-        w.kernel_log.drain()
+        w.parts.kernel_log.follower.drain()
         snap = sampler.collect()
         assert _health(snap, "amd", 1) == "failed" and _health(snap, "amd", 0) == "ok"
         clock.set_t(60)
-        w.kernel_log.drain()
+        w.parts.kernel_log.follower.drain()
         snap = sampler.collect()  # sticky; the all-clear line on amd 0 is no fault
         assert [_health(snap, "nvidia", i) for i in range(4)] == ["ok", "failed", "ok", "ok"]
         assert [_health(snap, "amd", i) for i in range(2)] == ["ok", "failed"]
-        assert w.kernel_log.status()["records"] == 5
+        assert w.parts.kernel_log.follower.status()["records"] == 5
     finally:
         sampler.close()
         w.close()
@@ -103,10 +102,10 @@ def test_the_run_command_exports_the_follower_metrics():
 
     from hetero_exporter.exposition.collector import KernelLogCollector
     w = _wiring(["--at", "60"])
-    sampler = w.sampler()
+    sampler = w.start().sampler
     try:
         reg = CollectorRegistry()
-        reg.register(KernelLogCollector(w.kernel_log.status))
+        reg.register(KernelLogCollector(w.parts.kernel_log.follower.status))
         text = generate_latest(reg).decode()
     finally:
         sampler.close()
@@ -121,7 +120,7 @@ def test_args_namespace_without_the_flag_still_wires():
     args = argparse.Namespace(config=None, simulate=SCENARIO, simulate_if_absent=False, at=60.0, node_name=None,
                               kubeconfig=None, interval=None, log_format=None, listen=None)
     w = cli.agent(args)
-    sampler = w.sampler()
+    sampler = w.start().sampler
     try:
         snap = sampler.collect()
     finally:

@@ -14,7 +14,7 @@ from cli_fakes import alive
 from conftest import shared_fixture, shared_fixtures
 from hetero_exporter.model import fields as F
 from hetero_exporter import registry, vendors
-from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
+from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, ParseError, Unavailable
 from hetero_exporter.sdk.runner import CliError, CliTimeout
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict
@@ -191,7 +191,7 @@ def scenario(tmp_path, extra_faults=(), settings=None):
 def collector(sc, tmp_path, clock, timeout=8.0):
     opts = CollectorOptions(node_name=sc.node, timeout_seconds=timeout, interval_seconds=10.0, scenario=sc,
                             clock=clock, workdir=str(tmp_path / "work"),
-                            settings={"sysfs_root": str(tmp_path / "no-sysfs")})
+                            host=HostPaths(sysfs=str(tmp_path / "no-sysfs")))
     return C().create(opts)
 
 

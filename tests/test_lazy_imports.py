@@ -28,8 +28,8 @@ UP_TO_FIRST_SNAPSHOT = textwrap.dedent("""
     from hetero_exporter import cli
     args, extra = cli.build_parser().parse_known_args(sys.argv[1:])
     w = cli.agent(args, extra)
-    sampler = w.sampler()
-    w.health_loop(CollectorRegistry(auto_describe=False))
+    sampler = w.start().sampler
+    CollectorRegistry(auto_describe=False).register(w.parts.health.metrics)
     try:
         snap = sampler.collect()
     finally:

@@ -169,6 +169,7 @@ def test_collector_asks_the_list_once_and_keeps_uuids_of_a_lost_gpu(metax, tmp_p
     import test_vendor_contract as contract
     from hetero_exporter import registry
     from hetero_exporter.collectors.metax import versions
+    from hetero_exporter.sdk.contract import HostPaths
     from hetero_exporter.simulate import ManualClock
     doc = contract.scenario_doc(metax)
     for group in doc["devices"]:
@@ -180,7 +181,7 @@ def test_collector_asks_the_list_once_and_keeps_uuids_of_a_lost_gpu(metax, tmp_p
     versions.write_fake(str(root), "3.1.0.14")
     clock = ManualClock()
     opts = contract.options(sc, tmp_path, clock)
-    opts = dataclasses.replace(opts, settings={**opts.settings, "topo_interval": 0, "host_root": str(root)})
+    opts = dataclasses.replace(opts, settings={**opts.settings, "topo_interval": 0}, host=HostPaths(root=str(root)))
     c = registry.collector_factory(registry.collector_entries()["mx_smi"])(opts)
     first = {d.identity.index: d for d in c.collect() if d.identity.vendor == "metax"}
     assert c.calls == 2  # the table and -L

@@ -16,7 +16,7 @@ from hetero_exporter import cli, registry, vendors
 from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.mthreads import SPEC
 from hetero_exporter.model import snapshot_from_json
-from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, ParseError
 from hetero_exporter.sdk.runner import CliTimeout
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate import scenario as scenario_mod
@@ -192,7 +192,7 @@ def test_the_fake_renders_what_the_parser_reads(layout, tmp_path):
 
 def options(sc, tmp_path, clock, timeout=10.0):
     return CollectorOptions(node_name=sc.node, timeout_seconds=timeout, interval_seconds=10.0,
-                            settings={"sysfs_root": str(tmp_path / "no-sysfs")}, scenario=sc,
+                            host=HostPaths(sysfs=str(tmp_path / "no-sysfs")), scenario=sc,
                             clock=clock, workdir=str(tmp_path / "work"))
 
 

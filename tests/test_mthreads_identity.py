@@ -81,14 +81,14 @@ def test_collector_runtime_from_version_json_never_the_driver(tmp_path):
     entry = registry.collector_entries()["mthreads_gmi"]
     base = dict(node_name=sc.node, timeout_seconds=10.0, interval_seconds=10.0, scenario=sc,
                 clock=ManualClock(), workdir=str(tmp_path / "work"))
-    from hetero_exporter.sdk.contract import CollectorOptions
+    from hetero_exporter.sdk.contract import CollectorOptions, HostPaths
     none = registry.collector_factory(entry)(CollectorOptions(
-        settings={"sysfs_root": str(tmp_path / "no-sysfs"), "host_root": str(tmp_path / "empty")}, **base))
+        host=HostPaths(root=str(tmp_path / "empty"), sysfs=str(tmp_path / "no-sysfs")), **base))
     assert {d.identity.runtime_version for d in none.collect()} == {None}
     root = tmp_path / "host"
     versions.write_fake(str(root), "4.3.8")
     c = registry.collector_factory(entry)(CollectorOptions(
-        settings={"sysfs_root": str(tmp_path / "no-sysfs"), "host_root": str(root)},
+        host=HostPaths(root=str(root), sysfs=str(tmp_path / "no-sysfs")),
         **{**base, "workdir": str(tmp_path / "work2")}))
     got = c.collect()
     assert {d.identity.runtime_version for d in got} == {"4.3.8"}

@@ -67,9 +67,9 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *p) {
 PROBE = textwrap.dedent("""
     import json
     from hetero_exporter.collectors.nvidia.nvml import collector as nvml
-    from hetero_exporter.sdk.contract import CollectorOptions
-    c = nvml.create(CollectorOptions(settings={"fallback": False, "events": EVENTS,
-                                               "sysfs_root": "/nonexistent"}))
+    from hetero_exporter.sdk.contract import CollectorOptions, HostPaths
+    c = nvml.create(CollectorOptions(settings={"fallback": False, "events": EVENTS},
+                                     host=HostPaths(sysfs="/nonexistent")))
     devices = c.collect()
     c.close()
     print(json.dumps({"collector": type(c).__name__,

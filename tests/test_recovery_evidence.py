@@ -251,15 +251,14 @@ def test_an_amd_uncorrectable_error_holds_until_the_kernel_log_says_the_gpu_was_
     path = tmp_path / "amd-reset.yaml"
     path.write_text(yaml.safe_dump(doc))
     args = cli.build_parser().parse_args(["inspect", "--simulate", str(path), "--log-format", "text"])
-    w = cli.agent(args)
     clock = ManualClock()
-    w.clock = clock
-    sampler = w.sampler()
+    w = cli.agent(args, clock=clock)
+    sampler = w.start().sampler
     states, cleared = [], {}
     try:
         for t in range(40, 110, 10):
             clock.set_t(t)
-            w.kernel_log.drain()  # what the follower's thread does when a line arrives
+            w.parts.kernel_log.follower.drain()  # what the follower's thread does when a line arrives
             snap, evaluation = sampler.collect_judged()
             gpu = next(d for d in snap.devices if d.identity.index == 1)
             states.append(gpu.health.state)

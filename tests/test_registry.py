@@ -65,6 +65,7 @@ def test_a_registered_spec_reaches_every_core_reader():
     from hetero_exporter.scoring.nodes import is_fabric
     from hetero_exporter.scoring.resources import device_resource, parse_resource
     from hetero_exporter.sdk.cli_collector import CliCalls, find_tool, tool_spec
+    from hetero_exporter.sdk.contract import HostPaths
     from hetero_exporter.model.spec import ResourceName, ToolSpec, VendorSpec
     from hetero_exporter.simulate import kubelet
     from hetero_exporter.simulate.scenario import from_dict as scenario_from_dict
@@ -102,7 +103,7 @@ def test_a_registered_spec_reaches_every_core_reader():
         assert (rec.resource, rec.device_ids) == ("zeta.example/xpu", ("zeta-3",))
         assert tool_spec("zeta-smi").env == ("ZETA_HOME",) and tool_spec("zeta-smi", "nobody") is None
         try:
-            find_tool({}, "zeta-smi", vendor="zeta")
+            find_tool(HostPaths(), "zeta-smi", vendor="zeta")
         except Exception as e:  # noqa: BLE001 - the message is what is checked
             assert "/opt/zeta/bin" in str(e) and "Zeta SDK missing" in str(e)
         else:

@@ -88,7 +88,7 @@ def test_only_run_on_the_real_node_writes_its_state(argv, writes):
     w = _wiring(*argv)
     try:
         assert w.scenario is None and w.state_writable is writes
-        assert w.identity_store().writable is writes
+        assert w.parts.identities.writable is writes
     finally:
         w.close()
 
@@ -198,9 +198,9 @@ def test_a_removal_is_announced_on_the_node_once(kube_api, tmp_path):
 def test_the_wiring_passes_the_bus_and_a_removal_log_to_the_collectors(tmp_path):
     w = _wiring("inspect", "--simulate", str(SCENARIOS / "nvidia-lost.yaml"))
     try:
-        store = w.identity_store()
+        store = w.parts.identities
         assert store.bus is not None and "0000:18:00.0" in store.bus and len(store.bus) == 8
-        assert store.boot_id == "sim-nvidia-lost" and store.removals is w.removals
+        assert store.boot_id == "sim-nvidia-lost" and store.removals is w.parts.removals
     finally:
         w.close()
     assert json.dumps(sorted(store.bus))  # plain strings

@@ -33,7 +33,7 @@ def _snapshot(scenario: str):
     args, extra = cli.build_parser().parse_known_args(["inspect", "--simulate", str(SCENARIOS / scenario)])
     agent = cli.agent(args, extra)
     try:
-        return agent.sampler().collect()
+        return agent.start().sampler.collect()
     finally:
         agent.close()
 

@@ -34,7 +34,7 @@ from hetero_exporter import registry, vendors
 from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.model import KINDS, METHODS, NodeSnapshot, snapshot_to_json
 from hetero_exporter.sampling import CollectorSpec, Sampler
-from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, ParseError
 from hetero_exporter.model.spec import CollectorEntry, VendorSpec
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate import scenario as scenario_mod
@@ -221,7 +221,7 @@ def write_scenario(doc: dict, folder: Path) -> scenario_mod.Scenario:
 
 def options(scenario: Any, workdir: Path, clock: Any, timeout: float = 10.0) -> CollectorOptions:
     return CollectorOptions(node_name=scenario.node, timeout_seconds=timeout, interval_seconds=10.0,
-                            settings={"sysfs_root": str(workdir / "no-sysfs")}, scenario=scenario,
+                            host=HostPaths(sysfs=str(workdir / "no-sysfs")), scenario=scenario,
                             clock=clock, workdir=str(workdir))
 
 

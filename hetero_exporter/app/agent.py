@@ -1,10 +1,13 @@
-"""The one assembly: ``Agent.build(options)`` and the services it starts.
+"""The one assembly: ``Agent.build(options)`` makes every part once, ``start()`` starts them.
 
-``build`` reads the config (typed sections: app/settings.py) and chooses the environment (the
-host or a simulated node: app/environment.py); nothing starts until asked. The sampler, the API
-connection, the pod cache, the kernel-log follower and the health loop are each made once, on
-first use, and every background service is closed by ``close()`` (app/services.py). The
-commands (app/commands.py) are built from these parts; cli.py only parses arguments.
+``build`` reads the config (typed sections: app/settings.py), chooses the environment (the host
+or a simulated node: app/environment.py, which answers with data and never calls back) and makes
+the parts in dependency order into one frozen ``Parts``, each from those before it: nothing is
+started and no state is read yet. ``start()`` first brings back, once and before the first cycle,
+what an earlier agent left (``restore``: the collectors' pinned identities, the kernel-log
+cursor, the sticky faults the Node's book records), then starts the background services in the
+order of the parts (app/services.py); ``close()`` stops them all. The commands (app/commands.py,
+app/top.py) are built from these; cli.py only parses arguments.
 """
 
 from __future__ import annotations
@@ -14,15 +17,30 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter import config as config_mod
 from hetero_exporter import registry
 from hetero_exporter.app import environment
 from hetero_exporter.app.services import Services
 from hetero_exporter.app.settings import Settings
-from hetero_exporter.sampling import CollectorSpec, Sampler
-from hetero_exporter.sdk.contract import CollectorOptions
+from hetero_exporter.model import DeviceSample
+from hetero_exporter.sampling import CollectorSpec, Enricher, Sampler
+from hetero_exporter.sdk.contract import Collector, CollectorOptions, HostPaths, IdentityMemories
+from hetero_exporter.sdk.identity import IdentityStore, RemovalLog
+
+if TYPE_CHECKING:
+    from hetero_exporter.health.act.metrics import HealthMetrics
+    from hetero_exporter.health.act.remedy import HealthLoop, Remedy
+    from hetero_exporter.health.detect.verdicts import HealthVerdicts
+    from hetero_exporter.k8s.client import Cluster
+    from hetero_exporter.k8s.pods import PodCache
+    from hetero_exporter.k8s.slice_cache import SliceCache
+    from hetero_exporter.model.pods import ContainerDevices
+    from hetero_exporter.sources.attribution import Attributor
+    from hetero_exporter.sources.kernel_log import Follower, KernelLogFaults
+    from hetero_exporter.sources.pci_presence import UdevWatch
+    from hetero_exporter.sources.podresources.client import PodResourcesPoller
 
 log = logging.getLogger("hetero_exporter")
 
@@ -50,38 +68,94 @@ class Options:
     kernel_log: Optional[str] = None  # --kernel-log PATH|off
 
 
-def device_resource(device: Any) -> str:
+def device_resource(device: DeviceSample) -> str:
     """The extended resource a device is allocated as on its node ('' when none): the health
     remedy's view of ``vendors.device_resource``, over a DeviceSample."""
     from hetero_exporter import vendors
     return vendors.device_resource(device.identity.vendor, device.identity.model)
 
 
-class Agent:
-    """One agent process: its settings, its environment and the services built from them."""
+@dataclass(frozen=True)
+class KernelLog:
+    """The kernel log as a health source: the follower (its own thread once started) and the
+    source putting its events on the devices."""
 
-    def __init__(self, options: Options, settings: Settings, env: environment.Environment):
+    follower: "Follower"
+    faults: "KernelLogFaults"
+
+
+@dataclass(frozen=True)
+class PodResources:
+    """The kubelet PodResources poller on ``socket``; ``simulated``: the allocations a simulated
+    kubelet serves there (started before the poller), None on a node."""
+
+    poller: "PodResourcesPoller"
+    socket: str
+    wait: float  # seconds the first answer is waited for
+    simulated: "Optional[Sequence[ContainerDevices]]" = None
+
+
+@dataclass(frozen=True)
+class HealthParts:
+    """``run``'s health loop over the verdicts: its metrics (registered by the command), the
+    remedy that writes, this node's ResourceSlice watch and the udev watch that wakes the sampler."""
+
+    metrics: "HealthMetrics"
+    remedy: "Remedy"
+    loop: "HealthLoop"
+    slices: "Optional[SliceCache]" = None
+    udev: "Optional[UdevWatch]" = None
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What ``Agent.build`` makes, in this order, each from the ones above it; nothing started.
+
+    ``paths`` the host paths collectors see; ``identities`` how collectors keep identities (this
+    boot, machine and bus), ``memories`` each collector's (read by ``Agent.restore``),
+    ``removals`` the devices they forgot as removed; ``collectors`` the enabled ones; ``cluster``
+    the one API connection (None where no part needs one); ``pod_cache``, ``podresources`` and
+    ``kernel_log`` the sources' services; ``sources`` the enrichers in order; ``verdicts`` the
+    judge; ``sampler`` over all of them; ``health`` the health loop (``run`` only)."""
+
+    paths: HostPaths
+    identities: IdentityStore
+    memories: IdentityMemories
+    removals: RemovalLog
+    collectors: tuple[CollectorSpec, ...]
+    cluster: "Optional[Cluster]"
+    pod_cache: "Optional[PodCache]"
+    podresources: Optional[PodResources]
+    kernel_log: Optional[KernelLog]
+    attribution: "Attributor"
+    sources: tuple[Enricher, ...]
+    verdicts: "HealthVerdicts"
+    sampler: Sampler
+    health: Optional[HealthParts]
+
+
+class Agent:
+    """One agent process: its settings, its environment, the parts built from them and the
+    services started from those."""
+
+    def __init__(self, options: Options, settings: Settings, env: environment.Environment, node: str,
+                 wake: threading.Event, parts: Parts):
         self.options = options
         self.settings = settings
         self.config = settings.config
         self.env = env
         self.scenario = env.scenario
-        self.node = (options.node_name or self.config.node_name or os.environ.get("NODE_NAME")
-                     or env.node_name() or socket.gethostname())
+        self.node = node
+        self.wake = wake  # collectors and sources set it to get a cycle at once
+        self.parts = parts
         self.services = Services()
-        self.wake = threading.Event()  # collectors and sources set it to get a cycle at once
-        self.kernel_log: Any = None  # the kernel-log Follower, once the sampler is built (and it is on)
-        self.verdicts: Any = None  # the health judge (health.detect.verdicts), once the sampler is built
-        self.removals: Any = None  # devices the identity memories forgot as removed
-        self._sampler: Optional[Sampler] = None
-        self._cluster: Any = None
-        self._pod_cache: Any = None
-        self._pod_cache_made = False
-        self._health_loop: Any = None
+        self._restored = False
+        self._started = False
 
     @classmethod
-    def build(cls, options: Options) -> "Agent":
-        """Config file < flags, checked (ConfigError, exit 2); the environment chosen. Nothing runs yet."""
+    def build(cls, options: Options, *, clock: Optional[Callable[[], float]] = None) -> "Agent":
+        """Config file < flags, checked (ConfigError, exit 2); the environment chosen (``clock``
+        over its own: tests drive a simulation by hand); the parts made. Nothing runs yet."""
         cfg = config_mod.load(options.config_file).replace(
             interval=options.interval, log_format=options.log_format, kubeconfig=options.kubeconfig,
             listen=options.listen)
@@ -91,13 +165,91 @@ class Agent:
         host_root = config_mod.host_root(options.host_root, cfg)
         env = environment.choose(settings, simulate=options.simulate, simulate_if_absent=options.simulate_if_absent,
                                  at=options.at, host_root=host_root)
-        return cls(options, settings, env)
+        if clock is not None:
+            env.clock = clock
+        node = (options.node_name or cfg.node_name or os.environ.get("NODE_NAME") or env.node_name()
+                or socket.gethostname())
+        wake = threading.Event()
+        try:
+            parts = _Assembly(options, settings, env, node, wake).parts()
+        except BaseException:
+            env.close()
+            raise
+        return cls(options, settings, env, node, wake, parts)
+
+    # ---- start and stop
+
+    def start(self, node: Optional[Mapping[str, Any]] = None) -> Parts:
+        """Restore (once, before anything reads: ``restore``), then start the services in the
+        order of the parts: the pod cache, the simulated kubelet and the PodResources poller, the
+        kernel-log follower (each waiting for its first answer), the ResourceSlice watch and the
+        udev watch. Once; the parts, started."""
+        if self._started:
+            return self.parts
+        self._started = True
+        self.restore(node)
+        p = self.parts
+        if p.pod_cache is not None:
+            cache, wait = p.pod_cache, float(self.settings.attribution.pod_cache_wait)
+            self.services.start("pod-cache", lambda: cache.start(wait_first=wait), cache.close)
+        if p.podresources is not None:
+            self._start_podresources(p.podresources)
+        if p.kernel_log is not None:
+            follower = p.kernel_log.follower
+            self.services.start("kernel-log", lambda: follower.start(wait_first=KERNEL_LOG_FIRST_READ),
+                                follower.close)
+        if p.health is not None:
+            self._start_health(p.health)
+        return p
+
+    def restore(self, node: Optional[Mapping[str, Any]] = None) -> None:
+        """What an earlier agent left, brought back once, before the first cycle: each enabled
+        collector's pinned identities (a device lost across the restart keeps its uuid; one the
+        bus no longer shows is removed), the kernel-log cursor (nothing replayed, nothing
+        missed), and the sticky faults the Node's book records, into the verdicts: from ``node``
+        when the command read it (``health --dry-run``), else through the health loop's remedy,
+        which tries again each cycle while the API server does not answer (the loop acts only
+        once they are back)."""
+        if self._restored:
+            return
+        self._restored = True
+        p = self.parts
+        p.memories.restore(spec.name for spec in p.collectors)
+        if p.kernel_log is not None:
+            p.kernel_log.follower.restore()
+        if node is not None:
+            from hetero_exporter.health import plan as plan_mod
+            book = plan_mod.Book.from_annotation(
+                ((node.get("metadata") or {}).get("annotations") or {}).get(self.settings.health.remedy.book_annotation))
+            p.verdicts.restore(plan_mod.sticky_from_json(book.sticky), book.boot_id, self.env.boot_id)
+        elif p.health is not None:
+            p.health.remedy.restore_into(p.verdicts, self.env.boot_id)
+
+    def _start_podresources(self, pr: PodResources) -> None:
+        if pr.simulated is not None:
+            try:
+                from hetero_exporter.simulate import kubelet
+                self.services.add("simulated-kubelet", kubelet.spawn(pr.socket, pr.simulated, str(self.workdir)))
+            except (ImportError, RuntimeError, OSError) as e:  # the simulated kubelet's grpcio/protobuf missing or too old
+                log.warning("kubelet PodResources off: %s (pip install 'hetero-exporter[attribution]'; "
+                            "the simulated kubelet also needs [simulate])", e)
+                return
+        poller = pr.poller
+        self.services.start("podresources", lambda: poller.start(wait_first=pr.wait), poller.close)
+
+    def _start_health(self, h: HealthParts) -> None:
+        if h.slices is not None:
+            self.services.start("resource-slices", h.slices.start, h.slices.close)
+        if h.udev is not None:
+            if h.udev.start():
+                self.services.add("udev", h.udev.stop)
+            else:
+                log.info("udev watch off", extra={"reason": h.udev.reason})
 
     def close(self) -> None:
         """Stop every service (newest first), the collectors, and remove what a simulation wrote."""
         self.services.close()
-        if self._sampler is not None:
-            self._sampler.close()
+        self.parts.sampler.close()
         self.env.close()
 
     def __enter__(self) -> "Agent":
@@ -105,6 +257,8 @@ class Agent:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    # ---- read by the commands
 
     def finops(self) -> Any:
         """The configured FinOps settings, with the reference profile's cost weight, so that a
@@ -114,16 +268,10 @@ class Agent:
         prof = profiles.lookup(fin.reference)
         return fin.with_reference_cost_weight(None if prof is None else prof.cost_weight)
 
-    # ---- collectors
-
     @property
-    def clock(self) -> Any:
+    def clock(self) -> Callable[[], float]:
         """The environment's clock (time.time, or the simulation's): every part reads this one."""
         return self.env.clock
-
-    @clock.setter
-    def clock(self, clock: Any) -> None:  # tests drive a simulation by hand (before anything is built)
-        self.env.clock = clock
 
     @property
     def workdir(self) -> Optional[str]:
@@ -138,13 +286,54 @@ class Agent:
     def state_writable(self) -> bool:
         return self.env.writes_state(self.options.command)
 
+
+class _Assembly:
+    """Agent.build's steps: each makes one part from the settings, the environment and the
+    parts made before it (Parts lists them in order)."""
+
+    def __init__(self, options: Options, settings: Settings, env: environment.Environment, node: str,
+                 wake: threading.Event):
+        self.options, self.settings, self.config, self.env = options, settings, settings.config, env
+        self.node, self.wake = node, wake
+        self.state_dir = env.state_dir()
+        self.writable = env.writes_state(options.command)
+
+    def parts(self) -> Parts:
+        paths = self.env.collector_paths()
+        removals = RemovalLog()
+        identities = self.identity_store(removals)
+        memories = IdentityMemories(identities, self.state_dir)
+        collectors = tuple(self.collector(e, paths, identities, memories) for e in self.enabled_collectors())
+        inputs = self.env.attribution_inputs()
+        cluster = self.cluster(inputs)
+        pod_cache = self.pod_cache(cluster) if inputs.watch_pods else None
+        podresources = self.podresources(inputs)
+        kernel_log = self.kernel_log()
+        attribution = self.attribution(inputs, pod_cache, podresources)
+        sources = self.sources(attribution, kernel_log)
+        from hetero_exporter.health.detect.verdicts import HealthVerdicts
+        verdicts = HealthVerdicts(self.settings.health.policy)
+        # With PCI presence on, that source scans the bus and sets the expected counts; the
+        # sampler scanning it too would read sysfs twice per cycle for the same answer.
+        sampler = Sampler(collectors, self.node, clock=self.env.clock,
+                          expected=dict if self.settings.health.pci_presence else self.env.expected,
+                          boot_id=self.env.boot_id, wake=self.wake, removals=removals,
+                          enrichers=sources, judge=verdicts.judge)
+        health = self.health(cluster, pod_cache, verdicts) if self.options.command == "run" else None
+        return Parts(paths=paths, identities=identities, memories=memories, removals=removals,
+                     collectors=collectors, cluster=cluster, pod_cache=pod_cache, podresources=podresources,
+                     kernel_log=kernel_log, attribution=attribution, sources=sources, verdicts=verdicts,
+                     sampler=sampler, health=health)
+
+    # ---- collectors
+
     def enabled_collectors(self) -> list[registry.CollectorEntry]:
         """The collectors to run: a flag or ``collectors.NAME.enabled`` decides; else a default
         collector runs when its vendor is present (every default one when that cannot be told)."""
         present = self.env.present_vendors()
         chosen = []
         for name, e in registry.collector_entries().items():
-            explicit = self.options.collectors.get(name, self.config.collector_settings(name).get("enabled"))
+            explicit = self.options.collectors.get(name, self.settings.collector(name).enabled)
             if explicit is not None:
                 on = bool(explicit)
             elif present is None:
@@ -160,150 +349,72 @@ class Agent:
                      extra={"sysfs_root": self.config.sysfs_root})
         return chosen
 
-    def identity_store(self) -> Any:
+    def identity_store(self, removals: RemovalLog) -> IdentityStore:
         """How collectors keep identities: writable or not, this boot and machine, and the
         accelerators on the bus now (to tell a removed device from a lost one)."""
         from hetero_exporter import pci
         from hetero_exporter.sdk import pciaddr
-        from hetero_exporter.sdk.identity import IdentityStore, RemovalLog
         scanned = self.env.bus_now()
         bus = None
         if scanned is not None:
             hosts = pci.host_devices(scanned, registry.pci_vendors())
             bus = frozenset(filter(None, (pciaddr.normalize(d.address) for devs in hosts.values() for d in devs)))
-        self.removals = RemovalLog()
-        return IdentityStore(writable=self.state_writable, boot_id=self.env.state_boot_id,
-                             machine_id=self.env.machine_id(), bus=bus, removals=self.removals)
+        return IdentityStore(writable=self.writable, boot_id=self.env.state_boot_id,
+                             machine_id=self.env.machine_id(), bus=bus, removals=removals)
 
-    def host_settings(self) -> dict[str, str]:
-        """host_root / host_exec for every collector (its own section may override them)."""
-        host_root, host_exec = self.env.collector_host()
-        return {**({"host_root": host_root} if host_root else {}), **({"host_exec": host_exec} if host_exec else {})}
-
-    def collector_options(self, entry: registry.CollectorEntry, identities: Any) -> CollectorOptions:
-        """What collector ``entry`` is built with: its config section, the host root and the agent's clocks."""
-        return CollectorOptions(
+    def collector(self, entry: registry.CollectorEntry, paths: HostPaths, identities: IdentityStore,
+                  memories: IdentityMemories) -> CollectorSpec:
+        """Collector ``entry`` to run: built (on its worker, at its first cycle) with its own
+        keys of the config, its host paths (its section's over the agent's) and the agent's clocks."""
+        section = self.settings.collector(entry.name)
+        opts = CollectorOptions(
             node_name=self.node, interval_seconds=self.config.interval,
-            timeout_seconds=self.config.collector_timeout(entry.name),
-            settings={"sysfs_root": self.config.sysfs_root, **self.host_settings(),
-                      **self.config.collector_settings(entry.name)},
-            scenario=self.scenario, clock=self.clock, workdir=self.workdir, wake=self.wake.set,
-            state_dir=self.state_dir, identity=identities)
+            timeout_seconds=self.config.collector_timeout(entry.name), settings=section.own,
+            host=section.host(paths), scenario=self.env.scenario, clock=self.env.clock, workdir=self.env.workdir,
+            wake=self.wake.set, state_dir=self.state_dir, identity=identities, memories=memories)
 
-    def sampler(self) -> Sampler:
-        """The sampler (made once): the enabled collectors, then the sources that add facts
-        (PCI locate, attribution, PCI presence, the kernel log), then the health judge."""
-        if self._sampler is not None:
-            return self._sampler
-        identities = self.identity_store()
-        specs = []
-        for e in self.enabled_collectors():
-            opts = self.collector_options(e, identities)
+        def factory() -> Collector:
+            create: Callable[[CollectorOptions], Collector] = registry.collector_factory(entry)
+            return create(opts)
 
-            def factory(e: registry.CollectorEntry = e, opts: CollectorOptions = opts) -> Any:
-                return registry.collector_factory(e)(opts)
-
-            specs.append(CollectorSpec(e.name, e.vendor, factory, opts.timeout_seconds))
-        health = self.settings.health
-        # With PCI presence on, that source scans the bus and sets the expected counts; the
-        # sampler scanning it too would read sysfs twice per cycle for the same answer.
-        self._sampler = Sampler(specs, self.node, clock=self.clock,
-                                expected=dict if health.pci_presence else self.env.expected,
-                                boot_id=self.env.boot_id, wake=self.wake, removals=self.removals,
-                                enrichers=self.sources(), judge=self.judge().judge)
-        return self._sampler
-
-    def judge(self) -> Any:
-        """The health judge (made once): the policy's verdicts, published with each snapshot."""
-        if self.verdicts is None:
-            from hetero_exporter.health.detect.verdicts import HealthVerdicts
-            self.verdicts = HealthVerdicts(self.settings.health.policy)
-        return self.verdicts
-
-    def sources(self) -> list[Any]:
-        """The sources that add facts, in order: PCI locate first (so attribution and the remedy
-        see every device's address), attribution, PCI presence (missing devices), the kernel log."""
-        from hetero_exporter.sources.pci_presence import PciLocate, PciPresence
-        health = self.settings.health
-        out: list[Any] = []
-        if health.pci_presence:
-            out.append(PciLocate(self.env.scan(), registry.pci_vendors()))
-        out.append(self.attribution())
-        if health.pci_presence:
-            out.append(PciPresence(self.env.scan(), registry.pci_vendors()))
-        kernel_log = self.kernel_log_faults(health.policy)
-        if kernel_log is not None:
-            out.append(kernel_log)
-        return out
-
-    # ---- the kernel log as a health source (docs/health.md: Kernel log)
-
-    def kernel_log_faults(self, policy: Any) -> Any:
-        """The follower (its own thread; the first read done before the first cycle) and the
-        source putting its events on the devices; None when off."""
-        from hetero_exporter.sources import kernel_log as kl
-        s = self.settings.kernel_log
-        if not s.enabled:
-            log.info("kernel log off", extra={"reason": "disabled"})
-            return None
-        follower = kl.Follower(
-            self.env.kernel_log_source(kl, s), state_dir=self.state_dir, boot_id=self.env.state_boot_id,
-            clock=self.clock, wake=self.wake.set, max_records_per_second=float(s.max_records_per_second),
-            max_pending=int(s.max_pending), retry_seconds=float(s.retry_seconds), writable=self.state_writable,
-            urgent_codes=policy.overrides)  # an overridden code is never skipped in a storm
-        self.kernel_log = self.services.start(
-            "kernel-log", lambda: follower.start(wait_first=KERNEL_LOG_FIRST_READ), follower.close)
-        return kl.KernelLogFaults(follower, reset_codes=policy.reset_codes | kl.RESET_CODES,
-                                  dedup_seconds=float(s.dedup_seconds))
+        return CollectorSpec(entry.name, entry.vendor, factory, opts.timeout_seconds)
 
     # ---- Kubernetes
 
-    def cluster(self) -> Any:
-        """The API connection (made once; ``enabled`` False, with a reason, without access)."""
-        if self._cluster is None:
-            from hetero_exporter.k8s import client as k8s_client
-            self._cluster = k8s_client.connect(self.config.kubeconfig)
-        return self._cluster
+    def cluster(self, inputs: environment.AttributionInputs) -> "Optional[Cluster]":
+        """The one API connection (``enabled`` False, with a reason, without access), where a
+        part needs it: the pod cache, ``run``'s health loop unless it only observes, ``health``."""
+        command, mode = self.options.command, self.settings.health.remedy.mode
+        if not (inputs.watch_pods or command == "health" or (command == "run" and mode != "observe")):
+            return None
+        from hetero_exporter.k8s import client as k8s_client
+        return k8s_client.connect(self.config.kubeconfig)
 
-    def pod_cache(self) -> Any:
-        """The watch of this node's pods (made once), None without cluster access."""
-        if self._pod_cache_made:
-            return self._pod_cache
-        self._pod_cache_made = True
-        cluster = self.cluster()
+    def pod_cache(self, cluster: "Optional[Cluster]") -> "Optional[PodCache]":
+        """The watch of this node's pods, None without cluster access."""
+        assert cluster is not None
         if not cluster.enabled:
             log.info("pod cache off", extra={"reason": cluster.reason})
             return None
         from hetero_exporter.k8s.pods import PodCache
         cache = PodCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds)
-        wait = float(self.settings.attribution.pod_cache_wait)
-        self._pod_cache = self.services.start("pod-cache", lambda: cache.start(wait_first=wait), cache.close)
         log.info("pod cache on", extra={"source": cluster.source, "node": self.node})
-        return self._pod_cache
+        return cache
 
-    # ---- process -> pod attribution (docs/metrics-guide.md: Attribution)
+    # ---- the sources (docs/metrics-guide.md: Attribution; docs/health.md: Kernel log)
 
-    def attribution(self) -> Any:
-        """The source naming each device process's pod, over the environment's inputs."""
-        from hetero_exporter.sources.attribution import Attributor
-        proc_root, pods, allocations = self.env.attribution_inputs(self)
-        return Attributor(proc_root, pods=pods, allocations=allocations, clock=self.clock)
-
-    def podresources(self, socket_path: str, simulated: Optional[list] = None) -> Any:
-        """The kubelet PodResources poller on ``socket_path`` (``simulated``: the records a
-        simulated kubelet serves there), None when off or unavailable."""
+    def podresources(self, inputs: environment.AttributionInputs) -> Optional[PodResources]:
+        """The kubelet PodResources poller on the inputs' socket, None when off or unavailable."""
         a = self.settings.attribution
+        simulated = inputs.simulated
         if a.podresources is False or (a.podresources is None and simulated is None
-                                        and not os.path.exists(socket_path)):
+                                        and not os.path.exists(inputs.socket)):
             log.info("kubelet PodResources off", extra={
-                "socket": socket_path, "reason": "disabled" if a.podresources is False else "socket not mounted"})
+                "socket": inputs.socket, "reason": "disabled" if a.podresources is False else "socket not mounted"})
             return None
         try:
             from hetero_exporter.sources.podresources.client import PodResourcesPoller
-            if simulated is not None:
-                from hetero_exporter.simulate import kubelet
-                self.services.add("simulated-kubelet", kubelet.spawn(socket_path, simulated, str(self.workdir)))
-        except (ImportError, RuntimeError, OSError) as e:  # the simulated kubelet's grpcio/protobuf missing or too old
+        except (ImportError, RuntimeError, OSError) as e:
             log.warning("kubelet PodResources off: %s (pip install 'hetero-exporter[attribution]'; "
                         "the simulated kubelet also needs [simulate])", e)
             return None
@@ -313,48 +424,74 @@ class Agent:
             # its first answers take longer than a real kubelet's budget, and the simulation's
             # snapshot must still show them
             timeout = max(timeout, SIMULATED_KUBELET_TIMEOUT)
-        poller = PodResourcesPoller(socket_path, interval=float(a.podresources_interval or self.config.interval),
-                                    timeout=timeout, extra_vendors=dict(a.resources), clock=self.clock)
-        return self.services.start("podresources", lambda: poller.start(wait_first=timeout), poller.close)
+        poller = PodResourcesPoller(inputs.socket, interval=float(a.podresources_interval or self.config.interval),
+                                    timeout=timeout, extra_vendors=dict(a.resources), clock=self.env.clock)
+        return PodResources(poller, inputs.socket, timeout, simulated)
+
+    def attribution(self, inputs: environment.AttributionInputs, pod_cache: "Optional[PodCache]",
+                    podresources: Optional[PodResources]) -> "Attributor":
+        """The source naming each device process's pod, over the environment's inputs."""
+        from hetero_exporter.sources.attribution import Attributor
+        pods = pod_cache if inputs.watch_pods else inputs.pods
+        return Attributor(inputs.proc_root, pods=pods, allocations=podresources.poller if podresources else None,
+                          clock=self.env.clock)
+
+    def kernel_log(self) -> Optional[KernelLog]:
+        """The follower and the source putting its events on the devices; None when off."""
+        from hetero_exporter.sources import kernel_log as kl
+        s, policy = self.settings.kernel_log, self.settings.health.policy
+        if not s.enabled:
+            log.info("kernel log off", extra={"reason": "disabled"})
+            return None
+        follower = kl.Follower(
+            self.env.kernel_log_source(kl, s), state_dir=self.state_dir, boot_id=self.env.state_boot_id,
+            clock=self.env.clock, wake=self.wake.set, max_records_per_second=float(s.max_records_per_second),
+            max_pending=int(s.max_pending), retry_seconds=float(s.retry_seconds), writable=self.writable,
+            urgent_codes=policy.overrides)  # an overridden code is never skipped in a storm
+        return KernelLog(follower, kl.KernelLogFaults(follower, reset_codes=policy.reset_codes | kl.RESET_CODES,
+                                                      dedup_seconds=float(s.dedup_seconds)))
+
+    def sources(self, attribution: "Attributor", kernel_log: Optional[KernelLog]) -> tuple[Enricher, ...]:
+        """The sources that add facts, in order: PCI locate first (so attribution and the remedy
+        see every device's address), attribution, PCI presence (missing devices), the kernel log."""
+        from hetero_exporter.sources.pci_presence import PciLocate, PciPresence
+        out: list[Enricher] = []
+        if self.settings.health.pci_presence:
+            out.append(PciLocate(self.env.scan(), registry.pci_vendors()))
+        out.append(attribution)
+        if self.settings.health.pci_presence:
+            out.append(PciPresence(self.env.scan(), registry.pci_vendors()))
+        if kernel_log is not None:
+            out.append(kernel_log.faults)
+        return tuple(out)
 
     # ---- the health loop (docs/health.md)
 
-    def health_loop(self, metrics_registry: Any) -> Any:
-        """The health loop over the sampler's verdicts (made once, not started); its metrics go
-        on the registry. Without cluster access it only computes (metrics), and says why."""
-        if self._health_loop is not None:
-            return self._health_loop
+    def health(self, cluster: "Optional[Cluster]", pod_cache: "Optional[PodCache]",
+               verdicts: "HealthVerdicts") -> HealthParts:
+        """The health loop over the verdicts. Without cluster access it only computes (metrics),
+        and says why."""
         from hetero_exporter.health.act.metrics import HealthMetrics
         from hetero_exporter.health.act.remedy import HealthLoop, Remedy
-        self.sampler()  # the sources the remedy reads (the pod cache)
         policy, rcfg = self.settings.health.policy, self.settings.health.remedy
         metrics = HealthMetrics()
-        metrics_registry.register(metrics)
-        cluster = None
-        if rcfg.mode != "observe":
-            cluster = self.cluster()
-            if not cluster.enabled:
-                log.warning("health loop writes nothing", extra={"mode": rcfg.mode, "reason": cluster.reason})
+        if rcfg.mode == "observe":
+            cluster = None
+        elif cluster is not None and not cluster.enabled:
+            log.warning("health loop writes nothing", extra={"mode": rcfg.mode, "reason": cluster.reason})
         slices = None
         if cluster is not None and cluster.enabled and rcfg.device_taints:
             # this node's ResourceSlices, watched (the remedy lists them itself until synced)
             from hetero_exporter.k8s.slice_cache import SliceCache
-            cache = SliceCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds)
-            slices = self.services.start("resource-slices", cache.start, cache.close)
-        pods = self._pod_cache  # attribution's watch of this node's pods, when it runs
-        remedy = Remedy(cluster, self.node, policy, rcfg, metrics, clock=self.clock, resource_of=device_resource,
-                        slices=slices, failed_pods=pods.failed_pods if pods is not None else None)
-        self._health_loop = HealthLoop(remedy, self.judge(), boot_id=self.env.boot_id)
+            slices = SliceCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds)
+        # attribution's watch of this node's pods, when it runs
+        remedy = Remedy(cluster, self.node, policy, rcfg, metrics, clock=self.env.clock, resource_of=device_resource,
+                        slices=slices, failed_pods=pod_cache.failed_pods if pod_cache is not None else None)
+        loop = HealthLoop(remedy, verdicts, boot_id=self.env.boot_id)
         log.info("health loop", extra={"mode": rcfg.mode, "writes": remedy.writes, "domain": rcfg.domain})
+        udev = None
         if self.env.udev():
-            self._udev_watch()
-        return self._health_loop
-
-    def _udev_watch(self) -> None:
-        """A PCI remove or add wakes the sampler at once (pyudev; off, and said why, without it)."""
-        from hetero_exporter.sources.pci_presence import UdevWatch
-        watch = UdevWatch(registry.pci_vendors(), self.wake.set)
-        if watch.start():
-            self.services.add("udev", watch.stop)
-        else:
-            log.info("udev watch off", extra={"reason": watch.reason})
+            # a PCI remove or add wakes the sampler at once (pyudev; off, and said why, without it)
+            from hetero_exporter.sources.pci_presence import UdevWatch
+            udev = UdevWatch(registry.pci_vendors(), self.wake.set)
+        return HealthParts(metrics, remedy, loop, slices, udev)

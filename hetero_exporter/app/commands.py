@@ -28,7 +28,7 @@ def inspect(options: Options, as_json: bool) -> int:
     from hetero_exporter import table
     agent = Agent.build(options)
     try:
-        snap = agent.sampler().collect()
+        snap = agent.start().sampler.collect()
     finally:
         agent.close()
     print(snapshot_to_json(snap, indent=2) if as_json else table.render(snap), end="" if not as_json else "\n")
@@ -55,8 +55,9 @@ def _self_metrics(agent: Agent, reg: Any, web: Any) -> None:
         ToolProcessesCollector,
     )
     from hetero_exporter.sdk import runner as tool_runner
-    if agent.kernel_log is not None:
-        reg.register(KernelLogCollector(agent.kernel_log.status))
+    kernel_log = agent.parts.kernel_log
+    if kernel_log is not None:
+        reg.register(KernelLogCollector(kernel_log.follower.status))
     reg.register(ToolProcessesCollector(tool_runner.killed_total))
     if web is not None and web.certificate_expiry is not None:
         reg.register(TlsCertificateCollector(web.certificate_expiry))
@@ -104,12 +105,14 @@ def run(options: Options, web_config_file: Optional[str]) -> int:
         # the server answers (not ready) while the sources make their first reads
         server = MetricsServer(agent.config.listen, reg, store.latest, web=web)
         agent.services.start("metrics-server", server.start, server.stop)
-        sampler = agent.sampler()
+        parts = agent.start()
+        sampler, health = parts.sampler, parts.health
+        assert health is not None  # run's parts have the health loop
         _self_metrics(agent, reg, web)
-        health = agent.health_loop(reg)
-        store.subscribe(health.offer)
-        agent.services.start("health-loop", health.start, health.stop)
-        _exporters(agent, reg, store, health)
+        reg.register(health.metrics)
+        store.subscribe(health.loop.offer)
+        agent.services.start("health-loop", health.loop.start, health.loop.stop)
+        _exporters(agent, reg, store, health.loop)
         host, port = server.address
         log.info("serving", extra={"listen": f"{host}:{port}", "node": agent.node,
                                    "collectors": ",".join(sampler.collector_names) or "none",
@@ -135,29 +138,26 @@ def _stop_on_signals(sampler: Any) -> threading.Event:
     return stop
 
 
-def _node_as_it_is(agent: Agent, remedy: Any, rcfg: Any) -> tuple[Any, str]:
-    """The Node the plan is made against, and where it came from (said in the report).
-    The sticky faults an earlier agent recorded on it are restored into the verdicts."""
-    from hetero_exporter.health import plan as plan_mod
+def _node_as_it_is(agent: Agent, remedy: Any) -> tuple[Any, str, bool]:
+    """The Node the plan is made against, where it came from (said in the report), and whether
+    it was read (then ``agent.start`` restores the sticky faults an earlier agent recorded on it)."""
     from hetero_exporter.health.act.remedy import empty_node
     from hetero_exporter.k8s.client import K8sError
-    cluster = agent.cluster()
+    cluster = agent.parts.cluster
+    assert cluster is not None  # health's parts connect
     if remedy is None:
-        return empty_node(agent.node), f"no cluster access ({cluster.reason}): compared against an empty node"
+        return empty_node(agent.node), f"no cluster access ({cluster.reason}): compared against an empty node", False
     try:
         node = remedy.read_node()
     except K8sError as e:
-        return empty_node(agent.node), f"cannot read node {agent.node} ({e}): compared against an empty node"
-    book = plan_mod.Book.from_annotation(
-        ((node.get("metadata") or {}).get("annotations") or {}).get(rcfg.book_annotation))
-    agent.verdicts.restore(plan_mod.sticky_from_json(book.sticky), book.boot_id, agent.env.boot_id)
-    return node, f"read from the API server ({cluster.source})"
+        return empty_node(agent.node), f"cannot read node {agent.node} ({e}): compared against an empty node", False
+    return node, f"read from the API server ({cluster.source})", True
 
 
 def _collect_settled(agent: Agent) -> tuple[Any, Any]:
     """One snapshot and its evaluation, and up to EXTRA_CYCLES more while a collector that saw
     an event (a driver event) asks for another cycle."""
-    sampler = agent.sampler()
+    sampler = agent.parts.sampler
     judged = sampler.collect_judged()
     for _ in range(EXTRA_CYCLES):
         if not agent.wake.is_set():
@@ -177,12 +177,12 @@ def health(options: Options) -> int:
     from hetero_exporter.k8s.client import K8sError
     agent = Agent.build(options)
     try:
-        agent.sampler()
         policy = agent.settings.health.policy
         rcfg = dataclasses.replace(agent.settings.health.remedy, mode="enforce")
-        cluster = agent.cluster()
-        remedy = Remedy(cluster, agent.node, policy, rcfg, resource_of=device_resource) if cluster.enabled else None
-        node, source = _node_as_it_is(agent, remedy, rcfg)
+        cluster = agent.parts.cluster
+        remedy = Remedy(cluster, agent.node, policy, rcfg, resource_of=device_resource) if cluster and cluster.enabled else None
+        node, source, read = _node_as_it_is(agent, remedy)
+        agent.start(node if read else None)
         snap, ev = _collect_settled(agent)
         budget = remedy.budget if remedy is not None else plan_mod.Budget.unchecked()
         view = None

@@ -2,8 +2,9 @@
 
 Every difference between a real node and a simulation is a method here, so the assembly
 (``app/agent.py``) has no ``scenario is None`` fork: the PCI bus it reads, the boot and
-machine it remembers identities for, where its state lives and whether it may write it, its
-kernel-log source, the inputs of attribution, and whether a udev watch runs.
+machine it remembers identities for, where its state lives and whether it may write it, the
+host paths its collectors see, its kernel-log source, the inputs of attribution, and whether a
+udev watch runs. Each answers with data: nothing here calls back into the agent.
 
 A simulation never touches the real node's state: it keeps everything in its own work
 directory (removed at close, else at exit: simulate/workdir.py).
@@ -14,15 +15,35 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from hetero_exporter import pci
 from hetero_exporter import registry
 from hetero_exporter.app.settings import AttributionSettings, KernelLogSettings, Settings
+from hetero_exporter.sdk.contract import HostPaths
+
+if TYPE_CHECKING:
+    from hetero_exporter.model.pods import ContainerDevices
+    from hetero_exporter.sources.attribution import PodDirectory
 
 log = logging.getLogger("hetero_exporter")
 
 Scan = Callable[[], list[pci.PciDevice]]
+
+
+@dataclass(frozen=True)
+class AttributionInputs:
+    """What attribution reads here: ``proc_root`` (hostPID), whether this node's pods are
+    watched (``watch_pods``: the agent's pod cache, when Kubernetes is configured) or ``pods``
+    stand in for them, the kubelet's PodResources ``socket``, and ``simulated``: the
+    allocations a simulated kubelet serves on it (None on a node)."""
+
+    proc_root: str
+    watch_pods: bool
+    pods: "Optional[PodDirectory]" = None
+    socket: str = ""
+    simulated: "Optional[Sequence[ContainerDevices]]" = None
 
 
 def boot_id() -> Optional[str]:
@@ -56,6 +77,9 @@ class Environment:
                  at_start: Optional[list[pci.PciDevice]] = None):
         self.settings = settings
         self.host_root = host_root
+        cfg = settings.config
+        self.paths = HostPaths(root=host_root, exec_mode=cfg.host_exec or HostPaths.exec_mode, sysfs=cfg.sysfs_root,
+                               proc=cfg.proc_root)
         self.clock: Callable[[], float] = time.time
         self.boot_id = boot_id()  # the snapshot's and the health loop's (sticky faults)
         sysfs = settings.config.sysfs_root
@@ -109,9 +133,9 @@ class Environment:
 
     # ---- what collectors, the kernel log and attribution read
 
-    def collector_host(self) -> tuple[Optional[str], Optional[str]]:
-        """(host_root, host_exec) of every collector (its own section may override them)."""
-        return self.host_root, self.settings.config.host_exec
+    def collector_paths(self) -> HostPaths:
+        """The host paths every collector sees (its own section may override them)."""
+        return self.paths
 
     def kernel_log_source(self, kl: Any, settings: KernelLogSettings) -> Any:
         """The source the follower reads (``kl`` is sources.kernel_log)."""
@@ -121,14 +145,11 @@ class Environment:
             return kl.FileSource(settings.path, initial_bytes=settings.initial_bytes)
         return kl.KmsgSource(kl.KMSG)
 
-    def attribution_inputs(self, agent: Any) -> tuple[str, Any, Any]:
-        """(proc root, pod names, PodResources poller): ``proc_root`` (hostPID), the
-        watch-backed pod cache when Kubernetes is configured, kubelet PodResources when its
-        socket is mounted."""
+    def attribution_inputs(self) -> AttributionInputs:
+        """``proc_root`` (hostPID), this node's pods watched when Kubernetes is configured, the
+        kubelet's PodResources socket (read when mounted)."""
         a: AttributionSettings = self.settings.attribution
-        proc_root = a.proc_root or self.settings.config.proc_root
-        pods = agent.pod_cache() if a.pod_cache else None
-        return proc_root, pods, agent.podresources(a.podresources_socket)
+        return AttributionInputs(a.proc_root or self.paths.proc, watch_pods=a.pod_cache, socket=a.podresources_socket)
 
     def udev(self) -> bool:
         """Whether a udev watch may wake the sampler (the host's uevents mean nothing to a simulation)."""
@@ -148,6 +169,8 @@ class SimulatedEnvironment(Environment):
     def __init__(self, settings: Settings, scenario: Any, at: float):
         from hetero_exporter.simulate import SimulationClock, workdir
         self.settings, self.host_root = settings, None  # the fakes write their own host roots
+        cfg = settings.config
+        self.paths = HostPaths(exec_mode=cfg.host_exec or HostPaths.exec_mode, sysfs=cfg.sysfs_root, proc=cfg.proc_root)
         self.boot_id = boot_id()
         self.scenario = scenario
         self.name = scenario.name
@@ -189,8 +212,6 @@ class SimulatedEnvironment(Environment):
     def writes_state(self, command: str) -> bool:
         return True  # only in its own work directory
 
-    def collector_host(self) -> tuple[Optional[str], Optional[str]]:
-        return None, self.settings.config.host_exec
 
     def kernel_log_source(self, kl: Any, settings: KernelLogSettings) -> Any:
         """A text log named by the config is read as on a node; otherwise the scenario's ring
@@ -201,21 +222,20 @@ class SimulatedEnvironment(Environment):
         ring = ScenarioKmsg(self.scenario, self.clock)
         return kl.KmsgSource("simulated:/dev/kmsg", opener=ring.opener, wall_time=ring.wall_time)
 
-    def attribution_inputs(self, agent: Any) -> tuple[str, Any, Any]:
+    def attribution_inputs(self) -> AttributionInputs:
         """A fake /proc written from the scenario; with --kubeconfig the pod names come from
         that API server (the scenario's pods seeded there), as on a node, otherwise the
-        scenario's pods stand in for it; a real PodResources gRPC server on a socket in the
-        work directory."""
+        scenario's pods stand in for it; a real PodResources gRPC server (the simulated
+        kubelet, started by the agent) on a socket in the work directory."""
         from hetero_exporter.simulate import kubelet, procfs
         from hetero_exporter.sources.attribution import StaticPods
         workdir = str(self.workdir)
         proc_root = str(procfs.write(self.scenario, os.path.join(workdir, "proc")))
-        if self.settings.config.kubeconfig and self.settings.attribution.pod_cache:
-            pods = agent.pod_cache()
-        else:
-            pods = StaticPods(kubelet.scenario_pods(self.scenario), clock=self.clock)
-        socket_path = os.path.join(workdir, "pod-resources", "kubelet.sock")
-        return proc_root, pods, agent.podresources(socket_path, simulated=kubelet.scenario_allocations(self.scenario))
+        watch = bool(self.settings.config.kubeconfig and self.settings.attribution.pod_cache)
+        pods = None if watch else StaticPods(kubelet.scenario_pods(self.scenario), clock=self.clock)
+        return AttributionInputs(proc_root, watch_pods=watch, pods=pods,
+                                 socket=os.path.join(workdir, "pod-resources", "kubelet.sock"),
+                                 simulated=kubelet.scenario_allocations(self.scenario))
 
     def udev(self) -> bool:
         return False

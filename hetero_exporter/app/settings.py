@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from hetero_exporter import config as config_mod
+from hetero_exporter.sdk.contract import HostPaths
+
+if TYPE_CHECKING:
+    from hetero_exporter.health.act.nvsentinel.settings import NvSentinelSettings
+    from hetero_exporter.health.detect.policy import Policy
+    from hetero_exporter.health.plan import RemedyConfig
 
 DEFAULT_STATE_DIR = "/var/lib/hetero-exporter"  # the DaemonSets' hostPath (deploy/)
 DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -66,8 +72,8 @@ class AttributionSettings:
 class HealthSettings:
     """``health`` (+ ``--health-mode``): the policy and the remedy's settings, parsed once."""
 
-    policy: Any  # health.detect.policy.Policy
-    remedy: Any  # health.plan.RemedyConfig
+    policy: "Policy"
+    remedy: "RemedyConfig"
     pci_presence: bool = True  # PCI presence and the locate enricher run
     udev: bool = True  # a udev watch wakes the sampler on a PCI remove/add (host only)
 
@@ -115,11 +121,35 @@ class OtlpSettings:
         return _typed(cls, raw, tls=_typed(OtlpTlsSettings, tls, contents=contents))
 
 
-def _nvsentinel(raw: Mapping[str, Any]) -> Any:
+def _nvsentinel(raw: Mapping[str, Any]) -> "Optional[NvSentinelSettings]":
     if not raw:
         return None
     from hetero_exporter.health.act.nvsentinel.settings import NvSentinelSettings
     return NvSentinelSettings.parse(raw)
+
+
+@dataclass(frozen=True)
+class CollectorSection:
+    """``collectors.NAME``: the agent's keys of a collector's section (config.COLLECTOR_SETTINGS:
+    whether it runs, and the host paths it sees over the top-level ones) and ``own``, the
+    collector's keys (checked at load by its settings class, sdk/settings.py), handed to it as
+    ``CollectorOptions.settings``. Its deadline: ``Config.collector_timeout``."""
+
+    enabled: Optional[bool] = None  # None: when its vendor is on the bus (a flag wins)
+    host_root: Optional[str] = None
+    host_exec: Optional[str] = None
+    sysfs_root: Optional[str] = None
+    own: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> "CollectorSection":
+        agent = {k: raw[k] for k in config_mod.COLLECTOR_SETTINGS if k in raw and k != "timeout"}
+        return cls(**agent, own={k: x for k, x in raw.items() if k not in config_mod.COLLECTOR_SETTINGS})
+
+    def host(self, paths: HostPaths) -> HostPaths:
+        """``paths`` with this section's own host root, exec mode and sysfs root over them."""
+        return dataclasses.replace(paths, root=self.host_root or paths.root, exec_mode=self.host_exec or paths.exec_mode,
+                                   sysfs=self.sysfs_root or paths.sysfs)
 
 
 @dataclass(frozen=True)
@@ -131,7 +161,8 @@ class Settings:
     attribution: AttributionSettings
     health: HealthSettings
     otlp: Optional[OtlpSettings] = None
-    nvsentinel: Any = None  # health.act.nvsentinel.settings.NvSentinelSettings, None: no bridge
+    nvsentinel: "Optional[NvSentinelSettings]" = None  # None: no bridge
+    collectors: Mapping[str, CollectorSection] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, cfg: config_mod.Config, *, health_mode: Optional[str] = None,
@@ -139,4 +170,9 @@ class Settings:
         return cls(config=cfg, kernel_log=KernelLogSettings.parse(cfg.kernel_log, kernel_log),
                    attribution=_typed(AttributionSettings, cfg.attribution),
                    health=HealthSettings.parse(cfg.health, health_mode),
-                   otlp=OtlpSettings.parse(cfg.otlp), nvsentinel=_nvsentinel(cfg.nvsentinel))
+                   otlp=OtlpSettings.parse(cfg.otlp), nvsentinel=_nvsentinel(cfg.nvsentinel),
+                   collectors={name: CollectorSection.parse(raw) for name, raw in cfg.collectors.items()})
+
+    def collector(self, name: str) -> CollectorSection:
+        """The section of collector ``name`` (every default when the file has none)."""
+        return self.collectors.get(name) or CollectorSection()

@@ -118,7 +118,7 @@ def _local(options: Any, once: bool) -> tuple[Latest, Callable[[], None], float]
     from hetero_exporter.store import SnapshotStore
     agent = Agent.build(options)
     interval = agent.config.interval
-    sampler = agent.sampler()
+    sampler = agent.start().sampler
     if once:
         snap = sampler.collect()
         return (lambda: (snap, "")), agent.close, interval

@@ -27,9 +27,10 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequenc
 
 from hetero_exporter import pci, vendors
 from hetero_exporter.sdk import host_tools
-from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, Unavailable
 from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
+from hetero_exporter.sdk.settings import BindingSettings, ToolSettings
 from hetero_exporter.model import episodes
 from hetero_exporter.model.spec import ToolSpec
 from hetero_exporter.sdk import faults as fault_tables
@@ -200,36 +201,29 @@ class NumaNodes:
         return self._known[bus]
 
 
-def _host_root(settings: Mapping[str, Any]) -> Optional[str]:
-    """The host root a tool is looked for below (``settings.host_root``); None for none or /."""
-    root = str(settings.get("host_root") or "")
-    return None if not root or os.path.abspath(root) == "/" else os.path.abspath(root)
-
-
 def _search_dirs(dirs: Optional[str], spec: ToolSpec) -> list[str]:
     """``dirs`` (os.pathsep-joined) first, then the ToolSpec's other folders."""
     given = [d for d in (dirs or "").split(os.pathsep) if d]
     return list(dict.fromkeys([*given, *spec.dirs]))
 
 
-def find_tool(settings: Mapping[str, Any], name: str, dirs: Optional[str] = None, why: Optional[str] = None,
-              *, vendor: Optional[str] = None, spec: Optional[ToolSpec] = None) -> str:
+def find_tool(host: HostPaths, name: str, dirs: Optional[str] = None, why: Optional[str] = None,
+              *, vendor: Optional[str] = None, spec: Optional[ToolSpec] = None, path: Optional[str] = None) -> str:
     """The tool to run, looked for in this order:
 
-    1. ``settings.path``: as it is, else (an absolute path) the same path below the host root;
+    1. ``path`` (the ``path`` setting): as it is, else (an absolute path) the same path below the host root;
     2. ``name`` on PATH;
     3. each of ``dirs`` (os.pathsep-joined) and the ToolSpec's ``dirs`` below the host root
-       (``settings.host_root``), then as they are.
+       (``host.root``), then as they are.
 
     A tool found below the host root is a host_tools.ToolPath: it runs with the ToolSpec's
-    library folders and install variables, the ``settings.host_exec`` way (``ld_library_path``
+    library folders and install variables, the ``host.exec_mode`` way (``ld_library_path``
     or ``chroot``). Unavailable naming every place looked and ``why`` otherwise. The ToolSpec
     is ``spec``, else the one named ``name`` (of ``vendor``'s spec when given)."""
     spec = spec or tool_spec(name, vendor) or ToolSpec(name)
     why = why or spec.why_missing or f"{name} not installed"
-    root = _host_root(settings)
-    mode = str(settings.get("host_exec") or "ld_library_path")
-    configured = str(settings.get("path") or "")
+    root, mode = host.root, host.exec_mode
+    configured = path or ""
     if "/" in configured:
         if host_tools.executable(configured):
             return configured
@@ -261,10 +255,10 @@ def find_tool(settings: Mapping[str, Any], name: str, dirs: Optional[str] = None
 def fall_back(options: CollectorOptions, why: Unavailable, module: str, tool: str) -> Any:
     """The CLI collector of ``module`` (its ``create(options)``, then ``probe()``) standing in
     for a binding collector that cannot load (``why``), unless the settings say
-    ``fallback: false``; Unavailable naming both reasons when the CLI is missing too."""
-    if not options.settings.get("fallback", True):
+    ``fallback: false``; Unavailable naming both reasons when the CLI is missing too. The CLI
+    collector reads the keys of the binding collector's section that are its own."""
+    if not BindingSettings.of(options.settings).fallback:
         raise why
-    import importlib
     import logging
     try:
         collector = importlib.import_module(module).create(options)
@@ -287,7 +281,7 @@ def fake_installer(module: str) -> Callable[..., Any]:
 def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: "Callable[..., Any] | str",
           tool: "str | ToolSpec", dirs: Optional[str] = None, why: Optional[str] = None,
           *, vendor: Optional[str] = None) -> Any:
-    """``factory(exe, clock=, timeout=, interval=, settings=[, extra_env=])`` over the real tool,
+    """``factory(exe, clock=, timeout=, interval=, settings=, host=[, extra_env=])`` over the real tool,
     or, when ``options.scenario`` is set, over the fake that ``install_fake(scenario, clock,
     workdir) -> (exe, extra_env)`` writes (or the fake module's dotted name: imported only then). ``tool`` is the
     tool's name or its ToolSpec; ``dirs`` are searched before the ToolSpec's, ``why`` left out
@@ -295,25 +289,26 @@ def build(options: CollectorOptions, factory: Callable[..., Any], install_fake: 
     CliCollector keeps its pinned identities in ``options.state_dir`` (persist_identities).
     A fake module may define ``host_root_files(scenario, root)``: the files its vendor leaves on a
     host (a runtime's version file), written below a fake host root beside the fake tool, which
-    the collector then gets as ``settings.host_root``."""
+    the collector then gets as ``host.root`` (unless the options name a host root)."""
     fake_module = install_fake if isinstance(install_fake, str) else None
     if isinstance(install_fake, str):  # the fake module's dotted name
         install_fake = fake_installer(install_fake)
     spec = tool if isinstance(tool, ToolSpec) else None
     name = spec.name if spec is not None else str(tool)
-    settings = dict(options.settings)
-    common = dict(clock=options.clock, timeout=options.timeout_seconds,
-                  interval=options.interval_seconds, settings=settings)
+    host = options.host
+    common: dict[str, Any] = dict(clock=options.clock, timeout=options.timeout_seconds,
+                                  interval=options.interval_seconds, settings=options.settings)
     if options.scenario is not None:
         exe, env = install_fake(options.scenario, options.clock, options.workdir)
         hook = getattr(importlib.import_module(fake_module), "host_root_files", None) if fake_module else None
-        if hook is not None and "host_root" not in settings:
+        if hook is not None and host.root is None:
             root = os.path.join(os.path.dirname(exe), f"host-root-{vendor or name}")
             hook(options.scenario, root)
-            settings["host_root"] = root
-        collector = factory(exe, extra_env=env, **common)
+            host = host.or_root(root)
+        collector = factory(exe, extra_env=env, host=host, **common)
     else:
-        collector = factory(find_tool(settings, name, dirs, why, vendor=vendor, spec=spec), **common)
+        path = ToolSettings.of(options.settings).path
+        collector = factory(find_tool(host, name, dirs, why, vendor=vendor, spec=spec, path=path), host=host, **common)
     if isinstance(collector, CliCollector):
         collector.persist_identities(options)
     return collector
@@ -353,21 +348,24 @@ class CliCollector:
     tool = ""
     summary_args: Sequence[str] = ()
     lost_code = "missing"
+    settings_type: type[ToolSettings] = ToolSettings  # the collector's keys (its module's SETTINGS)
 
     def __init__(self, exe: str, *, clock: Callable[[], float] = time.time, timeout: float = 5.0,
-                 interval: float = 10.0, settings: Optional[Mapping[str, Any]] = None,
-                 runner: Optional[Runner] = None, extra_env: Callable[[], Mapping[str, str]] = dict):
-        self.settings = dict(settings or {})
+                 interval: float = 10.0, settings: "ToolSettings | Mapping[str, Any] | None" = None,
+                 host: HostPaths = HostPaths(), runner: Optional[Runner] = None,
+                 extra_env: Callable[[], Mapping[str, str]] = dict):
+        self.settings = self.settings_type.of(settings)
+        self.host = host
         self.clock = clock
         self.interval = max(0.1, interval)
         own = tool_spec(self.tool, self.vendor) if self.vendor else None
         self.cli = CliCalls(exe, self.tool, runner=runner, extra_env=extra_env,
-                            workers=int(self.settings.get("parallel_calls", 4)),
+                            workers=self.settings.parallel_calls,
                             passthrough=own.env if own is not None else None)
-        self.budget = max(0.2, float(self.settings.get("budget_fraction", 0.9)) * timeout)
+        self.budget = max(0.2, self.settings.budget_fraction * timeout)
         self.episodes = FaultEpisodes()
         self.identities = IdentityMemory()
-        self.numa = NumaNodes(str(self.settings.get("sysfs_root", "/sys")))
+        self.numa = NumaNodes(host.sysfs)
 
     def persist_identities(self, options: CollectorOptions) -> None:
         """Keep the pinned identities in the options' state dir (loaded now, saved on change

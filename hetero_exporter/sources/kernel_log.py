@@ -512,13 +512,22 @@ class Follower:
         self._stop = threading.Event()
         self._first = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._load_state()
+        self._restored = False  # the saved cursor read (restore(): the agent's, else the first open)
 
     # ---- state file
 
     @property
     def state_path(self) -> Optional[str]:
         return os.path.join(self.state_dir, STATE_FILE) if self.state_dir else None
+
+    def restore(self) -> None:
+        """Read the cursor an earlier run saved, once: a restart neither replays what it handed
+        over nor misses what came since (the agent calls it before the first cycle; the first
+        read does where nobody has)."""
+        if self._restored:
+            return
+        self._restored = True
+        self._load_state()
 
     def _load_state(self) -> None:
         path = self.state_path
@@ -568,6 +577,7 @@ class Follower:
     # ---- reading
 
     def _open(self) -> bool:
+        self.restore()
         try:
             self.source.open(self._cursor or None)
         except OSError as e:

@@ -354,7 +354,7 @@ class AmdSmiCliCollector(CliCollector):
             exe = TOOL
         super().__init__(exe, **kwargs)
         self._static: dict[int, DeviceIdentity] = {}
-        self._runtime = versions.rocm_version(str(self.settings.get("host_root", "/")))
+        self._runtime = versions.rocm_version(self.host.root_dir)
 
     def probe(self) -> None:
         """Run ``amd-smi metric --json`` once; Unavailable when it fails or lists no GPU."""

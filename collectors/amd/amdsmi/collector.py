@@ -39,8 +39,10 @@ import dataclasses
 import io
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from hetero_exporter import validate as v
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.collectors.amd import versions
@@ -48,9 +50,10 @@ from hetero_exporter.collectors.amd.identity import device_uuid
 from hetero_exporter.sdk import pciaddr, values
 from hetero_exporter.sdk import versions as sdk_versions
 from hetero_exporter.sdk.cli_collector import fall_back
-from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, Unavailable
 from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
+from hetero_exporter.sdk.settings import BindingSettings, seconds, setting
 from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, Link, ProcessSample,
                                    Quality, Reading)
@@ -196,6 +199,19 @@ def import_binding() -> Any:
 @dataclasses.dataclass
 class _Logical:
     """One amdsmi processor handle (a whole GPU in SPX mode, else one partition)."""
+@dataclass(frozen=True)
+class AmdSmiSettings(BindingSettings):
+    """``collectors.amdsmi``: ``ecc_uncorrected_threshold`` uncorrectable ECC errors a GPU may
+    have before it is failed, ``fault_hold_seconds`` how long a fault stays a health reason
+    after its last sighting; the ToolSettings keys are amd-smi's when it stands in."""
+
+    ecc_uncorrected_threshold: float = setting(0.0, lambda p, x: v.number(p, x, minimum=0))
+    fault_hold_seconds: float = setting(600.0, seconds(86400.0))
+
+
+SETTINGS = AmdSmiSettings
+
+
 
     index: int
     handle: Any
@@ -211,14 +227,15 @@ class AmdSmiCollector:
     name = "amdsmi"
     vendor = "amd"
 
-    def __init__(self, amd: Any, clock: Callable[[], float], settings: Optional[Mapping[str, Any]] = None,
-                 sysfs_root: str = "/sys", *, identities: Optional[IdentityMemory] = None):
+    def __init__(self, amd: Any, clock: Callable[[], float],
+                 settings: "AmdSmiSettings | Mapping[str, Any] | None" = None, host: HostPaths = HostPaths(), *,
+                 identities: Optional[IdentityMemory] = None):
         self._amd = amd
         self._clock = clock
-        settings = settings or {}
-        self._threshold = float(settings.get("ecc_uncorrected_threshold", 0))
-        self._hold = float(settings.get("fault_hold_seconds", 600))
-        self._sysfs = sysfs_root
+        own = AmdSmiSettings.of(settings)
+        self._threshold = own.ecc_uncorrected_threshold
+        self._hold = own.fault_hold_seconds
+        self._sysfs = host.sysfs
         try:
             amd.amdsmi_init(amd.AmdSmiInitFlags.INIT_AMD_GPUS)
         except amd.AmdSmiException as e:
@@ -228,7 +245,7 @@ class AmdSmiCollector:
                                if hasattr(codes, f"AMDSMI_STATUS_{n}")}
         self._no_data = {getattr(codes, f"AMDSMI_STATUS_{n}") for n in ("NO_DATA", "NOT_FOUND")
                          if hasattr(codes, f"AMDSMI_STATUS_{n}")}
-        self._host_root = str(settings.get("host_root", "/"))
+        self._host_root = host.root_dir
         self._runtime = self._rocm_version()
         # physical GPUs seen since start (or restored from the state dir), by uuid, index and bdf
         self._memory = identities if identities is not None else IdentityMemory()
@@ -767,32 +784,31 @@ def create(options: CollectorOptions) -> Any:
     match the host's ROCm: amdsmi_init fails) but ``amd-smi`` works, the ``amd-smi metric
     --json`` collector stands in (its readings say so in their quality source), as nvml falls
     back to nvidia-smi; ``fallback: false`` in the collector's settings turns that off."""
-    sysfs = options.settings.get("sysfs_root", "/sys")
     kept = options.identity_memory(AmdSmiCollector.name)
     if options.scenario is not None:
         from hetero_exporter.collectors.amd.amdsmi.fake import FakeAmdSmi, install_root
-        settings = dict(options.settings)
-        if "host_root" not in settings:  # the simulated host's ROCm install (the fake writes it)
-            settings["host_root"] = install_root(options.scenario, options.workdir)
-        return AmdSmiCollector(FakeAmdSmi(options.scenario, options.clock), options.clock, settings, sysfs,
+        host = options.host
+        if host.root is None:  # the simulated host's ROCm install (the fake writes it)
+            host = host.or_root(install_root(options.scenario, options.workdir))
+        return AmdSmiCollector(FakeAmdSmi(options.scenario, options.clock), options.clock, options.settings, host,
                                identities=kept)
     try:
         binding = import_binding()
     except Unavailable as e:
-        return _fallback(options, Unavailable(f"{e}{host_library_hint(options.settings)}"))
+        return _fallback(options, Unavailable(f"{e}{host_library_hint(options.host)}"))
     try:
-        return AmdSmiCollector(binding, options.clock, options.settings, sysfs, identities=kept)
+        return AmdSmiCollector(binding, options.clock, options.settings, options.host, identities=kept)
     except Unavailable as e:
         return _fallback(options, e)
 
 
-def host_library_hint(settings: Mapping[str, Any]) -> str:
+def host_library_hint(host: HostPaths) -> str:
     """How to point amdsmi at the host root's libamd_smi.so when it has one ("" otherwise).
     amdsmi loads ``$ROCM_PATH/lib/libamd_smi.so`` (/opt/rocm without ROCM_PATH, amdsmi >= 6.2.3:
     ml-energy/amdsmi README, "search order"); its dependencies come through LD_LIBRARY_PATH,
     which the loader reads at process start, so the agent must be started with both."""
-    root = str(settings.get("host_root") or "")
-    if not root or os.path.abspath(root) == "/":
+    root = host.root
+    if not root:
         return ""
     lib = sdk_versions.below(root, "/opt/rocm/lib/libamd_smi.so")  # /opt/rocm is a link to /opt/rocm-<v>
     if not os.path.isfile(lib):

@@ -15,9 +15,11 @@ calls), ``topo_interval``, ``host_root``, ``parallel_calls``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shlex
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Mapping, Optional, Sequence
 
@@ -32,7 +34,8 @@ from hetero_exporter.collectors.amd.rocm_smi.parse import (  # noqa: F401 - re-e
 from hetero_exporter.model import DeviceSample, Health
 from hetero_exporter.sdk import runner as vendor_cli
 from hetero_exporter.sdk.cli_collector import CliCollector, build, table_fault
-from hetero_exporter.sdk.contract import CollectorOptions
+from hetero_exporter.sdk.contract import CollectorOptions, HostPaths
+from hetero_exporter.sdk.settings import CADENCE_MAX, ToolSettings, seconds, setting, timeout, tool_args
 
 log = logging.getLogger(__name__)
 
@@ -49,22 +52,39 @@ SEARCH_DIRS = {"rocm-smi": ("/opt/rocm/bin",), "hy-smi": ("/opt/hyhal/bin", "/op
 _WHY = {"rocm-smi": "ROCm SMI not installed", "hy-smi": "Hygon DTK (hyhal) not installed"}
 
 
+@dataclass(frozen=True)
+class SmiSettings(ToolSettings):
+    """``collectors.rocm_smi`` / ``collectors.hy_smi``: ``args`` the summary call's options (a
+    string split like a shell, or a list; default FULL_ARGS, falling back to MINIMAL_ARGS),
+    ``cli_timeout`` seconds a call may take (default: budget_fraction of the deadline),
+    ``topo_interval`` seconds between ``--showtopo`` calls (0: never)."""
+
+    args: "str | list[str] | None" = setting(None, tool_args)
+    cli_timeout: Optional[float] = setting(None, timeout)
+    topo_interval: float = setting(600.0, seconds(CADENCE_MAX))
+
+
+SETTINGS = SmiSettings
+
+
 class SmiCliCollector(CliCollector):
     """``rocm-smi`` / ``hy-smi`` over the SDK (subclasses set name, vendor and tool)."""
 
     lost_code = "missing"
+    settings_type = SmiSettings
+    settings: SmiSettings
 
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
-        args = self.settings.get("args")
+        args = self.settings.args
         if isinstance(args, str):  # "args: --json --showtemp" in the config file
             args = shlex.split(args)
         self._args = tuple(args) if args else FULL_ARGS
         self._fallback = not args  # only our own option set falls back to the minimal one
-        if self.settings.get("cli_timeout") is not None:
-            self.budget = max(0.1, float(self.settings["cli_timeout"]))
-        self.topo_interval = float(self.settings.get("topo_interval", 600))
-        self.host_root = str(self.settings.get("host_root", "/"))
+        if self.settings.cli_timeout is not None:
+            self.budget = max(0.1, self.settings.cli_timeout)
+        self.topo_interval = self.settings.topo_interval
+        self.host_root = self.host.root_dir
         self._topology: Optional[dict[frozenset, Hop]] = None
         self._topo_at: Optional[float] = None  # clock time of the last topology request
         self._topo_cards: Optional[int] = None
@@ -180,16 +200,18 @@ class HySmiCollector(SmiCliCollector):
 
 
 def _create(options: CollectorOptions, cls: type) -> SmiCliCollector:
-    fake_root: dict[str, str] = {}
+    fake_root: list[str] = []
 
     def install(scenario: Any, clock: Any, workdir: Optional[str]) -> tuple[str, Any]:
         from hetero_exporter.collectors.amd.rocm_smi import fake  # lazily: simulation only
-        exe, env, fake_root["host_root"] = fake.install(scenario, clock, workdir, cls.tool)
+        exe, env, root = fake.install(scenario, clock, workdir, cls.tool)
+        fake_root.append(root)
         return exe, env
 
-    def factory(exe: str, **kw: Any) -> SmiCliCollector:
-        kw["settings"] = {**kw.get("settings", {}), **fake_root}  # the fake's ROCm / DTK install
-        return cls(exe, **kw)
+    def factory(exe: str, *, host: HostPaths, **kw: Any) -> SmiCliCollector:
+        if fake_root:  # the fake's ROCm / DTK install
+            host = dataclasses.replace(host, root=fake_root[0])
+        return cls(exe, host=host, **kw)
 
     return build(options, factory, install, cls.tool, os.pathsep.join(SEARCH_DIRS.get(cls.tool, ())),
                  _WHY.get(cls.tool, ""))
@@ -206,4 +228,4 @@ def create_hy_smi(options: CollectorOptions) -> SmiCliCollector:
 
 
 # The registry loads "module:attr" and calls attr.create(options).
-HY_SMI = SimpleNamespace(create=create_hy_smi)
+HY_SMI = SimpleNamespace(create=create_hy_smi, SETTINGS=SmiSettings)

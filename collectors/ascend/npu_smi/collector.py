@@ -46,10 +46,11 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, ParseError
 from hetero_exporter.sdk import values
 from hetero_exporter.sdk.cli_collector import CliCollector, ParsedOutput, Readings, build, table_fault
 from hetero_exporter.sdk.schedule import DetailSchedule
+from hetero_exporter.sdk.settings import CADENCE_MAX, ToolSettings, cadences, integer, seconds, setting
 from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.collectors.ascend import versions
 from hetero_exporter.collectors.ascend.npu_smi.parse import (  # noqa: F401 - the parsers are part of this API
@@ -385,23 +386,39 @@ class _Known:
     chip: NpuChip
 
 
+@dataclass(frozen=True)
+class NpuSmiSettings(ToolSettings):
+    """``collectors.npu_smi``: ``detail_intervals`` seconds between each per-card detail call
+    (over DEFAULT_DETAIL_INTERVALS; 0: never), ``topo_interval`` between topology calls,
+    ``detail_calls_per_cycle`` / ``health_calls_per_cycle`` how many a cycle may make (None: as
+    many as are due)."""
+
+    detail_intervals: Mapping[str, float] = setting(None, cadences, factory=dict)
+    topo_interval: float = setting(DEFAULT_TOPO_INTERVAL, seconds(CADENCE_MAX))
+    detail_calls_per_cycle: Optional[int] = setting(None, integer(0, 1000))
+    health_calls_per_cycle: int = setting(4, integer(0, 1000))
+
+
+SETTINGS = NpuSmiSettings
+
+
 class NpuSmiCollector(CliCollector):
     name = "npu_smi"
     vendor = "ascend"
     tool = TOOL
     summary_args = ("info",)
+    settings_type = NpuSmiSettings
+    settings: NpuSmiSettings
 
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
         settings = self.settings
-        self._intervals = {k: float(v) for k, v in
-                           {**DEFAULT_DETAIL_INTERVALS, **(settings.get("detail_intervals") or {})}.items()
+        self._intervals = {k: float(v) for k, v in {**DEFAULT_DETAIL_INTERVALS, **settings.detail_intervals}.items()
                            if float(v) > 0}
-        topo = float(settings.get("topo_interval", DEFAULT_TOPO_INTERVAL))
-        budget = settings.get("detail_calls_per_cycle")
+        topo = settings.topo_interval
         self.schedule = DetailSchedule({**self._intervals, **({"topo": topo} if topo > 0 else {})},
-                                       self.interval, None if budget is None else int(budget))
-        self._health_budget = int(settings.get("health_calls_per_cycle", 4))
+                                       self.interval, settings.detail_calls_per_cycle)
+        self._health_budget = settings.health_calls_per_cycle
         self._known: dict[tuple[int, int], _Known] = {}
         self._by_uuid: dict[str, tuple[int, int]] = {}
         self._boards: dict[int, Optional[DetailDoc]] = {}  # card -> board output (None: failed)
@@ -411,7 +428,7 @@ class NpuSmiCollector(CliCollector):
         self._health: dict[tuple[int, int], HealthDetail] = {}
         self._health_at: dict[tuple[int, int], float] = {}
         self._last_health: dict[tuple[int, int], str] = {}  # summary health per chip, last cycle
-        self.runtime_version = versions.discover(str(settings.get("host_root", "/"))).runtime_version
+        self.runtime_version = versions.discover(self.host.root_dir).runtime_version
 
     # ------------------------------------------------------------------ hooks
     def parse_summary(self, text: str) -> NpuSummary:
@@ -656,9 +673,9 @@ def create(options: CollectorOptions) -> NpuSmiCollector:
     """The npu-smi collector: the real tool (``settings.path``, default ``npu-smi`` on PATH or in
     /usr/local/sbin), or, when simulating, a fake npu-smi executable written into
     ``options.workdir`` (with a fake host root holding the scenario's CANN version files)."""
-    def factory(exe: str, **kw: Any) -> NpuSmiCollector:
+    def factory(exe: str, *, host: HostPaths, **kw: Any) -> NpuSmiCollector:
         if options.scenario is not None:
             from hetero_exporter.collectors.ascend.npu_smi import fake as npu_smi_fake  # simulation only
-            kw["settings"] = {"host_root": npu_smi_fake.host_root(exe), **kw["settings"]}
-        return NpuSmiCollector(exe, **kw)
+            host = host.or_root(npu_smi_fake.host_root(exe))
+        return NpuSmiCollector(exe, host=host, **kw)
     return build(options, factory, _install_fake, "npu-smi", _TOOL_DIRS, "Ascend driver tools not installed")

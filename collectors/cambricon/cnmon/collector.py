@@ -29,10 +29,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, ParseError
 from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault)
 from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.schedule import DetailSchedule
+from hetero_exporter.sdk.settings import CADENCE_MAX, ToolSettings, integer, seconds, setting
 from hetero_exporter.collectors.cambricon.cnmon.parse import (  # noqa: F401 - the parsers are part of this API
     MIB, TOOL, TOPO_FABRIC, CardInfo, CnmonInfo, CnmonTable, CnmonTopo, InfoReadings, MluCard, MluProcess,
     detect, info_readings, parse_info, parse_table, parse_topo)
@@ -187,26 +188,41 @@ class _Known:
 _TOOL_DIRS = "/usr/bin:/usr/local/bin:/usr/local/neuware/bin:/usr/sbin"
 
 
+@dataclass(frozen=True)
+class CnmonSettings(ToolSettings):
+    """``collectors.cnmon``: ``info_interval`` seconds between each card's ``cnmon info``,
+    ``info_calls_per_cycle`` how many a cycle may make, ``topo_interval`` seconds between
+    ``cnmon topo`` calls (0: never)."""
+
+    info_interval: float = setting(DEFAULT_INFO_INTERVAL, seconds(CADENCE_MAX))
+    info_calls_per_cycle: int = setting(1, integer(0, 1000))
+    topo_interval: float = setting(DEFAULT_TOPO_INTERVAL, seconds(CADENCE_MAX))
+
+
+SETTINGS = CnmonSettings
+
+
 class CnmonCollector(CliCollector):
     name = "cnmon"
     vendor = "cambricon"
     tool = TOOL
     summary_args = ()
+    settings_type = CnmonSettings
+    settings: CnmonSettings
 
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
         settings = self.settings
-        self._info_interval = float(settings.get("info_interval", DEFAULT_INFO_INTERVAL))
+        self._info_interval = settings.info_interval
         # the info cadence: one (card, "info") job per card, at most info_calls_per_cycle a cycle
-        self.schedule = DetailSchedule({"info": self._info_interval}, self.interval,
-                                       int(settings.get("info_calls_per_cycle", 1)))
-        topo = float(settings.get("topo_interval", DEFAULT_TOPO_INTERVAL))
+        self.schedule = DetailSchedule({"info": self._info_interval}, self.interval, settings.info_calls_per_cycle)
+        topo = settings.topo_interval
         self.topo_schedule = DetailSchedule({"topo": topo}, self.interval, 1)
         self._late: dict[int, int] = {}  # card -> identity calls that ran out of time
         self._known: dict[tuple[int, str], _Known] = {}
-        # Neuware (collectors/cambricon/versions.py) below settings.host_root, else unknown
+        # Neuware (collectors/cambricon/versions.py) below the host root, else unknown
         # (cnmon prints no Neuware version; the driver's is not the runtime's)
-        self.runtime_version = versions.discover(str(settings.get("host_root", "/"))).runtime_version
+        self.runtime_version = versions.discover(self.host.root_dir).runtime_version
         # MLU-Link topology at start, before the first cycle (a snapshot of one cycle, what
         # ``inspect`` prints, has the links), with a quarter of the cycle budget; then every
         # topo_interval seconds within the cycles. It is node-wide and rarely changes.
@@ -351,9 +367,9 @@ def create(options: CollectorOptions) -> CnmonCollector:
     """The cnmon collector: the real tool (``settings.path``, default ``cnmon`` on PATH or in
     /usr/local/neuware/bin), or, when simulating, a fake cnmon executable written into
     ``options.workdir``."""
-    def factory(exe: str, **kw: Any) -> CnmonCollector:
+    def factory(exe: str, *, host: HostPaths, **kw: Any) -> CnmonCollector:
         if options.scenario is not None:
             from hetero_exporter.collectors.cambricon.cnmon import fake as cnmon_fake  # simulation only
-            kw["settings"] = {"host_root": cnmon_fake.host_root(exe), **kw["settings"]}
-        return CnmonCollector(exe, **kw)
+            host = host.or_root(cnmon_fake.host_root(exe))
+        return CnmonCollector(exe, host=host, **kw)
     return build(options, factory, _install_fake, "cnmon", _TOOL_DIRS, "Cambricon driver tools not installed")

@@ -11,15 +11,17 @@ Invocations (stated; benchmarks count them through ``calls``):
 
 The runtime version: efsmi prints its own and the driver's version only (``EFSMI``, ``Driver
 Ver``), no TopsRider one; the runtime version is settings ``runtime_version`` where a host
-states it, else the TopsRider install's version file below settings ``host_root``
+states it, else the TopsRider install's version file below the host root
 (collectors/enflame/versions.py), else None (unknown; never the driver version).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from hetero_exporter import validate as v
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, NodeSnapshot, ProcessSample,
@@ -27,6 +29,7 @@ from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, 
 from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault
 from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.settings import CADENCE_MAX, ToolSettings, seconds, setting
 from hetero_exporter.collectors.enflame import versions
 
 from .parse import (MIB, STATE_FIELDS, TOOL, EfsmiTable, GcuDetail, GcuDevice, detect,  # noqa: F401
@@ -202,17 +205,30 @@ def parse_any(text: str) -> Any:
 # --------------------------------------------------------------------------- collector
 
 
+@dataclass(frozen=True)
+class EfsmiSettings(ToolSettings):
+    """``collectors.efsmi``: ``query_interval`` seconds between node-wide ``efsmi -q`` calls,
+    ``runtime_version`` the TopsRider version where a host states it (else its version file)."""
+
+    query_interval: float = setting(DEFAULT_QUERY_INTERVAL, seconds(CADENCE_MAX))
+    runtime_version: Optional[str] = setting(None, v.string)
+
+
+SETTINGS = EfsmiSettings
+
+
 class EfsmiCollector(CliCollector):
     name = "efsmi"
     vendor = VENDOR
     tool = TOOL
     summary_args = ()
+    settings_type = EfsmiSettings
+    settings: EfsmiSettings
 
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
-        self._query_interval = float(self.settings.get("query_interval", DEFAULT_QUERY_INTERVAL))
-        self._runtime = (self.settings.get("runtime_version")
-                         or versions.discover(str(self.settings.get("host_root", "/"))).runtime_version)
+        self._query_interval = self.settings.query_interval
+        self._runtime = self.settings.runtime_version or versions.discover(self.host.root_dir).runtime_version
         self._details: tuple[GcuDetail, ...] = ()
         self._details_at: Optional[float] = None
         self._dbe: dict[str, float] = {}  # uuid -> Total DBE at the previous -q answer

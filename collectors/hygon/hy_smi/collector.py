@@ -2,4 +2,4 @@
 (the one import across vendor packages, allowed by .importlinter)."""
 
 from hetero_exporter.collectors.amd.rocm_smi.collector import (  # noqa: F401
-    HySmiCollector, create_hy_smi as create, parse_hy_smi)
+    HySmiCollector, SmiSettings as SETTINGS, create_hy_smi as create, parse_hy_smi)

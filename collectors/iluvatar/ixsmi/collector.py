@@ -161,8 +161,8 @@ class IxsmiCollector(CliCollector):
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
         self._known: dict[tuple[int, Optional[str]], DeviceIdentity] = {}
-        # CoreX below settings.host_root, where the title prints no IX-ML version
-        self._runtime = versions.discover(str(self.settings.get("host_root", "/"))).runtime_version
+        # CoreX below the host root, where the title prints no IX-ML version
+        self._runtime = versions.discover(self.host.root_dir).runtime_version
 
     def parse_summary(self, text: str) -> IxsmiOutput:
         return parse_table(text)

@@ -26,6 +26,7 @@ from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, NodeSnaps
 from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault
 from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.sdk.settings import ToolSettings
 from hetero_exporter.collectors.kunlunxin import versions
 
 from .parse import MIB, TOOL, XpuDevice, XpuSmi, detect, parse  # noqa: F401 - part of this API
@@ -188,8 +189,8 @@ class XpuSmiCollector(CliCollector):
 
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
-        # XRE below settings.host_root, for outputs whose title says N/A (in containers)
-        self._runtime = versions.discover(str(self.settings.get("host_root", "/"))).runtime_version
+        # XRE below the host root, for outputs whose title says N/A (in containers)
+        self._runtime = versions.discover(self.host.root_dir).runtime_version
 
     def parse_summary(self, text: str) -> XpuSmi:
         return parse(text)
@@ -213,6 +214,6 @@ def create(options: CollectorOptions) -> XpuSmiCollector:
     try:
         return build(options, XpuSmiCollector, _FAKE, BINARY, vendor=VENDOR)
     except Unavailable:
-        if options.scenario is not None or options.settings.get("path"):
+        if options.scenario is not None or ToolSettings.of(options.settings).path:
             raise
         return build(options, XpuSmiCollector, _FAKE, "xpu-smi", vendor=VENDOR)

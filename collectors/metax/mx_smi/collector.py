@@ -23,7 +23,7 @@ is failed under its pinned uuid (fault ``missing``).
 
 Versions: driver_version is the Kernel Mode Driver Version, firmware_version the BIOS Version
 of the table's title; runtime_version the title's MACA Version where it prints a number, else
-the MACA install's Version.txt below ``settings.host_root`` (collectors/metax/versions.py),
+the MACA install's Version.txt below the host root (collectors/metax/versions.py),
 else None (never the driver version).
 
 ``parse mx-smi FILE`` also reads ``mx-smi -L`` and the ``--show-temperature --show-usage
@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from hetero_exporter.model import fields as F
@@ -46,6 +47,7 @@ from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Par
 from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.sdk.schedule import DetailSchedule
+from hetero_exporter.sdk.settings import CADENCE_MAX, ToolSettings, seconds, setting
 
 from hetero_exporter.collectors.metax import versions
 from hetero_exporter.collectors.metax.mx_smi import listing
@@ -198,17 +200,29 @@ LIST_ARGS = ("-L",)
 _NODE = "node"  # the schedule's target of the node-wide topology call
 
 
+@dataclass(frozen=True)
+class MxSmiSettings(ToolSettings):
+    """``collectors.mx_smi``: ``topo_interval`` seconds between ``mx-smi topo`` calls (0: never)."""
+
+    topo_interval: float = setting(DEFAULT_TOPO_INTERVAL, seconds(CADENCE_MAX))
+
+
+SETTINGS = MxSmiSettings
+
+
 class MxSmiCollector(CliCollector):
     name = "mx_smi"
     vendor = VENDOR
     tool = TOOL
     summary_args = ()
+    settings_type = MxSmiSettings
+    settings: MxSmiSettings
 
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
         # MACA's Version.txt below the host root: the runtime version where the title prints none
-        self.runtime_version = versions.discover(str(self.settings.get("host_root") or "/")).runtime_version
-        topo = float(self.settings.get("topo_interval", DEFAULT_TOPO_INTERVAL))
+        self.runtime_version = versions.discover(self.host.root_dir).runtime_version
+        topo = self.settings.topo_interval
         self.topo_schedule = DetailSchedule({"topo": topo}, self.interval, 1)
         # MetaXLink topology before the first cycle, with a quarter of the cycle budget: it is
         # node-wide, rarely changes, and the first snapshot should carry it

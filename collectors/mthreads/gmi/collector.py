@@ -14,7 +14,7 @@ base class (a GPU first pinned under its PCI address that later gets its UUID re
 
 Versions: driver_version is the title's ``Driver Version``; runtime_version a MUSA version
 where the title prints one (no version at hand does), else the MUSA toolkit's version.json
-below ``settings.host_root`` (collectors/mthreads/versions.py), else None: never the driver
+below the host root (collectors/mthreads/versions.py), else None: never the driver
 version.
 
 Faults from what the tool shows (faults.yaml): ``missing`` (a GPU the table no longer lists,
@@ -144,7 +144,7 @@ class MthreadsGmiCollector(CliCollector):
     def __init__(self, exe: str, **kw: Any):
         super().__init__(exe, **kw)
         # the MUSA toolkit's version.json below the host root (the table prints no MUSA version)
-        self.runtime_version = versions.discover(str(self.settings.get("host_root") or "/")).runtime_version
+        self.runtime_version = versions.discover(self.host.root_dir).runtime_version
 
     def parse_summary(self, text: str) -> GmiTable:
         return parse_table(text)

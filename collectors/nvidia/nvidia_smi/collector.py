@@ -26,11 +26,13 @@ from hetero_exporter.model import DeviceSample, NodeSnapshot
 from hetero_exporter.sdk.cli_collector import CliCollector, find_tool
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError, Unavailable
 from hetero_exporter.sdk.runner import CliResult
+from hetero_exporter.sdk.settings import ToolSettings
 
 __all__ = ["NvidiaSmiCollector", "create", "parse", "parse_devices", "readings_of", "value_of", "FIELD_MAP",
            "TOOL", "ARGV"]
 
 Source = Callable[[float], str]  # timeout seconds -> the XML text (tests, simulation)
+SETTINGS = ToolSettings  # its keys of collectors.nvidia_smi (sdk/settings.py)
 _TOOL = next(t for t in SPEC.tools if t.name == "nvidia-smi")
 
 
@@ -120,15 +122,16 @@ def create(options: CollectorOptions) -> NvidiaSmiCollector:
     """The nvidia-smi collector: the real tool (``settings.path``, else ``nvidia-smi`` on PATH
     or where the driver installs it) or, when simulating, the scenario rendered as nvidia-smi
     XML by the fake NVML."""
-    common = dict(clock=options.clock, timeout=options.timeout_seconds,
-                  interval=options.interval_seconds, settings=dict(options.settings))
+    settings = ToolSettings.of(options.settings)
+    common: dict[str, Any] = dict(clock=options.clock, timeout=options.timeout_seconds,
+                                  interval=options.interval_seconds, settings=settings, host=options.host)
     if options.scenario is not None:
         from hetero_exporter.collectors.nvidia.nvml.fake import FakeNvml, render_smi_xml
         fake = FakeNvml(options.scenario, options.clock)
         fake.nvmlInit()
         collector = NvidiaSmiCollector(lambda _timeout: render_smi_xml(fake), **common)
     else:
-        exe = find_tool(options.settings, _TOOL.name, os.pathsep.join(_TOOL.dirs), _TOOL.why_missing)
+        exe = find_tool(options.host, _TOOL.name, os.pathsep.join(_TOOL.dirs), _TOOL.why_missing, path=settings.path)
         collector = NvidiaSmiCollector(exe, **common)
     collector.persist_identities(options)  # built without sdk build(): as it would
     return collector

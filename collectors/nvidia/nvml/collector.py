@@ -36,12 +36,15 @@ import functools
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from hetero_exporter import validate as v
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
 from hetero_exporter.sdk.cli_collector import fall_back
 from hetero_exporter.sdk.contract import CollectorOptions, Unavailable
+from hetero_exporter.sdk.settings import BindingSettings, integer, seconds, setting
 from hetero_exporter.collectors.nvidia import common as C
 from hetero_exporter.collectors.nvidia.nvml.events import Event, EventWatcher
 from hetero_exporter.collectors.nvidia.nvml.funnel import (UNSUPPORTED, Failed, Funnel, Got, Lost,
@@ -699,16 +702,29 @@ class NvmlCollector:
                             faults=self._ledger.faults(ident.uuid))
 
 
-def _settings(options: CollectorOptions) -> dict:
-    s = options.settings
-    return {"sysfs_root": s.get("sysfs_root", "/sys"), "wake": options.wake,
-            "events": bool(s.get("events", True)),
-            "event_wait_ms": int(s.get("event_wait_ms", 1000)),
-            "identities": options.identity_memory(NvmlCollector.name),
-            # NVML GPM profiling where the GPU has it (Hopper and later): on unless turned off
-            "profiling": bool(s.get("profiling", True)), "interval": options.interval_seconds,
-            # an event stays a health reason for one interval: the window a poll would cover
-            "event_hold_seconds": float(s.get("event_hold_seconds", options.interval_seconds))}
+@dataclass(frozen=True)
+class NvmlSettings(BindingSettings):
+    """``collectors.nvml``: ``events`` the XID event thread, ``event_wait_ms`` its wait per
+    call, ``event_hold_seconds`` how long an event stays a health reason (default: one
+    interval, the window a poll would cover), ``profiling`` NVML GPM where the GPU has it
+    (Hopper and later); the ToolSettings keys are nvidia-smi's when it stands in."""
+
+    events: bool = setting(True, v.boolean)
+    event_wait_ms: int = setting(1000, integer(1, 60000))
+    event_hold_seconds: Optional[float] = setting(None, seconds(86400.0))
+    profiling: bool = setting(True, v.boolean)
+
+
+SETTINGS = NvmlSettings
+
+
+def _settings(options: CollectorOptions) -> dict[str, Any]:
+    s = NvmlSettings.of(options.settings)
+    hold = s.event_hold_seconds
+    return {"sysfs_root": options.host.sysfs, "wake": options.wake, "events": s.events,
+            "event_wait_ms": s.event_wait_ms, "identities": options.identity_memory(NvmlCollector.name),
+            "profiling": s.profiling, "interval": options.interval_seconds,
+            "event_hold_seconds": options.interval_seconds if hold is None else hold}
 
 
 def create(options: CollectorOptions) -> Any:
