@@ -27,7 +27,7 @@ from typing import Optional
 from hetero_exporter.sdk import blocks, pciaddr, values
 from hetero_exporter.sdk.contract import ParseError
 
-from .parse import _quantity
+from .parse import CELLS
 
 TOOL = "mx-smi"
 MAX_LINE = 4096
@@ -136,21 +136,6 @@ def is_report(text: str) -> bool:
     return False
 
 
-def _number(text: Optional[str], unit: str, line: int, what: str) -> Optional[float]:
-    # the degree sign of 2.2.6 ("44.00 \u00b0C") is not a unit sdk.values knows
-    return None if text is None else _quantity(text.replace("\u00b0", "").strip(), unit, line, what)
-
-
-def _kib(text: Optional[str], line: int, what: str) -> Optional[float]:
-    """``67108864 KB`` -> bytes: mx-smi's KB are KiB (see the module docstring)."""
-    if text is None or values.is_na(text):
-        return None
-    m = re.fullmatch(r"\s*(\d{1,15}(?:\.\d{1,6})?)\s*(?:KB|KiB)?\s*", text, re.I)
-    if m is None:
-        raise ParseError(TOOL, f"{what}: expected 'N KB', got {text[:30]!r}", line)
-    return float(m.group(1)) * 1024.0
-
-
 def parse_report(text: str) -> MxReport:
     """The GPUs of a ``--show-temperature --show-usage --show-memory`` report."""
     lines = _lines(text)
@@ -185,8 +170,10 @@ def parse_report(text: str) -> MxReport:
 
         out.append(MxShown(
             index=index, name=name, bus_id=bus,
-            memory_total_bytes=_kib(p.get("memory/vram total"), ln, "vram total"),
-            memory_used_bytes=_kib(p.get("memory/vram used"), ln, "vram used"),
-            utilization_ratio=_number(p.get("utilization/gpu"), "%", ln, "Utilization GPU"),
-            temperature_celsius=_number(first("chip temperature/hotspot"), "C", ln, "hotspot"), line=ln))
+            # mx-smi's KB are KiB (see the module docstring)
+            memory_total_bytes=CELLS.quantity(p.get("memory/vram total"), "KiB", "vram total", ln),
+            memory_used_bytes=CELLS.quantity(p.get("memory/vram used"), "KiB", "vram used", ln),
+            utilization_ratio=CELLS.quantity(p.get("utilization/gpu"), "%", "Utilization GPU", ln),
+            # 2.2.6 prints "44.00 \u00b0C"
+            temperature_celsius=CELLS.quantity(first("chip temperature/hotspot"), "C", "hotspot", ln), line=ln))
     return MxReport(tool_version=version, attached=attached, gpus=tuple(out), complete=end is not None)

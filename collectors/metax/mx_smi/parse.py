@@ -31,15 +31,15 @@ columns and a ``NIC Legend:`` (``NIC0: mlx5_0``).
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from hetero_exporter.sdk import pciaddr, tables, values
+from hetero_exporter.sdk import tables, values
 from hetero_exporter.sdk.contract import ParseError
 
 TOOL = "mx-smi"
+CELLS = values.Cells(TOOL)
 MIB = float(1 << 20)
 
 # header label text -> key (matched longest first, case-sensitive as printed)
@@ -141,71 +141,33 @@ def assign(cell: str, labels: Sequence[tables.Label]) -> dict[str, str]:
     return tables.cell_values(cell, labels)
 
 
-def _quantity(text: str, unit: str, line: int, column: str) -> Optional[float]:
-    try:
-        v = values.quantity(text, unit)
-    except ValueError as e:
-        raise ParseError(TOOL, f"column {column}: {e}", line) from None
-    if v is not None and not math.isfinite(v):
-        raise ParseError(TOOL, f"column {column}: {text[:20]!r} is out of range", line)
-    return v
-
-
-_UNIT_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz%"
-
-
-def _pair(text: str, unit: str, line: int, column: str) -> tuple[Optional[float], Optional[float]]:
-    """``53W / 450W`` or ``810/65536 MiB``: (first, second); the unit printed after the
-    second applies to the first when the first has none."""
-    parts = re.sub(r"(?i)\bN/A\b", "NA", text).split("/")
-    if len(parts) == 1:
-        return _quantity(parts[0], unit, line, column), None
-    if len(parts) != 2:
-        raise ParseError(TOOL, f"column {column}: expected 'A / B', got {text[:30]!r}", line)
-    second = parts[1].strip()
-    # the run of letters the second part ends with (searched for, a long run costs its square)
-    letters = len(second) - len(second.rstrip(_UNIT_CHARS))
-    second_unit = second[len(second) - letters:] if letters else unit
-    return (_quantity(parts[0], second_unit, line, column), _quantity(parts[1], unit, line, column))
-
-
-def _int(text: Optional[str], line: int, column: str) -> Optional[int]:
-    if text is None or values.is_na(text):
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise ParseError(TOOL, f"column {column}: expected a number, got {text[:20]!r}", line) from None
-
-
 def _gpu(vals: Mapping[str, tuple[str, int]], line: int) -> MxGpu:
     def get(key: str) -> Optional[str]:
         v = vals.get(key)
         return v[0] if v is not None else None
 
-    index = _int(get("gpu"), line, "GPU")
-    board = _int(get("board"), line, "Board")
+    index = CELLS.integer(get("gpu"), "column GPU", line)
+    board = CELLS.integer(get("board"), "column Board", line)
     if index is None:
         index = board
     if index is None:
         raise ParseError(TOOL, "a GPU record without its GPU index", line)
-    bus = None
-    if get("bus") is not None and not values.is_na(get("bus")):
-        bus = pciaddr.normalize(get("bus"))
-        if bus is None:
-            raise ParseError(TOOL, f"column Bus-id: not a PCI address: {get('bus')[:20]!r}", vals["bus"][1])
+    bus = CELLS.pci(get("bus"), "column Bus-id", vals["bus"][1]) if "bus" in vals else None
     used = total = power = cap = None
-    if get("memory") is not None and not values.is_na(get("memory")):
-        used, total = _pair(get("memory"), "MiB", vals["memory"][1], "Memory-Usage")
+    memory, watts = get("memory"), get("power")
+    if memory is not None and not values.is_na(memory):
+        # "810/65536 MiB": the unit printed after the total applies to the used value
+        used, total = CELLS.pair(memory, "MiB", "column Memory-Usage", vals["memory"][1], shared_unit=True)
         if total is None:
             raise ParseError(TOOL, "column Memory-Usage: expected 'USED/TOTAL MiB'", vals["memory"][1])
         used, total = used / MIB if used is not None else None, total / MIB
-    if get("power") is not None and not values.is_na(get("power")):
-        power, cap = _pair(get("power"), "W", vals["power"][1], "Power")
+    if watts is not None and not values.is_na(watts):  # "53W / 450W", or the usage alone
+        power, cap = (CELLS.pair(watts, "W", "column Power", vals["power"][1], shared_unit=True) if "/" in watts
+                      else (CELLS.quantity(watts, "W", "column Power", vals["power"][1]), None))
 
     def q(key: str, unit: str, column: str) -> Optional[float]:
         v = get(key)
-        return None if v is None else _quantity(v, unit, vals[key][1], column)
+        return None if v is None else CELLS.quantity(v, unit, f"column {column}", vals[key][1])
 
     def word(key: str) -> Optional[str]:
         # a state word is kept as printed ("Unavailable" is a state here, not a missing value)
@@ -266,10 +228,10 @@ def _processes(recs: Sequence[Sequence[tables.BoxLine]], start: int) -> tuple[bo
         if re.search(r"no (running )?process(es)? found", text, re.I):
             continue
         v = assign(text, labels)
-        gpu, pid = _int(v.get("gpu"), r.lineno, "GPU"), _int(v.get("pid"), r.lineno, "PID")
+        gpu, pid = CELLS.integer(v.get("gpu"), "column GPU", r.lineno), CELLS.integer(v.get("pid"), "column PID", r.lineno)
         if gpu is None or pid is None:
             raise ParseError(TOOL, f"a process row without GPU and PID: {text.strip()[:60]!r}", r.lineno)
-        mem = None if "memory" not in v else _quantity(v["memory"], unit, r.lineno, "GPU Memory")
+        mem = None if "memory" not in v else CELLS.quantity(v["memory"], unit, "column GPU Memory", r.lineno)
         out.append(MxProcess(gpu=gpu, pid=pid, name=v.get("name", ""),
                              memory_mib=None if mem is None else mem / MIB))
     return True, tuple(out)

@@ -37,16 +37,16 @@ parses what it has and says ``complete=False``, so no GPU is taken as lost for i
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from hetero_exporter.sdk import pciaddr, values
+from hetero_exporter.sdk import values
 from hetero_exporter.sdk.contract import ParseError
 from hetero_exporter.sdk.tables import Label, cell_values
 
 TOOL = "mthreads-gmi"
+CELLS = values.Cells(TOOL)
 MIB = 1 << 20
 MAX_LINE = 4096
 MAX_LINES = 20000
@@ -151,30 +151,6 @@ def _labels(segment: str) -> list[Label]:
     return out
 
 
-def _quantity(text: str, unit: str, line: int, what: str) -> Optional[float]:
-    try:
-        v = values.quantity(text, unit)
-    except ValueError as e:
-        raise ParseError(TOOL, f"{what}: {e}", line) from None
-    if v is not None and not math.isfinite(v):
-        raise ParseError(TOOL, f"{what}: {text[:20]!r} is out of range", line)
-    return v
-
-
-def _int(text: str, line: int, what: str) -> int:
-    try:
-        v = int(text.strip())
-    except ValueError:
-        raise ParseError(TOOL, f"{what}: expected a number, got {text[:20]!r}", line) from None
-    if not 0 <= v < 1 << 31:
-        raise ParseError(TOOL, f"{what}: {v} is out of range", line)
-    return v
-
-
-def _text(v: Optional[str]) -> Optional[str]:
-    return None if v is None or values.is_na(v) else v.strip()
-
-
 # --------------------------------------------------------------------------- the device table
 
 
@@ -226,39 +202,35 @@ def _device(header: _Header, rows: Sequence[tuple[int, str]]) -> GmiDevice:
         v = got.get(key)
         return (None, first) if v is None else v
 
-    index = _int(val("id")[0] or "", first, "ID")
+    index = CELLS.index(val("id")[0] or "", "ID", first, digits=10)
     bus_text, ln = val("bus")
-    bus = None
-    if _text(bus_text) is not None:
-        bus = pciaddr.normalize(bus_text)
-        if bus is None:
-            raise ParseError(TOOL, f"PCIe: not a PCI address: {bus_text[:24]!r}", ln)
+    bus = CELLS.pci(bus_text, "PCIe", ln)
     used = total = None
     mem_text, ln = val("mem")
-    if _text(mem_text) is not None:
+    if values.present(mem_text) is not None:
         m = _MEM.match(mem_text.strip())
         if m is None:
             raise ParseError(TOOL, f"Mem: expected 'USED(TOTAL)', got {mem_text[:30]!r}", ln)
-        used = _quantity(m.group(1), "MiB", ln, "Mem used")
-        total = _quantity(m.group(2) or m.group(3), "MiB", ln, "Mem total")
+        used = CELLS.quantity(m.group(1), "MiB", "Mem used", ln)
+        total = CELLS.quantity(m.group(2) or m.group(3), "MiB", "Mem total", ln)
     width = width_max = None
     lanes_text, ln = val("lanes")
-    if _text(lanes_text) is not None:
+    if values.present(lanes_text) is not None:
         m = _LANES.match(lanes_text.strip())
         if m is None:
             raise ParseError(TOOL, f"Pcie Lane Width: expected 'Nx(Mx)', got {lanes_text[:20]!r}", ln)
-        width = _int(m.group(1), ln, "Pcie Lane Width")
-        width_max = _int(m.group(2), ln, "Pcie Lane Width") if m.group(2) else None
+        width = CELLS.index(m.group(1), "Pcie Lane Width", ln, digits=10)
+        width_max = CELLS.index(m.group(2), "Pcie Lane Width", ln, digits=10) if m.group(2) else None
     util_text, ln = val("util")
     temp_text, lt = val("temp")
     return GmiDevice(
         index=index, name=(val("name")[0] or "").strip(), bus_id=bus,
-        device_type=_text(val("type")[0]), perf=_text(val("perf")[0]),
-        utilization_ratio=_quantity(util_text, "%", ln, "%GPU") if util_text is not None else None,
+        device_type=values.present(val("type")[0]), perf=values.present(val("perf")[0]),
+        utilization_ratio=CELLS.quantity(util_text, "%", "%GPU", ln),
         memory_used_bytes=used, memory_total_bytes=total,
-        temperature_celsius=_quantity(temp_text, "C", lt, "Temp") if temp_text is not None else None,
-        pcie_width=width, pcie_width_max=width_max, mpc_capable=_text(val("mpc")[0]),
-        ecc_mode=_text(val("ecc")[0]), complete=len(rows) == len(header.rows), line=first)
+        temperature_celsius=CELLS.quantity(temp_text, "C", "Temp", lt),
+        pcie_width=width, pcie_width_max=width_max, mpc_capable=values.present(val("mpc")[0]),
+        ecc_mode=values.present(val("ecc")[0]), complete=len(rows) == len(header.rows), line=first)
 
 
 # --------------------------------------------------------------------------- the whole output
@@ -304,8 +276,9 @@ def _processes(lines: Sequence[tuple[int, str, str]], start: int) -> tuple[list[
         if row is None:
             raise ParseError(TOOL, f"Processes: expected 'ID PID NAME MEMORY', got {text.strip()[:40]!r}", lineno)
         gpu, pid, name, memory = row
-        out.append(GmiProcess(gpu=_int(gpu, lineno, "process ID"), pid=_int(pid, lineno, "PID"), name=name,
-                              memory_bytes=_quantity(memory, "MiB", lineno, "GPU Memory Usage")))
+        out.append(GmiProcess(gpu=CELLS.index(gpu, "process ID", lineno, digits=10),
+                              pid=CELLS.index(pid, "PID", lineno, digits=10), name=name,
+                              memory_bytes=CELLS.quantity(memory, "MiB", "GPU Memory Usage", lineno)))
     return out, False
 
 

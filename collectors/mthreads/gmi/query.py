@@ -56,11 +56,6 @@ _KEYS = {"index": "index", "minor number": None, "product name": "name", "gpu uu
          "serial number": "serial", "bus id": "bus_id", "bus-id": "bus_id", "mtbios version": "mtbios"}
 
 
-def _value(v: str) -> Optional[str]:
-    v = v.strip()
-    return None if not v or values.is_na(v) else v
-
-
 def is_query(text: str) -> bool:
     """Whether ``text`` reads as ``-q``: a ``GPU UUID`` or ``MTBios Version`` key."""
     return bool(re.search(r"^[ \t]*(?:GPU UUID|MTBios Version)[ \t]*:", text[:200000], re.M | re.I))
@@ -87,7 +82,7 @@ def parse_query(text: str) -> GmiQuery:
                 gpus.append(cur)
             continue
         key = re.sub(r"\s+", " ", s[:m.start()]).strip().lower()
-        val = _value(s[m.end():])
+        val = values.present(s[m.end():])
         if key == "driver version" and cur is None:
             driver = val
             continue
