@@ -64,24 +64,13 @@ log = logging.getLogger(__name__)
 from hetero_exporter.collectors.amd.fields import (  # noqa: E402,F401 - part of this module's API
     ECC_DEFERRED, MEDIA_UTILIZATION, PARTITIONS_COMPUTE, PARTITIONS_MEMORY, PCIE_BANDWIDTH, PCIE_NAK_RECEIVED,
     PCIE_NAK_SENT, PCIE_RECOVERY, PCIE_REPLAY, PCIE_REPLAY_ROLLOVER, PCIE_SPEED, PCIE_WIDTH, PCIE_WIDTH_MAX, TEMP_EDGE,
-    XGMI_RX, XGMI_TX, partition_counts)
+    VIOLATIONS, XGMI_RX, XGMI_TX, partition_counts)
 
 # Static quality of each field: the amdsmi call, method, window, resolution, error bound.
 # AMD documents no accuracy figures for these sensors: error_bound stays None where unknown.
 # SMU firmware activity averages: AMD does not document their window; 1 s nominal, the period
 # of the SMU metrics table they are read from (as for the average socket power).
 _SMU_AVERAGE_S = 1.0
-# amdsmi_get_violation_status (ROCm 6.4+): which limit holds the clocks down now, as
-# clock_throttle_<reason> (1 while active); the reasons in the vocabulary nvml uses where they
-# mean the same (power_cap, hw_thermal), AMD's own otherwise. A field amdsmi answers "N/A" for
-# is unsupported.
-VIOLATIONS: tuple[tuple[str, str], ...] = (
-    ("power_cap", "active_ppt_pwr"),           # package power tracking (PVIOL)
-    ("socket_thermal", "active_socket_thrm"),  # socket temperature limit (TVIOL)
-    ("hw_thermal", "active_prochot_thrm"),     # PROCHOT: the hardware thermal signal
-    ("vr_thermal", "active_vr_thrm"),          # voltage regulator temperature
-    ("hbm_thermal", "active_hbm_thrm"),        # HBM temperature
-)
 
 QUALITY: dict[str, Quality] = {
     F.UTILIZATION: Quality("amdsmi_get_gpu_activity.gfx_activity", "sampled", _SMU_AVERAGE_S, 0.01),
@@ -199,6 +188,17 @@ def import_binding() -> Any:
 @dataclasses.dataclass
 class _Logical:
     """One amdsmi processor handle (a whole GPU in SPX mode, else one partition)."""
+
+    index: int
+    handle: Any
+    bdf: str
+    uuid: str
+    partition_id: int
+    compute_partition: Optional[str]
+    memory_partition: Optional[str]
+    ident: DeviceIdentity
+
+
 @dataclass(frozen=True)
 class AmdSmiSettings(BindingSettings):
     """``collectors.amdsmi``: ``ecc_uncorrected_threshold`` uncorrectable ECC errors a GPU may
@@ -210,17 +210,6 @@ class AmdSmiSettings(BindingSettings):
 
 
 SETTINGS = AmdSmiSettings
-
-
-
-    index: int
-    handle: Any
-    bdf: str
-    uuid: str
-    partition_id: int
-    compute_partition: Optional[str]
-    memory_partition: Optional[str]
-    ident: DeviceIdentity
 
 
 class AmdSmiCollector:

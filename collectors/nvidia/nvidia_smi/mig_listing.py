@@ -39,6 +39,7 @@ from hetero_exporter.sdk import tables, values
 from hetero_exporter.sdk.contract import ParseError
 
 TOOL = "nvidia-smi mig"
+CELLS = values.Cells(TOOL)
 GIB = float(1 << 30)
 # box title -> (listing, the first header row's words -> column keys)
 _TITLES = {
@@ -260,14 +261,8 @@ def _cells(row: tables.BoxLine, columns: Sequence[str]) -> dict[str, str]:
 
 
 def _int(cell: Optional[str], what: str, line: int) -> int:
-    got = values.integer((cell or "").rstrip("*"))  # -lcip marks the default profile with '*'
-    if got is None:
-        raise ParseError(TOOL, f"{what}: expected a whole number, got {str(cell)[:20]!r}", line)
-    return got
-
-
-def _optional_int(cell: Optional[str], what: str, line: int) -> Optional[int]:
-    return None if cell is None or values.is_na(cell) else _int(cell, what, line)
+    # -lcip marks the default profile with '*'
+    return CELLS.index((cell or "").rstrip("*"), what, line, values.MAX_DIGITS)
 
 
 def _profile(rec: Sequence[tables.BoxLine], columns: Sequence[str], second: Sequence[str]) -> Profile:
@@ -315,5 +310,5 @@ def _instance(row: tables.BoxLine, columns: Sequence[str], listing: str) -> Inst
         raise ParseError(TOOL, f"{listing}: no GPU instance id column", ln)
     return Instance(gpu=_int(c["gpu"], "GPU", ln), name=c["name"], profile_id=_int(c["profile_id"], "Profile ID", ln),
                     gpu_instance=_int(c["gpu_instance"], "GPU instance ID", ln),
-                    compute_instance=_optional_int(c.get("compute_instance"), "Compute instance ID", ln),
+                    compute_instance=CELLS.integer(c.get("compute_instance"), "Compute instance ID", ln),
                     start=start, size=size)

@@ -253,13 +253,6 @@ def readings_of(gpu: ET.Element) -> dict[str, Reading]:
     return r
 
 
-def _int(text: Optional[str]) -> Optional[int]:
-    if text is None:
-        return None
-    t = text.strip()
-    return int(t) if re.fullmatch(r"[0-9]{1,10}", t) else None
-
-
 def _optional(text: Optional[str]) -> Optional[str]:
     """A text field (name, serial, uuid): only nvidia-smi's own NA words, not sdk.values.NA,
     whose "-" or "NA" can be a process's real name."""
@@ -268,22 +261,17 @@ def _optional(text: Optional[str]) -> Optional[str]:
     return text.strip()
 
 
-def _bus_id(text: str) -> Optional[str]:
-    """``00000000:18:00.0`` -> ``0000:18:00.0`` (sdk.pciaddr; None for anything else)."""
-    return pciaddr.normalize(text, default_function=None)
-
-
 def _processes(gpu: ET.Element, uuid_of: Callable[[Optional[int], Optional[int]], str]) -> dict[str, list[ProcessSample]]:
     out: dict[str, list[ProcessSample]] = {}
     for p in gpu.findall("processes/process_info"):
-        pid = _int(_text(p.find("pid")))
+        pid = values.integer(_text(p.find("pid")), 10)
         if pid is None:
             continue
         try:
             mem = value_of(_text(p.find("used_memory")) or "", "bytes")
         except _Bad:
             mem = None
-        gi, ci = _int(_text(p.find("gpu_instance_id"))), _int(_text(p.find("compute_instance_id")))
+        gi, ci = (values.integer(_text(p.find(k)), 10) for k in ("gpu_instance_id", "compute_instance_id"))
         uuid = uuid_of(gi, ci)
         out.setdefault(uuid, []).append(ProcessSample(
             pid=pid, device_uuid=uuid, memory_bytes=None if mem is None else int(mem),
@@ -294,8 +282,8 @@ def _processes(gpu: ET.Element, uuid_of: Callable[[Optional[int], Optional[int]]
 def _mig_devices(gpu: ET.Element, parent: DeviceIdentity) -> list[tuple[DeviceIdentity, dict, int, int]]:
     out = []
     for n, m in enumerate(gpu.findall("mig_devices/mig_device")):
-        index = _int(_text(m.find("index")))
-        gi, ci = _int(_text(m.find("gpu_instance_id"))), _int(_text(m.find("compute_instance_id")))
+        index = values.integer(_text(m.find("index")), 10)
+        gi, ci = (values.integer(_text(m.find(k)), 10) for k in ("gpu_instance_id", "compute_instance_id"))
         uuid = _optional(_text(m.find("uuid"))) or f"{parent.uuid}/mig-gi{gi}-ci{ci}"
         r = {}
         for field, path in ((F.MEMORY_USED, "fb_memory_usage/used"), (F.MEMORY_TOTAL, "fb_memory_usage/total")):
@@ -353,7 +341,8 @@ def devices_of(root: ET.Element, tool: str, now: Optional[float] = None) -> tupl
     tables.check_devices(len(gpus), tool)
     for index, gpu in enumerate(gpus):
         uuid = _optional(_text(gpu.find("uuid")))
-        pci = _bus_id(gpu.get("id") or "") or _bus_id(_text(gpu.find("pci/pci_bus_id")) or "")
+        pci = (pciaddr.normalize(gpu.get("id") or "", default_function=None)
+               or pciaddr.normalize(_text(gpu.find("pci/pci_bus_id")) or "", default_function=None))
         if uuid is None and pci is None:
             what = "<gpu> number {} has neither a <uuid>" if tool == TOOL else "GPU section {} has neither a uuid"
             raise ParseError(tool, what.format(index) + " nor a PCI bus id")
@@ -648,13 +637,13 @@ def parse_csv_devices(text: str, now: Optional[float] = None) -> tuple[list[Devi
     for n, row in enumerate(rows):
         cell = dict(zip(names, row))
         uuid = _optional(cell.get("uuid"))
-        pci = _bus_id(cell.get("pci.bus_id") or "")
+        pci = pciaddr.normalize(cell.get("pci.bus_id") or "", default_function=None)
         if uuid is None and pci is None:
             raise ParseError(CSV_TOOL, f"row {n + 1} has neither a uuid nor a PCI bus id", n + 2)
         stamp = _csv_time(cell.get("timestamp"))
         doc_time = doc_time if doc_time is not None else stamp
         name = _optional(cell.get("name")) or ""
-        index = _int(cell.get("index"))
+        index = values.integer(cell.get("index"), 10)
         ident = DeviceIdentity(
             vendor="nvidia", kind="gpu", index=index if index is not None else n,
             uuid=uuid or f"nvidia-pci-{pci}", model=profiles.normalize_model("nvidia", name),
@@ -722,11 +711,11 @@ def parse_apps(text: str) -> list[ProcessSample]:
     out = []
     for n, row in enumerate(rows):
         cell = dict(zip(names, row))
-        pid = _int(cell.get("pid"))
+        pid = values.integer(cell.get("pid"), 10)
         if pid is None:
             raise ParseError(APPS_TOOL, f"row {n + 1}: pid {cell.get('pid', '')[:20]!r} is not a number", n + 2)
         uuid = _optional(cell.get("gpu_uuid"))
-        bus = _bus_id(cell.get("gpu_bus_id") or "")
+        bus = pciaddr.normalize(cell.get("gpu_bus_id") or "", default_function=None)
         if uuid is None and bus is None:
             raise ParseError(APPS_TOOL, f"row {n + 1} names no GPU", n + 2)
         mem_cell = cell.get("used_gpu_memory", cell.get("used_memory", ""))
@@ -753,7 +742,8 @@ def _apps_snapshot(text: str) -> NodeSnapshot:
             name = _optional(cell.get("gpu_name")) or ""
             ident = DeviceIdentity(
                 vendor="nvidia", kind="gpu", index=len(gpus), uuid=p.device_uuid,
-                model=profiles.normalize_model("nvidia", name), pci_address=_bus_id(cell.get("gpu_bus_id") or ""),
+                model=profiles.normalize_model("nvidia", name),
+                pci_address=pciaddr.normalize(cell.get("gpu_bus_id") or "", default_function=None),
                 numa_node=None, driver_version=None, runtime_version=None, name=name or None,
                 serial=_optional(cell.get("gpu_serial")))
             gpus[p.device_uuid] = DeviceSample(identity=ident, timestamp=0.0, processes_reported=True)

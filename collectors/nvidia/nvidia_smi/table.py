@@ -45,6 +45,7 @@ from hetero_exporter.sdk import pciaddr, tables, values
 from hetero_exporter.sdk.contract import ParseError
 
 TOOL = "nvidia-smi"
+CELLS = values.Cells(TOOL)
 MIB = float(1 << 20)
 _TITLE = re.compile(r"^\s*\|\s*NVIDIA-SMI\s+\S", re.M)
 # header labels, longest first (a found label masks its text: "GPU" not inside "GPU-Util")
@@ -94,18 +95,6 @@ def _qty(text: str, unit: str) -> Optional[float]:
     return values.quantity(m.group(1), unit)
 
 
-def _pair(text: str, unit: str) -> tuple[Optional[str], Optional[str]]:
-    """``used / total`` -> the two texts (``N/A`` alone -> both N/A; anything else: _Bad)."""
-    t = text.strip()
-    if values.is_na(t):
-        return "N/A", "N/A"
-    t = re.sub(r"N/A", "NA", t, flags=re.I)  # so "N/A / 700W" splits once
-    parts = t.split("/")
-    if len(parts) != 2:
-        raise _Bad(t)
-    return parts[0], parts[1]
-
-
 def _put(r: dict, field: str, text: Optional[str], unit: str) -> None:
     if text is None:
         return
@@ -119,8 +108,8 @@ def _put_pair(r: dict, fields: tuple[str, str], text: Optional[str], unit: str) 
     if text is None:
         return
     try:
-        a, b = _pair(text, unit)
-    except _Bad:
+        a, b = values.halves(text) or ("N/A", "N/A")  # ``used / total``
+    except ValueError:
         for f in fields:
             r[f] = reading(None, QUALITY[f], error=True)
         return
@@ -140,17 +129,11 @@ def _first_cell(row: tables.BoxLine, labels: Sequence[tables.Label]) -> tuple[st
     return words[0], " ".join(rest) if "name" in keys else ""
 
 
-def _index(text: str, what: str, line: int) -> int:
-    if not re.fullmatch(r"[0-9]{1,6}", text.strip()):
-        raise ParseError(TOOL, f"{what}: expected an index, got {text.strip()[:20]!r}", line)
-    return int(text)
-
-
 def _gpu(part: Sequence[tables.BoxLine], header: list, driver: Optional[str], cuda: Optional[str],
          when: float) -> DeviceSample:
     vals = tables.record_values(part, header, TOOL)
     index_text, name = _first_cell(part[0], header[0][0])
-    index = _index(index_text, "GPU", part[0].lineno)
+    index = CELLS.index(index_text, "GPU", part[0].lineno)
     bus = pciaddr.normalize(vals["bus"][0], default_function=None) if "bus" in vals else None
     r: dict[str, Reading] = {}
     get = lambda key: vals[key][0] if key in vals else None  # noqa: E731
@@ -204,9 +187,9 @@ def _processes(recs: Sequence[Sequence[tables.BoxLine]]) -> list[tuple[int, Opti
         except _Bad:  # "13583..." (R580 truncates 6-digit MiB): not a value
             mem = None
         gi, ci = (int(got[k]) if re.fullmatch(r"[0-9]{1,6}", got.get(k, "")) else None for k in ("gi", "ci"))
-        proc = ProcessSample(pid=_index(got["pid"], "process PID", row.lineno), name=row.name or None,
+        proc = ProcessSample(pid=CELLS.index(got["pid"], "process PID", row.lineno), name=row.name or None,
                              memory_bytes=None if mem is None else int(mem))
-        out.append((_index(got["gpu"], "process GPU", row.lineno), gi, ci, proc))
+        out.append((CELLS.index(got["gpu"], "process GPU", row.lineno), gi, ci, proc))
     return out
 
 
