@@ -40,7 +40,7 @@ UNITS: Mapping[str, float] = {
     # power, frequency, temperature, ratio
     "w": 1.0, "mw": 1e-3, "kw": 1e3,
     "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9,
-    "c": 1.0, "°c": 1.0, "degc": 1.0, "celsius": 1.0,
+    "c": 1.0, "°c": 1.0, "℃": 1.0, "degc": 1.0, "celsius": 1.0,
     "%": 0.01,
     "j": 1.0, "mj": 1e-3, "kj": 1e3, "uj": 1e-6, "µj": 1e-6,
 }
@@ -110,6 +110,20 @@ def present(text: Optional[str]) -> Optional[str]:
 def decoded(value: object) -> str:
     """A binding's string: bytes as UTF-8 (a bad byte replaced, never an exception), else ``str``."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def checked_number(text: Optional[str], tool: str, what: str, line: Optional[int] = None) -> Optional[float]:
+    """A plain number (``12``, ``-3.5``, ``1e3``: no unit, ASCII digits) of a cell; None for NA;
+    ParseError otherwise, a non-finite one included."""
+    t = "" if text is None else text.strip()
+    if is_na(t):
+        return None
+    if _NUMBER.fullmatch(t) is None:
+        raise ParseError(tool, f"{what}: expected a number or NA, got {t[:40]!r}", line)
+    v = float(t)
+    if not math.isfinite(v):
+        raise ParseError(tool, f"{what}: not a finite number: {t[:40]!r}", line)
+    return v
 
 
 def checked_quantity(text: Optional[str], unit: str, tool: str, what: str,
@@ -209,6 +223,9 @@ class Cells:
     parser module), so a call names only the cell: ``CELLS.quantity(text, "MiB", "Memory", line)``."""
 
     tool: str
+
+    def number(self, text: Optional[str], what: str, line: Optional[int] = None) -> Optional[float]:
+        return checked_number(text, self.tool, what, line)
 
     def quantity(self, text: Optional[str], unit: str, what: str, line: Optional[int] = None) -> Optional[float]:
         return checked_quantity(text, unit, self.tool, what, line)

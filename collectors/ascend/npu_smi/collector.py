@@ -55,7 +55,7 @@ from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.collectors.ascend import versions
 from hetero_exporter.collectors.ascend.npu_smi.parse import (  # noqa: F401 - the parsers are part of this API
     TOOL, TOPO_FABRIC, CardListing, ChipMapping, DetailDoc, FaultEvent, FaultEvents, HealthDetail, NpuChip,
-    NpuList, NpuProcess, NpuSummary, NpuTopo, _bus_id, _number, canonical_health, detect, health_detail,
+    NpuList, NpuProcess, NpuSummary, NpuTopo, canonical_health, detect, health_detail,
     parse_detail, parse_fault_events, parse_list, parse_mapping, parse_proc_mem, parse_summary, parse_topo)
 from hetero_exporter.model import (CollectorStatus, DeviceIdentity, DeviceSample, Fault, Health, Link,
                                    NodeSnapshot, ProcessSample, Quality, Reading)
@@ -119,19 +119,6 @@ def summary_readings(chip: NpuChip) -> dict[str, Reading]:
     return r
 
 
-def _pct(doc: DetailDoc, chip: int, *keys: str) -> Optional[float]:
-    v = doc.get(chip, *keys)
-    if v is None:
-        return None
-    n = _number(v, f"npu-smi info -t {doc.kind}", None, keys[0])
-    return None if n is None else n / 100.0
-
-
-def _num_key(doc: DetailDoc, chip: int, *keys: str) -> Optional[float]:
-    v = doc.get(chip, *keys)
-    return None if v is None else _number(v, f"npu-smi info -t {doc.kind}", None, keys[0])
-
-
 # Fields the summary table already gives: the collector takes them from the summary only
 # (one source per field); ``parse npu-smi FILE`` of a single -t output shows them from there.
 DETAIL_ONLY_QUALITY: dict[str, Quality] = {
@@ -155,40 +142,40 @@ def detail_readings(doc: DetailDoc, chip: int, age: float = 0.0, *,
         for name, keys in ((F.POWER, ("npu real-time power(w)",)),
                            (F.TEMP_CORE, ("npu temperature (c)", "temperature(c)", "temperature (c)"))):
             if doc.get(chip, *keys) is not None:
-                v = _num_key(doc, chip, *keys)
+                v = doc.number(chip, *keys)
                 q = DETAIL_ONLY_QUALITY[name]
                 r[name] = Reading(v, q) if v is not None else Reading(None, q.with_status("unsupported"))
 
     if doc.kind == "usages":
-        bw_key = "hbm bandwidth usage rate(%)" if _num_key(doc, chip, "hbm capacity(mb)") else "ddr bandwidth usage rate(%)"
-        put(F.MEMORY_UTILIZATION, _pct(doc, chip, bw_key), doc.get(chip, bw_key) is not None)
+        bw_key = "hbm bandwidth usage rate(%)" if doc.number(chip, "hbm capacity(mb)") else "ddr bandwidth usage rate(%)"
+        put(F.MEMORY_UTILIZATION, doc.ratio(chip, bw_key), doc.get(chip, bw_key) is not None)
         for name, keys in (("aicpu_utilization_ratio", ("aicpu usage rate(%)",)),
                            ("ctrlcpu_utilization_ratio", ("ctrlcpu usage rate(%)",)),
                            ("vector_utilization_ratio", ("aivector usage rate(%)", "vectorcore usage rate(%)"))):
-            put(name, _pct(doc, chip, *keys), doc.get(chip, *keys) is not None)
+            put(name, doc.ratio(chip, *keys), doc.get(chip, *keys) is not None)
     elif doc.kind == "common":
         for name, key, scale in ((F.CLOCK_COMPUTE, "aicore curfreq(mhz)", 1e6),
                                  ("clock_compute_max_hertz", "aicore freq(mhz)", 1e6),
                                  ("aicore_count", "aicore count", 1.0)):
-            v = _num_key(doc, chip, key)
+            v = doc.number(chip, key)
             put(name, None if v is None else v * scale, doc.get(chip, key) is not None)
     elif doc.kind == "memory":
-        hbm = _num_key(doc, chip, "hbm capacity(mb)")
+        hbm = doc.number(chip, "hbm capacity(mb)")
         key = "hbm clock speed(mhz)" if hbm else "ddr clock speed(mhz)"
-        clk = _num_key(doc, chip, key)
+        clk = doc.number(chip, key)
         put(F.CLOCK_MEMORY, clk * 1e6 if clk else None, doc.get(chip, key) is not None)  # 0 MHz: none fitted
         if hbm:
-            put(F.TEMP_MEMORY, _num_key(doc, chip, "hbm temperature(c)", "hbm temperature (c)"),
+            put(F.TEMP_MEMORY, doc.number(chip, "hbm temperature(c)", "hbm temperature (c)"),
                 doc.get(chip, "hbm temperature(c)", "hbm temperature (c)") is not None)
     elif doc.kind == "ecc":
         for name, what in ((F.ECC_CORRECTED, "single"), (F.ECC_UNCORRECTED, "double")):
             keys = [f"{mem} {what} bit aggregate total err cnt" for mem in ("hbm", "ddr")]
-            vals = [_num_key(doc, chip, k) for k in keys]
+            vals = [doc.number(chip, k) for k in keys]
             present = [doc.get(chip, k) is not None for k in keys]
             known = [v for v in vals if v is not None]
             put(name, sum(known) if known else None, any(present))
     elif doc.kind == "temp":
-        temps = [_number(v, "npu-smi info -t temp", None, k) for k, v in doc.mcu.items()
+        temps = [values.checked_number(v, "npu-smi info -t temp", k) for k, v in doc.mcu.items()
                  if re.search(r"\(c\)$", k) and k != "temperature(c)"]
         known = [t for t in temps if t is not None]
         put(F.TEMP_BOARD, max(known) if known else None, bool(doc.mcu))
@@ -326,7 +313,7 @@ def _detail_snapshot(doc: DetailDoc, node: str = "") -> NodeSnapshot:
     for chip in doc.chip_ids():
         bus = doc.get(chip, "pcie bus info")
         fake = NpuChip(npu_id=npu, chip_id=chip, name=doc.get(chip, "chip name", "npu name") or "",
-                       bus_id=_bus_id(bus, f"npu-smi info -t {doc.kind}", None) if bus else None)
+                       bus_id=values.checked_pci(bus, f"npu-smi info -t {doc.kind}", "Bus-Id", default_function=None))
         uuid = chip_uuid(fake, doc if doc.kind == "board" else None, doc if doc.kind == "board-chip" else None,
                          len(doc.chips) > 1)
         ident = _identity(fake, uuid, npu, doc.get(chip, "software version") or "",

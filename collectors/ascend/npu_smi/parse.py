@@ -24,7 +24,6 @@ aclrtGetDevicesTopo, hiascend.com API reference) and reads it by structure.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
@@ -160,6 +159,15 @@ class DetailDoc:
                     return block[k]
         return None
 
+    def number(self, chip_id: Optional[int], *keys: str) -> Optional[float]:
+        """The first of ``keys`` (``get``) as a number; None when absent or NA."""
+        return values.checked_number(self.get(chip_id, *keys), f"npu-smi info -t {self.kind}", keys[0])
+
+    def ratio(self, chip_id: Optional[int], *keys: str) -> Optional[float]:
+        """A percentage (``number``) as a ratio 0..1."""
+        n = self.number(chip_id, *keys)
+        return None if n is None else n / 100.0
+
     def chip_ids(self) -> list[int]:
         return sorted(self.chips) or [0]
 
@@ -183,49 +191,6 @@ class HealthDetail:
 
 def is_na(text: Optional[str]) -> bool:
     return values.is_na(text)
-
-
-def _number(text: str, tool: str, line: Optional[int], what: str) -> Optional[float]:
-    t = text.strip()
-    if values.is_na(t):
-        return None
-    try:
-        v = float(t)
-    except ValueError:
-        raise ParseError(tool, f"{what}: expected a number or NA, got {t[:40]!r}", line) from None
-    if not math.isfinite(v):
-        raise ParseError(tool, f"{what}: not a finite number: {t[:40]!r}", line)
-    return v
-
-
-def _int(text: str, tool: str, line: Optional[int], what: str) -> Optional[int]:
-    t = text.strip()
-    if values.is_na(t):
-        return None
-    if not re.fullmatch(r"[0-9]{1,12}", t):
-        raise ParseError(tool, f"{what}: expected a whole number or NA, got {t[:40]!r}", line)
-    return int(t)
-
-
-def _pair(text: str, tool: str, line: Optional[int], what: str) -> tuple[Optional[int], Optional[int]]:
-    """'2003 / 15039' -> (2003, 15039); 'NA' or '' -> (None, None)."""
-    t = text.strip()
-    if values.is_na(t):
-        return None, None
-    used, sep, total = t.partition("/")
-    if not sep:
-        raise ParseError(tool, f"{what}: expected 'used / total', got {t[:40]!r}", line)
-    return _int(used, tool, line, what), _int(total, tool, line, what)
-
-
-def _bus_id(text: str, tool: str, line: Optional[int]) -> Optional[str]:
-    t = text.strip()
-    if values.is_na(t):
-        return None
-    bus = pciaddr.normalize(t, default_function=None)
-    if bus is None:
-        raise ParseError(tool, f"Bus-Id: expected a PCI address like 0000:C1:00.0, got {t[:40]!r}", line)
-    return bus
 
 
 _HEALTH_WORDS = {"ok": "OK", "warning": "Warning", "alarm": "Alarm", "critical": "Critical",
@@ -288,29 +253,39 @@ def _chip_from_rows(a: tables.BoxLine, b: tables.BoxLine, head: tuple[list[list[
         return (v[0], v[1]) if v else ("", a.lineno)
 
     npu_text, ln = get("npu")
-    npu = _int(npu_text, tool, ln, "NPU")
+    npu = values.checked_integer(npu_text, tool, "NPU", ln)
     if npu is None:
         raise ParseError(tool, "a device row without an NPU id", a.lineno)
     health_text, _ = get("health")
     if not health_text:
         raise ParseError(tool, f"NPU {npu}: no Health value", a.lineno)
     chip_text, ln = get("chip")
-    chip = _int(chip_text, tool, ln, "Chip") if chip_text else 0
+    chip = values.checked_integer(chip_text, tool, "Chip", ln) if chip_text else 0
     def num(key: str, what: str) -> Optional[float]:
-        return _number(get(key)[0], tool, get(key)[1], what)
+        return values.checked_number(get(key)[0], tool, what, get(key)[1])
 
     def pair(key: str, what: str) -> tuple[Optional[int], Optional[int]]:
-        return _pair(get(key)[0], tool, get(key)[1], what)
+        """'2003 / 15039' -> (2003, 15039); 'NA' or '' -> (None, None)."""
+        text, line = get(key)
+        try:
+            got = values.halves(text)
+        except ValueError:
+            raise ParseError(tool, f"{what}: expected 'used / total', got {text.strip()[:40]!r}", line) from None
+        return (None, None) if got is None else (whole_of(got[0], line, what), whole_of(got[1], line, what))
+
+    def whole_of(text: str, line: Optional[int], what: str) -> Optional[int]:
+        return values.checked_integer(text, tool, what, line)
 
     def whole(key: str, what: str) -> Optional[int]:
-        return _int(get(key)[0], tool, get(key)[1], what)
+        return whole_of(get(key)[0], get(key)[1], what)
 
     mem_u, mem_t = pair("memory", "Memory-Usage(MB)")
     hbm_u, hbm_t = pair("hbm", "HBM-Usage(MB)")
     hp_u, hp_t = pair("hugepages", "Hugepages-Usage(page)")
     return NpuChip(
         npu_id=npu, chip_id=0 if chip is None else chip, name=get("name")[0].strip(),
-        health=canonical_health(health_text), bus_id=_bus_id(get("bus")[0], tool, get("bus")[1]),
+        health=canonical_health(health_text),
+        bus_id=values.checked_pci(get("bus")[0], tool, "Bus-Id", get("bus")[1], default_function=None),
         logic_id=whole("device", "Device"), phy_id=whole("phy", "Phy-ID"),
         power_w=num("power", "Power(W)"), temp_c=num("temp", "Temp(C)"),
         aicore_pct=num("aicore" if "aicore" in vals else "util", "AICore(%)"),
@@ -338,15 +313,16 @@ def _process_rows(lines: Sequence[tables.BoxLine], header: tables.BoxLine, tool:
                 continue
             for k, v in _cell_values(cell, labs).items():
                 vals.setdefault(k, v)
-        npu = _int(vals.get("npu", ""), tool, ln.lineno, "process NPU")
-        pid = _int(vals.get("pid", ""), tool, ln.lineno, "Process id")
+        npu = values.checked_integer(vals.get("npu", ""), tool, "process NPU", ln.lineno)
+        pid = values.checked_integer(vals.get("pid", ""), tool, "Process id", ln.lineno)
         if npu is None or pid is None:
             raise ParseError(tool, "process row without NPU or process id", ln.lineno)
         out.append(NpuProcess(
-            npu_id=npu, chip_id=_int(vals["chip"], tool, ln.lineno, "process Chip") if "chip" in vals else None,
+            npu_id=npu,
+            chip_id=values.checked_integer(vals["chip"], tool, "process Chip", ln.lineno) if "chip" in vals else None,
             pid=pid, name=vals.get("pname", ""),
-            memory_mb=_int(vals.get("memory", ""), tool, ln.lineno, "Process memory(MB)"),
-            container_pid=_int(vals.get("cpid", ""), tool, ln.lineno, "Process id in container")))
+            memory_mb=values.checked_integer(vals.get("memory", ""), tool, "Process memory(MB)", ln.lineno),
+            container_pid=values.checked_integer(vals.get("cpid", ""), tool, "Process id in container", ln.lineno)))
     return out
 
 
@@ -473,16 +449,16 @@ def parse_mapping(text: str) -> list[ChipMapping]:
             vals["chip name"] = " ".join(tokens[n - 1:])
         else:
             vals = dict(zip(labels, tokens))
-        npu = _int(vals["npu id"], tool, lineno, "NPU ID")
-        chip = _int(vals["chip id"], tool, lineno, "Chip ID")
+        npu = values.checked_integer(vals["npu id"], tool, "NPU ID", lineno)
+        chip = values.checked_integer(vals["chip id"], tool, "Chip ID", lineno)
         if npu is None or chip is None:
             raise ParseError(tool, "NPU ID and Chip ID must be numbers", lineno)
         out.append(ChipMapping(
             npu_id=npu, chip_id=chip,
-            logic_id=_int(vals.get("chip logic id", "-"), tool, lineno, "Chip Logic ID"),
+            logic_id=values.checked_integer(vals.get("chip logic id", "-"), tool, "Chip Logic ID", lineno),
             name=vals.get("chip name", ""),
-            phy_id=_int(vals.get("chip phy-id", "-"), tool, lineno, "Chip Phy-ID"),
-            slot_id=_int(vals.get("slot id", "-"), tool, lineno, "Slot ID")))
+            phy_id=values.checked_integer(vals.get("chip phy-id", "-"), tool, "Chip Phy-ID", lineno),
+            slot_id=values.checked_integer(vals.get("slot id", "-"), tool, "Slot ID", lineno)))
     return out
 
 
@@ -565,7 +541,7 @@ def parse_detail(text: str, kind: str) -> DetailDoc:
             target = mcu
         elif "chip id" in keys:
             v, ln = keys["chip id"]
-            chip = _int(v, tool, ln, "Chip ID")
+            chip = values.checked_integer(v, tool, "Chip ID", ln)
             if chip is None:
                 raise ParseError(tool, "Chip ID must be a number", ln)
             target = chips.setdefault(chip, {})
@@ -651,7 +627,7 @@ def _fault_event(item: str, chip: Optional[int], tool: str, line: int) -> FaultE
     if m is None:
         raise ParseError(tool, f"event id: expected a hex number like 0x81AF8000, got {raw_id[:40]!r}", line)
     sev_text = found.get("severity")
-    severity = _int(sev_text, tool, line, "severity") if sev_text is not None else None
+    severity = values.checked_integer(sev_text, tool, "severity", line) if sev_text is not None else None
     time_text = next((found[k] for k in _EVENT_TIME_KEYS if k in found and not values.is_na(found[k])), None)
     text = next((found[k] for k in _EVENT_TEXT_KEYS if k in found and not values.is_na(found[k])), "")
     used = {"event id", "severity", *_EVENT_TIME_KEYS, *_EVENT_TEXT_KEYS}
@@ -675,14 +651,14 @@ def parse_fault_events(text: str) -> FaultEvents:
         chip: Optional[int] = None
         for k, v, ln in block:
             if k == "chip id":
-                chip = _int(v, tool, ln, "Chip ID")
+                chip = values.checked_integer(v, tool, "Chip ID", ln)
         for k, v, ln in block:
             if k == "fault event count":
                 seen_key = True
-                n = _int(v, tool, ln, "Fault Event Count")
+                n = values.checked_integer(v, tool, "Fault Event Count", ln)
                 count = n if count is None or n is None else count + n
             elif k == "npu id" and npu is None:
-                npu = _int(v, tool, ln, "NPU ID")
+                npu = values.checked_integer(v, tool, "NPU ID", ln)
             elif k == "fault event information":
                 seen_key = True
                 for item in v.splitlines():
@@ -701,15 +677,15 @@ def parse_list(text: str) -> NpuList:
     for block in _kv_blocks(text, tool):
         keys = {k: (v, ln) for k, v, ln in block}
         if "total count" in keys:
-            total = _int(keys["total count"][0], tool, keys["total count"][1], "Total Count")
+            total = values.checked_integer(keys["total count"][0], tool, "Total Count", keys["total count"][1])
         if "npu id" in keys:
-            npu = _int(keys["npu id"][0], tool, keys["npu id"][1], "NPU ID")
+            npu = values.checked_integer(keys["npu id"][0], tool, "NPU ID", keys["npu id"][1])
             if npu is None:
                 raise ParseError(tool, "NPU ID must be a number", keys["npu id"][1])
             cc = keys.get("chip count")
             sn = keys.get("serial number", ("", 0))[0].strip()
             cards.append(CardListing(
-                npu_id=npu, chip_count=_int(cc[0], tool, cc[1], "Chip Count") if cc else None,
+                npu_id=npu, chip_count=values.checked_integer(cc[0], tool, "Chip Count", cc[1]) if cc else None,
                 product_name=keys.get("product name", (None, 0))[0],
                 serial=sn if not values.is_na(sn) else None))
     if total is None and not cards:
@@ -747,14 +723,14 @@ def parse_proc_mem(text: str) -> list[NpuProcess]:
             continue
         m = re.fullmatch(r"NPU ID\s*:\s*(\S+)", s)
         if m:
-            npu = _int(m.group(1), tool, i, "NPU ID")
+            npu = values.checked_integer(m.group(1), tool, "NPU ID", i)
             continue
         got = _proc_mem_line(s)
         if got is None:
             raise ParseError(tool, f"not a process line: {s[:60]!r}", i)
         pid, name, memory = got
         out.append(NpuProcess(npu_id=npu if npu is not None else 0, chip_id=None, pid=pid,
-                              name=name, memory_mb=_int(memory, tool, i, "Process memory(MB)")))
+                              name=name, memory_mb=values.checked_integer(memory, tool, "Process memory(MB)", i)))
     return out
 
 
