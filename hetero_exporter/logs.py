@@ -13,13 +13,15 @@ import logging
 import sys
 import threading
 import time
+from types import TracebackType
+from typing import Any, Callable, Optional, TextIO
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        doc = {
+        doc: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
@@ -44,7 +46,7 @@ class TextFormatter(logging.Formatter):
         return base + ("".join(f" {k}={v}" for k, v in extras.items()) if extras else "")
 
 
-class _StderrHandler(logging.StreamHandler):
+class _StderrHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever ``sys.stderr`` is at emit time (not at setup): a background
     thread that logs after its caller swapped stderr (tests, embedding) still has a stream."""
 
@@ -52,11 +54,11 @@ class _StderrHandler(logging.StreamHandler):
         super().__init__()
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, _value) -> None:
+    def stream(self, _value: TextIO) -> None:
         pass
 
 
@@ -70,25 +72,27 @@ def setup(fmt: str = "json", level: str = "info") -> None:
 
 
 _uncaught = logging.getLogger("hetero_exporter.uncaught")
-_chained: dict[str, object] = {}  # a non-default hook found installed (a test runner's): still called
+_chained: dict[str, Callable[..., object]] = {}  # a non-default hook found installed (a test runner's): still called
 
 
 def _thread_exception(args: "threading.ExceptHookArgs") -> None:
     if not issubclass(args.exc_type, SystemExit):
         name = args.thread.name if args.thread is not None else None
+        exc = args.exc_value
         _uncaught.error("uncaught exception in thread %s", name,
-                        exc_info=(args.exc_type, args.exc_value, args.exc_traceback), extra={"in_thread": name})
+                        exc_info=(args.exc_type, exc, args.exc_traceback) if exc is not None else None,
+                        extra={"in_thread": name})
     if "thread" in _chained:
-        _chained["thread"](args)  # type: ignore[operator]
+        _chained["thread"](args)
 
 
-def _main_exception(exc_type, exc_value, tb) -> None:  # type: ignore[no-untyped-def]
+def _main_exception(exc_type: type[BaseException], exc_value: BaseException, tb: Optional[TracebackType]) -> None:
     if issubclass(exc_type, KeyboardInterrupt):
         sys.__excepthook__(exc_type, exc_value, tb)
         return
     _uncaught.critical("uncaught exception", exc_info=(exc_type, exc_value, tb))
     if "main" in _chained:
-        _chained["main"](exc_type, exc_value, tb)  # type: ignore[operator]
+        _chained["main"](exc_type, exc_value, tb)
 
 
 def _unraisable(args: "sys.UnraisableHookArgs") -> None:
@@ -97,7 +101,7 @@ def _unraisable(args: "sys.UnraisableHookArgs") -> None:
                       exc_info=(args.exc_type, exc, args.exc_traceback) if exc is not None else None,
                       extra={"object": repr(args.object)[:200]})
     if "unraisable" in _chained:
-        _chained["unraisable"](args)  # type: ignore[operator]
+        _chained["unraisable"](args)
 
 
 def route_uncaught() -> None:

@@ -327,6 +327,7 @@ class Sampler:
                 hist.absorb(earlier, earlier.finished_at)
             elif earlier is not None:  # this cycle's call is late: the late call's answer stands in
                 outcome, at = earlier, earlier.finished_at
+            kind: Optional[str]  # the error kind of a failed call (None: it answered)
             if outcome is None:
                 stuck = time.monotonic() - worker.busy_since
                 if not started:

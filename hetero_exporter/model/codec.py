@@ -23,7 +23,7 @@ from hetero_exporter.model.types import (
     SchemaError,
 )
 
-_JSON_NAMES = {(Fault, "fault_class"): "class"}
+_JSON_NAMES: dict[tuple[type, str], str] = {(Fault, "fault_class"): "class"}
 
 
 def _json_name(cls: type, name: str) -> str:
@@ -67,7 +67,7 @@ def _decode(tp: Any, data: Any, path: str) -> Any:
             raise _fail(path, "must not be null")
         inner = [a for a in args if a is not type(None)]
         return _decode(inner[0], data, path)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(data, dict):
             raise _fail(path, f"expected an object, got {type(data).__name__}")
         kwargs = {}
@@ -140,7 +140,7 @@ def _compiled(tp: Any) -> Callable[[Any], Any]:
                     return None
                 raise _Invalid
             return inner(d)
-    elif dataclasses.is_dataclass(tp):
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = _hints(tp)
         plan = [(_json_name(tp, f.name), f.name, hints[f.name],
                  f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)

@@ -417,7 +417,7 @@ class _Reloading:
         self.reloads = 0  # rebuilds that succeeded
 
     def _stamps(self) -> tuple:
-        out = []
+        out: list[Optional[tuple[int, int, int]]] = []
         for p in self._paths:
             try:
                 st = os.stat(p)

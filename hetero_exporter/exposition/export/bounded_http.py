@@ -77,5 +77,7 @@ class BoundedSession(requests.Session):
                                 time.monotonic() + self.timeout)
         finally:
             response.close()  # a partly read answer leaves the connection unusable: closed, not drained
-        response._content, response._content_consumed = body, True
+        # requests' own fields of a read answer (.content returns _content once consumed); the
+        # typeshed stubs declare _content only: a third-party private field, typed nowhere
+        response._content, response._content_consumed = body, True  # type: ignore[attr-defined]
         return response

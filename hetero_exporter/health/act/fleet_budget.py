@@ -142,20 +142,21 @@ def parse_slot(obj: object, now: float) -> Optional[Slot]:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
     m = _SLOT_NAME.fullmatch(name) if isinstance(name, str) else None
-    if m is None or not isinstance(obj, dict) or not isinstance(meta, dict):
+    if m is None or not isinstance(name, str) or not isinstance(obj, dict) or not isinstance(meta, dict):
         return None
     spec = obj.get("spec")
     spec = spec if isinstance(spec, dict) else {}
-    duration = spec.get("leaseDurationSeconds")
+    raw = spec.get("leaseDurationSeconds")
     renewed = parse_time(spec.get("renewTime"))
-    valid = isinstance(duration, int) and not isinstance(duration, bool) and 0 < duration <= MAX_LEASE_SECONDS
-    expires = renewed + duration if valid and renewed is not None else None
+    valid = isinstance(raw, int) and not isinstance(raw, bool) and 0 < raw <= MAX_LEASE_SECONDS
+    duration: Optional[int] = raw if valid else None
+    expires = renewed + duration if duration is not None and renewed is not None else None
     acquired, transitions = spec.get("acquireTime"), spec.get("leaseTransitions")
     return Slot(index=int(m.group(1)), name=name, holder=_text(spec.get("holderIdentity"), 253),
                 expires=expires, resource_version=_text(meta.get("resourceVersion"), 64),
                 uid=_text(meta.get("uid"), 64), acquire_time=acquired if parse_time(acquired) is not None else None,
                 transitions=transitions if isinstance(transitions, int) and 0 <= transitions < 2**31 else 0,
-                duration=duration if valid else None)
+                duration=duration)
 
 
 def usable_slots(limit: int, unslotted: int, other_indexes: Collection[int]) -> int:
@@ -348,7 +349,7 @@ class FleetBudget:
             unslotted = sorted(marked - set(holders))
             held = len(others) + len(unslotted)
             lost_race = False
-            candidates = [(s.index, s) for s in self._mine(slots)]
+            candidates: list[tuple[int, Optional[Slot]]] = [(s.index, s) for s in self._mine(slots)]
             k = usable_slots(limit, len(unslotted), [s.index for s in others])
             occupied = {s.index for s in others} | {i for i, _ in candidates}
             candidates += [(i, slots.get(i)) for i in range(k) if i not in occupied]

@@ -35,6 +35,7 @@ from hetero_exporter.health.plan import pod_signals
 from hetero_exporter.health.act.fleet_budget import FleetBudget
 from hetero_exporter.health.act.metrics import HealthMetrics
 from hetero_exporter.health.plan import Book, Budget, ClusterView, Plan, RemedyConfig
+from hetero_exporter.health.plan.records import PodRecord
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.act.remedy_cluster import Applied, ClusterSide
 from hetero_exporter.health.detect.verdicts import Evaluation, HealthVerdicts
@@ -61,6 +62,15 @@ class Outcome:
     skipped: str = ""  # why nothing was attempted
     notes: list[str] = field(default_factory=list)
     applied: Optional[Applied] = None  # the device taints and pod signals written
+
+
+@dataclass(frozen=True)
+class _Api:
+    """What the remedy reads and writes through: made only with cluster access, in a mode that writes."""
+
+    nodes: Nodes
+    events: Events
+    cluster: ClusterSide  # the writes beyond the Node
 
 
 MAX_REMOVED = 256  # removal events waiting for the API: a node has a few dozen devices at most
@@ -102,22 +112,22 @@ class Remedy:
         self.cfg = cfg
         self.metrics = metrics or HealthMetrics()
         self._clock = clock
-        on = cluster is not None and cluster.enabled and cfg.mode != "observe"
-        self._nodes = Nodes(cluster) if on else None
-        self._events = Events(cluster) if on else None
+        live = cluster if cluster is not None and cluster.enabled and cfg.mode != "observe" else None
+        on = live is not None
         env = os.environ if environ is None else environ
         if on and cfg.nodefeature and not cfg.nodefeature_namespace and not env.get("POD_NAMESPACE"):
             log.warning("nodefeature mode without POD_NAMESPACE (the DaemonSet sets it from the downward API) "
                         "or health.nodefeature_namespace: the NodeFeature goes to namespace "
                         f"{cfg.nodefeature_home(env)}", extra={"node": node_name})
-        self._cluster = ClusterSide(cluster, node_name, cfg, self.metrics, resource_of, slices, clock, failed_pods,
-                                    nodefeature_namespace=cfg.nodefeature_home(env)) if on else None  # type: ignore[arg-type]
+        self._api = _Api(Nodes(live), Events(live), ClusterSide(
+            live, node_name, cfg, self.metrics, resource_of, slices, clock, failed_pods,
+            nodefeature_namespace=cfg.nodefeature_home(env))) if live is not None else None
         # the fleet-wide budget takes Lease slots in enforce mode only: a dry-run never taints
-        self._fleet = FleetBudget(Leases(cluster, cfg.lease_namespace(env)),
+        self._fleet = FleetBudget(Leases(live, cfg.lease_namespace(env)),
                                   node_name, domain=cfg.domain, lease_seconds=int(cfg.budget_lease_seconds),
-                                  clock=clock) if on and cfg.fleet_budget and cfg.mode == "enforce" else None
+                                  clock=clock) if live is not None and cfg.fleet_budget and cfg.mode == "enforce" else None
         self._slot: Optional[bool] = None  # holds a budget slot; None: unknown (after a start)
-        self._pods_book: Optional[dict] = None  # pod records settled after the last writes
+        self._pods_book: Optional[dict[str, PodRecord]] = None  # pod records settled after the last writes
         if not on and cfg.mode != "observe":
             # dry-run/enforce with no cluster access: it writes nothing, which must show (and alert)
             # as an API it cannot reach; observe expects no access, so the gauge stays absent there
@@ -131,7 +141,18 @@ class Remedy:
 
     @property
     def writes(self) -> bool:
-        return self._nodes is not None
+        return self._api is not None
+
+    @property
+    def _cluster(self) -> Optional[ClusterSide]:
+        """The writes beyond the Node (remedy_cluster.py); None without cluster access."""
+        return self._api.cluster if self._api is not None else None
+
+    def _writer(self) -> _Api:
+        """The API, where the caller knows there is one (the cluster is reachable and the mode writes)."""
+        if self._api is None:
+            raise RuntimeError("the health remedy has no cluster access in this mode: nothing is read or written")
+        return self._api
 
     # ------------------------------------------------------------------ restart safety
     def restore_into(self, verdicts: HealthVerdicts, current_boot_id: Optional[str]) -> bool:
@@ -139,8 +160,11 @@ class Remedy:
         earlier agent process recorded. True once done (or when there is nothing to do)."""
         if self.restored:
             return True
+        if self._api is None:  # nothing to read back (restored is set from the start then)
+            self.restored = True
+            return True
         try:
-            node = self._nodes.get(self.node)  # type: ignore[union-attr]
+            node = self._api.nodes.get(self.node)
         except K8sError as e:
             if e.not_found:
                 self.restored = True
@@ -162,7 +186,7 @@ class Remedy:
     # ------------------------------------------------------------------ one cycle
     def read_node(self) -> dict:
         """The Node as the API server has it (K8sError when it cannot be read)."""
-        return self._nodes.get(self.node)  # type: ignore[union-attr]
+        return self._writer().nodes.get(self.node)
 
     def budget(self) -> Budget:
         """How many accelerator nodes carry the taint (a Budget with ``error`` when unknown);
@@ -180,13 +204,15 @@ class Remedy:
         # it accepts it), so the nodes are found by our marks as without labels
         selector = f"{self.cfg.present_label}=true" if self.cfg.inventory and not self.cfg.nodefeature else None
         try:
-            nodes = self._nodes.list(selector)  # type: ignore[union-attr]
+            nodes = self._writer().nodes.list(selector)
         except K8sError as e:
             return Budget(0, 0, error=str(e))
-        names = set()
+        names: set[str] = set()
         tainted: set[str] = set()
         for n in nodes:
             name = (n.get("metadata") or {}).get("name")
+            if not isinstance(name, str):
+                continue  # a Node the API lists always has a name
             annotations = (n.get("metadata") or {}).get("annotations") or {}
             taints = (n.get("spec") or {}).get("taints") or []
             ours = any(isinstance(t, dict) and t.get("key") == self.cfg.taint_key for t in taints)
@@ -237,7 +263,8 @@ class Remedy:
     def reconcile(self, snapshot: NodeSnapshot, ev: Evaluation) -> Outcome:
         """Bring the Node in line with the verdicts. Never raises."""
         self.metrics.node(ev.node.unhealthy)
-        if self._nodes is None:
+        api = self._api
+        if api is None:
             p = plan_mod.plan(empty_node(self.node), snapshot, ev.verdicts, ev.node, self.policy, self.cfg,
                               self._clock(), sticky=ev.sticky)
             return Outcome(plan=p, skipped="observe mode" if self.cfg.mode == "observe" else "no cluster access")
@@ -252,7 +279,7 @@ class Remedy:
             if self._fleet is not None and self._slot:
                 self._fleet.renew()  # a held slot outlives quiet cycles (writes only when a third is gone)
             return Outcome(skipped="nothing changed since the last reconcile")
-        out = self._reconcile(snapshot, ev, now)
+        out = self._reconcile(api, snapshot, ev, now)
         deferred = out.plan is not None and out.plan.pod_signals is not None and out.plan.pod_signals.deferred
         complete = out.error is None and out.plan is not None and not out.undelivered and not deferred
         self._last_sig = sig if complete else None
@@ -260,11 +287,11 @@ class Remedy:
             self._last_full = now
         return out
 
-    def _reconcile(self, snapshot: NodeSnapshot, ev: Evaluation, now: float) -> Outcome:
+    def _reconcile(self, api: _Api, snapshot: NodeSnapshot, ev: Evaluation, now: float) -> Outcome:
         out = Outcome()
         for _ in range(self.cfg.conflict_retries + 1):
             try:
-                node = self._nodes.get(self.node)
+                node = api.nodes.get(self.node)
             except K8sError as e:
                 self.metrics.kubernetes_up(False)
                 self.metrics.action("read", "error")
@@ -282,13 +309,13 @@ class Remedy:
             if budget is not None:
                 self.metrics.budget(p.budget_refused, budget.total if budget.error is None else None,
                                     budget.tainted if budget.error is None else None)
-            elif not (ev.node.unhealthy or p.node_faults) or (book.taint or {}).get("applied"):
+            elif not (ev.node.unhealthy or p.node_faults) or (book.taint and book.taint.get("applied")):
                 self.metrics.budget(False)
             if p.node_patch is None:
                 break
             rv = (node.get("metadata") or {}).get("resourceVersion")
             try:
-                self._nodes.patch(self.node, p.node_patch, resource_version=rv)
+                api.nodes.patch(self.node, p.node_patch, resource_version=rv)
             except K8sError as e:
                 if e.conflict:
                     out.conflicts += 1
@@ -311,7 +338,7 @@ class Remedy:
             return out
         if p.status_patch is not None:
             try:
-                self._nodes.patch_status(self.node, p.status_patch)
+                api.nodes.patch_status(self.node, p.status_patch)
                 out.wrote_condition = True
                 if any(a == "condition" for a, _ in p.actions):
                     self.metrics.action("condition", "ok")
@@ -319,16 +346,16 @@ class Remedy:
                 self.metrics.action("condition", "error")
                 out.error = f"cannot write the condition: {e}"
         self._keep_slot(p)
-        out.applied = self._cluster.apply(p)  # type: ignore[union-attr]
+        out.applied = api.cluster.apply(p)
         self._settle(p, out.applied)
         if out.applied.errors and out.error is None:
             out.error = "; ".join(out.applied.errors[:3])
-        out.events_sent, out.undelivered = self._deliver(p, now)
+        out.events_sent, out.undelivered = self._deliver(api, p, now)
         return out
 
     def _view(self, snapshot: NodeSnapshot, ev: Evaluation) -> ClusterView:
         failing = any(v.state in ("failed", "degraded") for v in ev.verdicts.values())
-        return self._cluster.view(snapshot, failing, self._pods_book)  # type: ignore[union-attr]
+        return self._writer().cluster.view(snapshot, failing, self._pods_book)
 
     def _settle(self, p: Plan, applied: Applied) -> None:
         """The pod records the next plan starts from: what the writes really did (a failed
@@ -352,8 +379,9 @@ class Remedy:
         """A Normal ``AcceleratorRemoved`` event per device forgotten as removed (sdk/identity.py);
         the ones not sent (API down) are returned, to be offered again. The event name is the
         device's, so a resend after a restart is AlreadyExists, not a second event."""
-        if self._events is None:
+        if self._api is None:
             return []
+        events = self._api.events
         now = self._clock()
         for i, ident in enumerate(removed):
             digest = hashlib.sha1(f"{ident.vendor}/{ident.uuid}".encode()).hexdigest()[:10]
@@ -362,7 +390,7 @@ class Remedy:
                                     f"{ident.pci_address or 'unknown'}) remembered from an earlier boot is on neither "
                                     f"the PCI bus nor its tool: removed, forgotten"), action="forget", time=now)
             try:
-                created = self._events.create(self.node, ev, now)
+                created = events.create(self.node, ev, now)
             except K8sError as e:
                 self.metrics.action("event", "error")
                 log.warning("health: removal event not sent; retried next cycle",
@@ -371,7 +399,7 @@ class Remedy:
             self.metrics.action("event", "ok" if created else "exists")
         return []
 
-    def _deliver(self, p: Plan, now: float) -> tuple[int, int]:
+    def _deliver(self, api: _Api, p: Plan, now: float) -> tuple[int, int]:
         """Send the outbox entries not known to be delivered (a resend is AlreadyExists);
         (sent now, still undelivered)."""
         sent = 0
@@ -381,26 +409,26 @@ class Remedy:
             eid = entry.get("id")
             if not eid or eid in self._delivered:
                 continue
-            pod = entry.get("pod") if isinstance(entry.get("pod"), dict) else None
+            target = entry.get("pod")
+            pod = target if isinstance(target, dict) else None
             ev = NodeEvent(name=f"{pod['name'] if pod else self.node}.{eid}"[:253], type=entry.get("type", "Normal"),
                            reason=entry.get("reason", "Accelerator"), message=entry.get("message", ""),
                            action=entry.get("action", ""), time=entry.get("time"))
-            here = self._cluster.on_node(str(pod.get("namespace")), str(pod.get("name"))) if pod else True  # type: ignore[union-attr]
+            here = api.cluster.on_node(str(pod.get("namespace")), str(pod.get("name"))) if pod else True
             if here is None:
                 break  # the pod cannot be read now: the event waits for the next cycle
             if not here:  # the API places it on another node, or it is gone: no event of ours on it
                 self._delivered.add(eid)
                 log.warning("health: pod event not sent: the pod is not on this node",
-                            extra={"node": self.node, "pod": f"{pod.get('namespace')}/{pod.get('name')}"})
+                            extra={"node": self.node, "pod": f"{pod.get('namespace')}/{pod.get('name')}" if pod else ""})
                 continue
             try:
                 if pod:
-                    uid = self._cluster.uid(str(pod.get("namespace")), str(pod.get("name")),  # type: ignore[union-attr]
-                                            str(pod.get("uid") or ""))
+                    uid = api.cluster.uid(str(pod.get("namespace")), str(pod.get("name")), str(pod.get("uid") or ""))
                     ref = ObjectRef("Pod", str(pod.get("name")), str(pod.get("namespace")), uid)
-                    created = self._events.create_for(ref, ev, now, host=self.node)  # type: ignore[union-attr]
+                    created = api.events.create_for(ref, ev, now, host=self.node)
                 else:
-                    created = self._events.create(self.node, ev, now)  # type: ignore[union-attr]
+                    created = api.events.create(self.node, ev, now)
             except K8sError as e:
                 if e.status == 403:  # refused for good (RBAC, the admission policy): a retry would block the outbox
                     self._delivered.add(eid)

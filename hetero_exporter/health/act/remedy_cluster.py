@@ -19,6 +19,7 @@ API server (403: RBAC without deploy/components/eviction).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from dataclasses import dataclass, field
@@ -26,7 +27,10 @@ from typing import Any, Callable, Mapping, Optional
 
 from hetero_exporter.health.act.metrics import HealthMetrics
 from hetero_exporter.health.plan import ClusterView, NodeFeatureRead, RemedyConfig, label_value, rfc3339
-from hetero_exporter.health.plan.nodefeature import object_name
+from hetero_exporter.health.plan import Plan
+from hetero_exporter.health.plan.device_taints import DeviceTaintPlan
+from hetero_exporter.health.plan.nodefeature import NodeFeaturePlan, object_name
+from hetero_exporter.health.plan.pod_signals import PodSignalPlan
 from hetero_exporter.k8s.client import Cluster, K8sError
 from hetero_exporter.k8s.dra import Dra
 from hetero_exporter.k8s.events import Events, NodeEvent
@@ -60,7 +64,7 @@ class _ServedProbe:
     """Whether the cluster serves an optional API (DRA, NFD's NodeFeature): asked once, then
     again every ``every`` seconds while it is not (an upgrade may add it); said once per reason."""
 
-    def __init__(self, served: Callable[[], str], every: float, clock: Callable[[], float], node: str, what: str,
+    def __init__(self, served: Callable[[], Optional[str]], every: float, clock: Callable[[], float], node: str, what: str,
                  off_message: str, level: int) -> None:
         self._served, self._every, self._clock, self._node = served, every, clock, node
         self._what, self._off_message, self._level = what, off_message, level
@@ -169,11 +173,11 @@ class ClusterSide:
         return slices, rules
 
     # ------------------------------------------------------------------ applying the plan
-    def apply(self, p: Any) -> Applied:
+    def apply(self, p: Plan) -> Applied:
         """Write the plan's device taints, pod conditions and evictions (enforce mode only); in
         dry-run too, say what stands in the NodeFeature's way."""
         done = Applied()
-        if getattr(p, "nodefeature", None) is not None:
+        if p.nodefeature is not None:
             self._report_foreign(p.nodefeature)
         if self.cfg.mode != "enforce":
             return done
@@ -181,21 +185,21 @@ class ClusterSide:
             self._apply_rules(p.device_taints, done)
         if p.pod_signals is not None:
             self._apply_pods(p.pod_signals, done)
-        if getattr(p, "nodefeature", None) is not None and self._nf is not None:
-            self._apply_nodefeature(p.nodefeature, done)
+        if p.nodefeature is not None and self._nf is not None:
+            self._apply_nodefeature(self._nf, p.nodefeature, done)
         return done
 
-    def _apply_nodefeature(self, nf: Any, done: Applied) -> None:
+    def _apply_nodefeature(self, api: NodeFeatures, nf: NodeFeaturePlan, done: Applied) -> None:
         """Create, replace or delete the NodeFeature as planned. A 409 (another writer, or an
         earlier create that did land) or a 404 (deleted since it was read) is an error of this
         cycle: the next one reads the object again and plans from what is there."""
-        api = self._nf
+        call: Callable[[], Any]
         if nf.create is not None:
-            what, call = "create", lambda: api.create(nf.create)  # type: ignore[union-attr]
+            what, call = "create", functools.partial(api.create, nf.create)
         elif nf.replace is not None:
-            what, call = "update", lambda: api.replace(nf.name, nf.replace)  # type: ignore[union-attr]
+            what, call = "update", functools.partial(api.replace, nf.name, nf.replace)
         elif nf.delete is not None:
-            what, call = "delete", lambda: api.delete(nf.name, *nf.delete)  # type: ignore[union-attr]
+            what, call = "delete", functools.partial(api.delete, nf.name, *nf.delete)
         else:
             return
         try:
@@ -211,7 +215,7 @@ class ClusterSide:
         log.info("health: NodeFeature written", extra={"node": self.node, "what": what, "namespace": nf.namespace,
                                                         "object": nf.name, "labels": len(nf.labels)})
 
-    def _report_foreign(self, nf: Any) -> None:
+    def _report_foreign(self, nf: NodeFeaturePlan) -> None:
         """A NodeFeature of this node's name that is not ours (a squatter: nothing published) or
         that someone changed (repaired): a Warning event on the Node and a log line once per
         object and reason, the gauge at every plan."""
@@ -257,8 +261,10 @@ class ClusterSide:
         self._warn(NodeEvent(name=f"{self.node}.eviction-forbidden", type="Warning",
                              reason="AcceleratorEvictionForbidden", action="Evict", message=text))
 
-    def _apply_rules(self, dt: Any, done: Applied) -> None:
+    def _apply_rules(self, dt: DeviceTaintPlan, done: Applied) -> None:
         dra = self._dra
+        if dra is None:  # device taints off: compose plans none
+            return
         for body in dt.create:
             self._rule_write("create", lambda: dra.create_rule(body), done)
         for u in dt.update:
@@ -322,7 +328,7 @@ class ClusterSide:
         log.warning("health: a pod holding a failed device of this node is placed on another node; not written",
                     extra={"pod": key, "node": self.node, "pod_node": node_name})
 
-    def _apply_pods(self, ps: Any, done: Applied) -> None:
+    def _apply_pods(self, ps: PodSignalPlan, done: Applied) -> None:
         now = self._clock()
         for c in ps.conditions:
             key = f"{c.namespace}/{c.name}"

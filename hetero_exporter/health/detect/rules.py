@@ -261,8 +261,8 @@ def _conditions(d: DeviceSample, new: list[Fault], policy: Policy) -> tuple[dict
     return critical, warning
 
 
-def _reading_rules(s: DeviceState, d: DeviceSample, readable: bool, counters: Mapping, now: float,
-                   policy: Policy, critical: dict[str, Fault], warning: dict[str, Fault]) -> set[str]:
+def _reading_rules(s: DeviceState, d: DeviceSample, readable: bool, counters: dict[str, tuple[float, float]],
+                   now: float, policy: Policy, critical: dict[str, Fault], warning: dict[str, Fault]) -> set[str]:
     """The threshold rules over readings that hold now, their faults added to critical/warning.
     Stale or missing readings say nothing about thresholds: the last active set is kept."""
     if not readable:

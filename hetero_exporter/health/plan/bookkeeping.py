@@ -28,7 +28,7 @@ def keep_books(book: Book, events: Sequence[OutboxEvent], boot_id: Optional[str]
 
 
 def node_patch(book: Book, annotations: Mapping[str, str], cfg: RemedyConfig, *,
-               new_annotations: Mapping[str, str], new_labels: Mapping[str, Optional[str]],
+               new_annotations: Mapping[str, Optional[str]], new_labels: Mapping[str, Optional[str]],
                spec: Mapping[str, Any]) -> Optional[dict]:
     """The node patch, or None when nothing but the inventory timestamps would change (observe
     mode writes nothing). ``annotations``: the node's; ``spec``: the sub-plans' parts of it."""
@@ -47,7 +47,7 @@ def node_patch(book: Book, annotations: Mapping[str, str], cfg: RemedyConfig, *,
 
 def bookkeeping(book: Book, annotations: Mapping[str, str], events: Sequence[OutboxEvent], boot_id: Optional[str],
                 sticky: Optional[Mapping[str, list[StickyFault]]], cfg: RemedyConfig, now: float, *,
-                new_annotations: Mapping[str, str], new_labels: Mapping[str, Optional[str]],
+                new_annotations: Mapping[str, Optional[str]], new_labels: Mapping[str, Optional[str]],
                 spec: Mapping[str, Any]) -> Bookkeeping:
     book = keep_books(book, events, boot_id, sticky, cfg, now)
     return Bookkeeping(book, node_patch(book, annotations, cfg, new_annotations=new_annotations,

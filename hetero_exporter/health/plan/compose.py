@@ -115,7 +115,7 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
         book, black_hole=faults.state,
         pods=p.pod_signals.book if p.pod_signals is not None else book.pods,
         scheduler=p.scheduler_annotations.owned if p.scheduler_annotations is not None else book.scheduler)
-    new_annotations = dict(inv.annotations)
+    new_annotations: dict[str, Optional[str]] = dict(inv.annotations)  # None: remove the annotation
     if p.scheduler_annotations is not None:
         new_annotations.update(p.scheduler_annotations.patch)
     kept = bookkeeping(book, annotations, p.events, snapshot.boot_id, sticky, cfg, now,

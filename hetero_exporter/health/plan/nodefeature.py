@@ -119,8 +119,8 @@ def squatter(obj: Mapping[str, Any], node: str, node_uid: str) -> str:
         return f"it has no label {MANAGED_BY}={MANAGER}"
     if labels.get(NODE_NAME_LABEL) != node:
         return f"it is labelled {NODE_NAME_LABEL}={_shown(labels.get(NODE_NAME_LABEL))}, not this node"
-    refs = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
-    for r in refs:
+    refs = meta.get("ownerReferences")
+    for r in refs if isinstance(refs, list) else []:
         r = _map(r)
         if r.get("kind") == "Node" and (r.get("name") != node or (node_uid and r.get("uid") != node_uid)):
             return f"it is owned by Node {_shown(r.get('name'))} (uid {_shown(r.get('uid'))}), not by this node"

@@ -119,10 +119,11 @@ def _place(taints: Sequence[dict], taint: Optional[TaintRecord], want: str, cfg:
     new_taints: list[dict] = []
     placed: set[str] = set()
     for t in taints:
-        if (t.get("key"), t.get("effect")) in ours:
-            if t.get("effect") in cfg.effects:
+        effect = t.get("effect")
+        if (t.get("key"), effect) in ours:
+            if isinstance(effect, str) and effect in cfg.effects:
                 new_taints.append({**t, "value": want})
-                placed.add(t.get("effect"))
+                placed.add(effect)
             continue  # an effect we added that is no longer configured
         new_taints.append(t)
     for e in cfg.effects:

@@ -271,7 +271,8 @@ class Tracker:
         if excess <= 0:
             return 0
         close_of = {c.episode.open_seq: c.seq for c in self.closing}
-        opens, closes = set(), set()
+        opens: set[int] = set()
+        closes: set[int] = set()
         for ev in pending:
             if len(opens) + len(closes) >= excess:
                 break

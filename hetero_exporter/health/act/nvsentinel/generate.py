@@ -1,4 +1,5 @@
-"""Regenerate ``health_event_pb2.py`` / ``health_event_pb2_grpc.py`` from ``health_event.proto`` with grpcio-tools.
+"""Regenerate ``health_event_pb2.py`` / ``health_event_pb2_grpc.py`` from ``health_event.proto`` with grpcio-tools
+(and ``health_event_pb2.pyi``, the messages' types for mypy).
 
     python -m hetero_exporter.health.act.nvsentinel.generate            # rewrite the committed modules
     python -m hetero_exporter.health.act.nvsentinel.generate --out DIR  # write them under DIR instead
@@ -19,10 +20,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]  # the folder holding hetero_exporter/, so imports are package-qualified
 PROTO = "hetero_exporter/health/act/nvsentinel/health_event.proto"
 MODULES = ("health_event_pb2.py", "health_event_pb2_grpc.py")
+STUB = "health_event_pb2.pyi"  # written beside them (the messages' types: mypy checks the client with them)
 
 
 def generate(out: Path) -> list[Path]:
-    """Run protoc (from grpcio-tools) on health_event.proto; returns the two modules written."""
+    """Run protoc (from grpcio-tools) on health_event.proto; returns the two modules written (the
+    stub ``STUB`` is written beside them)."""
     try:
         import grpc_tools
         from grpc_tools import protoc
@@ -31,7 +34,7 @@ def generate(out: Path) -> list[Path]:
     well_known = Path(grpc_tools.__file__).resolve().parent / "_proto"
     out.mkdir(parents=True, exist_ok=True)
     args = ["grpc_tools.protoc", f"-I{ROOT}", f"-I{well_known}", f"--python_out={out}",
-            f"--grpc_python_out={out}", str(ROOT / PROTO)]
+            f"--grpc_python_out={out}", f"--pyi_out={out}", str(ROOT / PROTO)]
     if protoc.main(args) != 0:
         raise SystemExit(f"protoc failed on {PROTO}")
     target = out / Path(PROTO).parent
@@ -48,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
-        for p in generate(Path(tmp)):
+        modules = generate(Path(tmp))
+        for p in [*modules, modules[0].with_name(STUB)]:
             (HERE / p.name).write_bytes(p.read_bytes())
             print(HERE / p.name)
     return 0
