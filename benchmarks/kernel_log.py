@@ -70,13 +70,13 @@ def latency(rounds: int) -> list[float]:
     args = cli.build_parser().parse_args(["run", "--simulate", "default", "--kernel-log", log_path,
                                           "--interval", "10", "--listen", "127.0.0.1:0", "--log-format", "text",
                                           "--log-level", "error"])
-    w = cli.Wiring(args, [])
+    w = cli.agent(args)
     store = SnapshotStore()
     reg = CollectorRegistry(auto_describe=False)
     reg.register(SnapshotCollector(store.latest, clock=w.clock))
     server = MetricsServer("127.0.0.1:0", reg, store.latest).start()
-    sampler = w.sampler()
-    reg.register(KernelLogCollector(w.kernel_log.status))
+    sampler = w.start().sampler
+    reg.register(KernelLogCollector(w.parts.kernel_log.follower.status))
     stop = threading.Event()
     loop = threading.Thread(target=sampler.run, args=(10.0, store.publish, stop), daemon=True)
     loop.start()

@@ -44,7 +44,7 @@ def _snapshot():
     args, extra = cli.build_parser().parse_known_args(["inspect", "--simulate", str(ALL_VENDORS)])
     agent = cli.agent(args, extra)
     try:
-        sampler = agent.sampler()
+        sampler = agent.start().sampler
         sampler.collect()
         return sampler.collect()
     finally:

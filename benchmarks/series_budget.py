@@ -26,7 +26,7 @@ from hetero_exporter.exposition.collector import build_families  # noqa: E402
 def counts(scenario: str) -> dict[str, tuple[list[int], int, int]]:
     agent = Agent.build(Options(command="inspect", simulate=scenario))
     try:
-        sampler = agent.sampler()
+        sampler = agent.start().sampler
         sampler.collect()
         snap = sampler.collect()
     finally:

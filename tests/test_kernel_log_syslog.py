@@ -94,7 +94,6 @@ def test_the_flag_selects_the_syslog_source(tmp_path):
     args = cli.build_parser().parse_args(["inspect", "--kernel-log", "syslog", "--log-format", "text"])
     w = cli.agent(args)
     try:
-        w.kernel_log_faults(__import__("hetero_exporter.health.detect.policy", fromlist=["load"]).load(None))
-        assert isinstance(w.kernel_log.source, kl.SyslogSource)
+        assert isinstance(w.parts.kernel_log.follower.source, kl.SyslogSource)
     finally:
         w.close()

@@ -28,7 +28,7 @@ def snapshot():
     args, extra = cli.build_parser().parse_known_args(["top", "--once", "--simulate", str(SCENARIO)])
     agent = cli.agent(args, extra)
     try:
-        return agent.sampler().collect()
+        return agent.start().sampler.collect()
     finally:
         agent.close()
 

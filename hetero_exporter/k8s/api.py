@@ -118,7 +118,7 @@ class Api:
         try:
             from kubernetes.client.exceptions import ApiException
         except ImportError:  # pragma: no cover - clients before 12
-            from kubernetes.client.rest import ApiException  # type: ignore
+            from kubernetes.client.rest import ApiException
         q = {**(query or {}), "watch": True, "allowWatchBookmarks": True, "resourceVersion": resource_version,
              "timeoutSeconds": int(timeout_seconds)}
         try:

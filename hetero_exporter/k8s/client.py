@@ -76,6 +76,22 @@ class K8sError(Exception):
         return self.status is None or self.status >= 500 or self.status in (409, 429)
 
 
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else {}: an API answer is read as hostile."""
+    return value if isinstance(value, dict) else {}
+
+
+def dict_at(obj: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``obj[key]`` when it is a JSON object, else {}."""
+    return as_dict(obj.get(key))
+
+
+def list_at(obj: Mapping[str, Any], key: str) -> list[Any]:
+    """``obj[key]`` when it is a JSON array, else []."""
+    value = obj.get(key)
+    return value if isinstance(value, list) else []
+
+
 def off(reason: str) -> Cluster:
     return Cluster(reason=f"Kubernetes features off: {reason}")
 
@@ -125,12 +141,13 @@ def error_from_body(status: int, raw: bytes | str | None, fallback: str, prefix:
     return K8sError(f"{prefix}HTTP {status}: {message}", status=status, reason=str(body.get("reason") or ""), body=body)
 
 
-def call(fn: Callable[..., Any], *args: Any, timeout: float = DEFAULT_TIMEOUT_SECONDS, **kwargs: Any) -> dict:
+def call(fn: Callable[..., Any], *args: Any, timeout: "float | tuple[float, float]" = DEFAULT_TIMEOUT_SECONDS,
+         **kwargs: Any) -> dict:
     """Run an API method and return the decoded JSON body; raise ``K8sError`` on any failure."""
     try:
         from kubernetes.client.exceptions import ApiException
     except ImportError:  # pragma: no cover - connect() would have said so
-        from kubernetes.client.rest import ApiException  # type: ignore
+        from kubernetes.client.rest import ApiException
     import urllib3
     try:
         resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)

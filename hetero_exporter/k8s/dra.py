@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from hetero_exporter.k8s.api import MERGE_PATCH, Api
-from hetero_exporter.k8s.client import Cluster, K8sError
+from hetero_exporter.k8s.client import Cluster, K8sError, list_at
 
 GROUP_VERSION = "resource.k8s.io/v1"
 DISCOVERY = "/apis/resource.k8s.io/v1/"
@@ -85,7 +85,7 @@ class Dra:
             if e.not_found:
                 return f"{GROUP_VERSION} is not served by this cluster (404)"
             raise
-        resources = doc.get("resources") if isinstance(doc.get("resources"), list) else []
+        resources = list_at(doc, "resources")
         names = {r.get("name") for r in resources if isinstance(r, dict)}
         missing = [n for n in NEEDED if n not in names]
         if missing:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from hetero_exporter.k8s.api import Api
-from hetero_exporter.k8s.client import Cluster, K8sError
+from hetero_exporter.k8s.client import Cluster, K8sError, dict_at
 
 NAMESPACE = "default"
 MESSAGE_LIMIT = 1024  # events.k8s.io/v1 limit on note; core/v1 messages are cut to the same
@@ -51,7 +51,7 @@ class ObjectRef:
     @classmethod
     def pod(cls, pod: Mapping[str, Any]) -> "ObjectRef":
         """The reference of a Pod's JSON (its metadata's name, namespace and uid)."""
-        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        meta = dict_at(pod, "metadata")
         return cls("Pod", str(meta.get("name") or ""), str(meta.get("namespace") or ""), str(meta.get("uid") or ""))
 
     def as_dict(self) -> dict:

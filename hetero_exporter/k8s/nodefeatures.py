@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from hetero_exporter.k8s.api import Api
-from hetero_exporter.k8s.client import Cluster, K8sError
+from hetero_exporter.k8s.client import Cluster, K8sError, list_at
 
 GROUP_VERSION = "nfd.k8s-sigs.io/v1alpha1"
 DISCOVERY = "/apis/nfd.k8s-sigs.io/v1alpha1"
@@ -43,7 +43,7 @@ class NodeFeatures:
             if e.not_found:
                 return f"{GROUP_VERSION} is not served by this cluster (404: NFD's CRDs are not installed)"
             raise
-        resources = doc.get("resources") if isinstance(doc.get("resources"), list) else []
+        resources = list_at(doc, "resources")
         if not any(isinstance(r, dict) and r.get("name") == "nodefeatures" for r in resources):
             return f"{GROUP_VERSION} is served without nodefeatures (NFD older than v0.12, or its CRD is missing)"
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hetero_exporter.k8s.api import Api
-from hetero_exporter.k8s.client import Cluster, K8sError
+from hetero_exporter.k8s.client import Cluster, K8sError, dict_at, list_at
 
 POD = "/api/v1/namespaces/{namespace}/pods/{name}"
 PODS = "/api/v1/pods"
@@ -37,8 +37,7 @@ class EvictOutcome(str):
 
 def _budget_message(e: K8sError) -> str:
     """The DisruptionBudget cause's message of a 429, "" when the 429 is not a budget's."""
-    details = e.body.get("details") if isinstance(e.body.get("details"), dict) else {}
-    causes = details.get("causes") if isinstance(details.get("causes"), list) else []
+    causes = list_at(dict_at(e.body, "details"), "causes")
     for c in causes:
         if isinstance(c, dict) and c.get("reason") == DISRUPTION_BUDGET_CAUSE:
             return str(c.get("message") or e.body.get("message") or "a PodDisruptionBudget")[:512]

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from hetero_exporter.model.pods import PodInfo
 from hetero_exporter.k8s.api import Api, WatchStream
-from hetero_exporter.k8s.client import K8sError
+from hetero_exporter.k8s.client import K8sError, as_dict, dict_at, list_at
 from hetero_exporter.k8s.node_cache import ListWatchThread, list_then_watch
 from hetero_exporter.model import SourceStatus
 
@@ -35,19 +35,15 @@ PODS = "/api/v1/pods"  # of every namespace; the field selector keeps this node'
 def pod_info(obj: Mapping[str, Any]) -> Optional[PodInfo]:
     """A PodInfo from a pod's JSON (None without a uid). Container ids lose their
     ``containerd://`` / ``cri-o://`` / ``docker://`` scheme, as cgroup paths show them bare."""
-    def _dict(v: Any) -> Mapping[str, Any]:
-        return v if isinstance(v, dict) else {}
-
-    meta = _dict(obj.get("metadata")) if isinstance(obj, dict) else {}
+    meta = dict_at(obj, "metadata") if isinstance(obj, dict) else {}
     uid = meta.get("uid")
     if not uid or not isinstance(uid, str):
         return None
-    status = _dict(obj.get("status"))
+    status = dict_at(obj, "status")
     containers: dict[str, str] = {}
     for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-        statuses = status.get(key)
-        for cs in statuses if isinstance(statuses, list) else ():
-            cid, name = _dict(cs).get("containerID"), _dict(cs).get("name")
+        for cs in list_at(status, key):
+            cid, name = as_dict(cs).get("containerID"), as_dict(cs).get("name")
             if cid and name and isinstance(cid, str) and isinstance(name, str):
                 containers[cid.split("://", 1)[-1]] = name
     qos = status.get("qosClass") if isinstance(status.get("qosClass"), str) else None
@@ -64,11 +60,11 @@ def failed_pod(obj: Any) -> Optional[tuple[str, dict]]:
     message and start time (a few hundred bytes, whatever the pod object's size)."""
     if not isinstance(obj, dict):
         return None
-    meta, spec, status = (obj.get(k) if isinstance(obj.get(k), dict) else {} for k in ("metadata", "spec", "status"))
+    meta, spec, status = dict_at(obj, "metadata"), dict_at(obj, "spec"), dict_at(obj, "status")
     uid = meta.get("uid")
     if status.get("phase") != "Failed" or not isinstance(uid, str) or not uid:
         return None
-    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
+    containers = list_at(spec, "containers")
     return uid, {
         "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "creationTimestamp")},
         "spec": {"nodeName": spec.get("nodeName"),
@@ -146,9 +142,10 @@ class PodCache(ListWatchThread):
 
     def _keep_failed(self, obj: Any, etype: str) -> None:
         got = failed_pod(obj)
-        uid = ((obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None)
+        uid = dict_at(obj, "metadata").get("uid") if isinstance(obj, dict) else None
         if got is None or etype == "DELETED":
-            self._failed.pop(uid, None)
+            if isinstance(uid, str):
+                self._failed.pop(uid, None)
             return
         self._failed.pop(got[0], None)
         self._failed[got[0]] = got[1]

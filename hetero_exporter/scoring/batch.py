@@ -79,13 +79,11 @@ def search(scorer: Scorer, groups: Sequence[Group], k: int, policy: str,
     b = vals[:, combos[:, 0]]
     ls = loads[:, combos[:, 0]]
     for at in range(1, k):  # the order of _exhaustive_size: row at, then its sum added
-        add = None
-        for c in range(at):
-            v = flat[:, combos[:, at] * n + combos[:, c]]
-            add = v if add is None else add + v
-            if topology == "same-switch":
+        pairs = [flat[:, combos[:, at] * n + combos[:, c]] for c in range(at)]
+        if topology == "same-switch":
+            for v in pairs:
                 admit &= v >= SWITCH_SCORE
-        ps = ps + add
+        ps = ps + sum(pairs[1:], start=pairs[0])
         b = b + vals[:, combos[:, at]]
         ls = ls + loads[:, combos[:, at]]
     if topology == "same-fabric":

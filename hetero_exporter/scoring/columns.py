@@ -58,6 +58,7 @@ BEST_SIZES = EXHAUSTIVE_POOL  # set sizes kept in ``best``: 10 x 6 floats, 480 b
 BEST_SHAPES = tuple((p, t) for p in POLICIES for t in TOPOLOGIES)  # (policy, topology policy) of a best column
 COMPLEX = -1  # a row's kind: decided node by node (an error, several groups, a group not searched at load)
 NO_GROUPS = -2  # a row's kind: a node without accelerators (no group: nothing fits)
+_NONE = np.array(None)  # an object cell not made yet, as np.equal compares it
 KEEP_NAMES = 1000  # a name list this long is kept with its rows: the next /filter likely sends it again
 _MISSING = object()
 
@@ -127,14 +128,14 @@ class Gathered:
                                    refusals=self.refusals[at], devsigs=self.devsigs[at])
 
 
-class _Picked:
+class _Picked(Sequence[Optional[NodeState]]):
     """``base[at[j]]``: the states of a subset, not copied (a fill reads few of thousands)."""
 
-    def __init__(self, base: Sequence, at: np.ndarray):
+    def __init__(self, base: Sequence[Optional[NodeState]], at: np.ndarray):
         self.base, self.at = base, at
 
     @classmethod
-    def of(cls, seq: Sequence, at: np.ndarray) -> "_Picked":
+    def of(cls, seq: Sequence[Optional[NodeState]], at: np.ndarray) -> "_Picked":
         return cls(seq.base, seq.at[at]) if isinstance(seq, _Picked) else cls(seq, at)
 
     def __len__(self) -> int:
@@ -323,7 +324,7 @@ def _search(scorer: Scorer, k: int, policy: str, topology: str, groups: list[Gro
     """``inner[at[j]]``: the best score of ``k`` devices of ``groups[j]`` (NaN: no such set),
     from its memo or searched (groups of one size together) and kept there. Returns how many
     groups were searched."""
-    key_of = {}  # candidates -> memo key
+    key_of: dict[int, tuple] = {}  # candidates -> memo key
     todo: dict[int, list[int]] = {}  # candidates -> positions in groups to search
     for j, g in enumerate(groups):
         n = len(g.devices)
@@ -437,7 +438,9 @@ class ColumnVerdicts(Verdicts):
     def __init__(self, scorer: Scorer, req: Request, got: Gathered, cells: _Cells,
                  keep: Callable[[np.ndarray, np.ndarray], None],
                  missing: Callable[[str], Optional[Decision]] = lambda name: None):
-        self.scorer, self.req, self.names, self.states, self.times = scorer, req, got.names, got.states, got.times
+        # a call's rows (a list: put() replaces a row's state), never a subset's view
+        states = got.states if isinstance(got.states, list) else list(got.states)
+        self.scorer, self.req, self.names, self.states, self.times = scorer, req, got.names, states, got.times
         self.refusals, self.got_rows = got.refusals, got.rows
         self.cells, self._keep, self._missing = cells, keep, missing
 
@@ -478,7 +481,7 @@ class ColumnVerdicts(Verdicts):
         """The decisions at positions ``at``, made where not made yet: once per refusal id for
         infeasible nodes (alike nodes refuse alike), node by node for the others."""
         cells = self.cells
-        todo = at[np.equal(cells.made[at], None)]
+        todo = at[np.equal(cells.made[at], _NONE)]
         if len(todo):
             made = 0
             alike = todo[(cells.code[todo] > max(FEASIBLE_CODES)) & (self.refusals[todo] >= 0)]
@@ -488,7 +491,7 @@ class ColumnVerdicts(Verdicts):
                 refusals[:] = [reference(self.scorer, self.req, self.states[i]) for i in alike[first].tolist()]
                 cells.made[alike] = refusals[where.reshape(-1)]
                 made += len(first)
-            for i in todo[np.equal(cells.made[todo], None)].tolist():
+            for i in todo[np.equal(cells.made[todo], _NONE)].tolist():
                 st = self.states[i]
                 cells.made[i] = reference(self.scorer, self.req, st) if st is not None else self._missing(self.names[i])
                 made += 1
@@ -536,7 +539,7 @@ class ShapeCache:
                 kept.decisions[rows[same]] = made[same]
         return ColumnVerdicts(scorer, req, got, cells, keep, missing)
 
-    def decide(self, scorer: Scorer, req: Request, got: Gathered) -> list[Optional[Decision]]:
+    def decide(self, scorer: Scorer, req: Request, got: Gathered) -> Sequence[Optional[Decision]]:
         """The decision for each row (None for row 0: a name not in the table)."""
         if req.count == 0:
             return [NO_ACCELERATOR if r else None for r in got.rows.tolist()]
@@ -594,6 +597,7 @@ class ShapeCache:
         searched = np.flatnonzero(exact).tolist()
         for j in searched:
             st = got.states[j]
+            assert st is not None  # a row of the table: it holds a state
             new.set(j, decide(req, st), st)
         GC.after_fill(len(searched))
         return new
@@ -659,18 +663,19 @@ class ShapeCache:
         return done
 
     @staticmethod
-    def _fits(req: Request, states: list, classes: np.ndarray, class_groups: Callable[[int], tuple]) -> np.ndarray:
+    def _fits(req: Request, states: Sequence[Optional[NodeState]], classes: np.ndarray,
+              class_groups: Callable[[int], tuple]) -> np.ndarray:
         """Whether every device of each state that the request may use meets its per-device
         constraints (never for a state in error: its decision says why). Exclusive requests:
         one check per floor class; shared ones (free compute and memory) and nodes of no class:
         one per node."""
         if req.shared:
-            return np.array([not st.error and all_fit(req, st) for st in states], dtype=bool)
+            return np.array([st is not None and not st.error and all_fit(req, st) for st in states], dtype=bool)
         kinds, where = np.unique(classes, return_inverse=True)
         fit = np.array([class_fits(class_groups(c), req) if c != NO_CLASS else False for c in kinds.tolist()],
                        dtype=bool)
         out = fit[where.reshape(-1)]
         for j in np.flatnonzero(classes == NO_CLASS).tolist():
             st = states[j]
-            out[j] = not st.error and all_fit(req, st)
+            out[j] = st is not None and not st.error and all_fit(req, st)
         return out

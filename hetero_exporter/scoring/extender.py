@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from hetero_exporter.scoring import explain, jsonsafe
 from hetero_exporter.scoring.metrics import ExtenderMetrics
@@ -175,7 +175,8 @@ class Extender:
         names, states, weight = [], [], 0
         for i, item in enumerate(items):
             meta = item.get("metadata") if isinstance(item, dict) else None
-            name = meta.get("name") if isinstance(meta, dict) else None
+            meta = meta if isinstance(meta, dict) else {}
+            name = meta.get("name")
             if not isinstance(name, str) or not name:
                 raise BadRequest(f"ExtenderArgs.Nodes.items[{i}] has no metadata.name")
             ann = meta.get("annotations") or {}
@@ -221,13 +222,14 @@ class Extender:
             req, error = None, f"pod request unreadable: {e}"
         given: Optional[list[NodeState]] = None
         decoded_bytes = 0
+        source: Optional[NodeTable]
         if nodes is not None:
             mode, source = "nodes", self.decoded
             node_names, given, decoded_bytes = self._node_states(nodes.get("items") or [])
         else:
             mode, source = "names", self.table
             node_names = list(names or [])
-            assert source is not None  # _args refused NodeNames without a table
+        assert source is not None  # _args refused NodeNames without a table
         verdicts = self._verdicts(req, error, source, node_names, given)
         ev = Evaluation(trace, verb, mode, pod_name(pod.get("metadata")), req, error, node_names, verdicts.states,
                         verdicts, self.clock(), (req.policy if req and req.policy else self.scorer.policy))
@@ -242,7 +244,7 @@ class Extender:
         (one the table does not hold, like a misnamed node or a name listed twice, is decided
         on its own)."""
         if req is None:
-            states = list(given) if given is not None else list(map(table.lookup(), names))
+            states: list[Optional[NodeState]] = list(given) if given is not None else list(map(table.lookup(), names))
             return DecisionVerdicts([Decision(False, reason=error or "")] * len(names), states, request_ok=False)
         missing = (lambda name: NO_ACCELERATOR) if req.count == 0 else _missing
         fast = table.verdicts(self.scorer, req, names, missing)
@@ -309,10 +311,11 @@ class Extender:
         if None in heads:
             for i, name in enumerate(ev.names):
                 if heads[i] is None:
-                    heads[i] = '{"Host":%s,"Score":' % json.dumps(name)
+                    heads[i] = head = '{"Host":%s,"Score":' % json.dumps(name)
                     if len(name) <= NAME_CHARS:  # a real node name: worth keeping
-                        hosts[name] = heads[i]
-        out = ("[" + ",".join(map(str.__add__, heads, map(_POINTS.__getitem__, points))) + "]").encode()
+                        hosts[name] = head
+        filled = cast(list[str], heads)  # every None replaced above
+        out = ("[" + ",".join(map(str.__add__, filled, map(_POINTS.__getitem__, points))) + "]").encode()
         self._log("prioritize", ev)
         return out, ev
 

@@ -106,7 +106,7 @@ def depth_within(doc: Any, limit: int) -> bool:
         depth += 1
         if depth > limit:
             return False
-        inner = []
+        inner: list[Any] = []
         for node in level:
             values = node.values() if type(node) is dict else node
             if not _CONTAINERS.isdisjoint(map(type, values)):  # in C: most values are scalars

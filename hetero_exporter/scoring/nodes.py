@@ -14,7 +14,7 @@ reason, for anything it refuses: a node in a request body seen for the first tim
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Mapping, Optional, Union
+from typing import Annotated, Any, Hashable, Mapping, Optional, Union
 
 from hetero_exporter import profiles, vendors
 from hetero_exporter.model import (HOST_LINK_TYPES, SCHEMA_VERSION, DeviceSample, NodeSnapshot, SchemaError,
@@ -128,7 +128,7 @@ class NodeState:
     time: float
     groups: Mapping[str, Group]
     error: Optional[str] = None
-    memo: dict[str, Any] = field(default_factory=dict)  # request key -> Decision (scorer.py)
+    memo: dict[Hashable, Any] = field(default_factory=dict)  # request key -> Decision (scorer.py)
     weight: int = 0  # estimated bytes (state_bytes), set by the table that decoded it
 
     def __post_init__(self) -> None:
@@ -307,10 +307,10 @@ def _floor(devs: list[Dev]) -> Optional[Dev]:
 
     def least(values: list) -> Any:
         return None if any(v is None for v in values) else min(values)
-    drivers = [d for d in devs if d.driver_key is not None]
-    runtimes = [d for d in devs if d.runtime_key is not None]
-    oldest_driver = min(drivers, key=lambda d: d.driver_key) if len(drivers) == len(devs) else None
-    oldest_runtime = min(runtimes, key=lambda d: d.runtime_key) if len(runtimes) == len(devs) else None
+    drivers = [(d.driver_key, d) for d in devs if d.driver_key is not None]
+    runtimes = [(d.runtime_key, d) for d in devs if d.runtime_key is not None]
+    oldest_driver = min(drivers, key=lambda kd: kd[0])[1] if len(drivers) == len(devs) else None
+    oldest_runtime = min(runtimes, key=lambda kd: kd[0])[1] if len(runtimes) == len(devs) else None
     return Dev(uuid="", index=-1, model="", health="ok",
                compute_units=min(d.compute_units for d in devs), cost_weight=0.0,
                features=frozenset.intersection(*(d.features for d in devs)),
@@ -390,11 +390,11 @@ def _unreadable(name: str, why: str) -> NodeState:
 
 
 if msgspec is not None:
-    def _bounded(what: str) -> Any:
-        return Annotated[str, msgspec.Meta(max_length=TEXT_CHARS[what])]
-
-    _VendorText, _ModelText, _UuidText = _bounded("vendor"), _bounded("model"), _bounded("uuid")
-    _LinkText, _VersionText = _bounded("link type"), _bounded("version")
+    _VendorText = Annotated[str, msgspec.Meta(max_length=TEXT_CHARS["vendor"])]
+    _ModelText = Annotated[str, msgspec.Meta(max_length=TEXT_CHARS["model"])]
+    _UuidText = Annotated[str, msgspec.Meta(max_length=TEXT_CHARS["uuid"])]
+    _LinkText = Annotated[str, msgspec.Meta(max_length=TEXT_CHARS["link type"])]
+    _VersionText = Annotated[str, msgspec.Meta(max_length=TEXT_CHARS["version"])]
 
     class _Quality(msgspec.Struct, frozen=True, gc=False):
         source: str

@@ -99,7 +99,7 @@ class NodeTable:
         return state
 
     def decide(self, scorer: Scorer, req: Request, names: Sequence[str]
-               ) -> Optional[tuple[list[Optional[NodeState]], list[Optional[Decision]]]]:
+               ) -> Optional[tuple[Sequence[Optional[NodeState]], Sequence[Optional[Decision]]]]:
         """(state, decision) of each of ``names`` for ``req``, all at once (scoring.columns);
         None for a name not in the table. None without numpy: decide node by node."""
         got = self._gather(names)

@@ -209,7 +209,7 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _containers(spec: Mapping[str, Any], key: str) -> list[tuple[str, Mapping[str, Any]]]:
+def _containers(spec: Mapping[str, Any], key: str) -> list[tuple[str, dict[str, Any]]]:
     items = spec.get(key)
     items = [] if items is None else items
     if not isinstance(items, list):
@@ -227,7 +227,7 @@ def _containers(spec: Mapping[str, Any], key: str) -> list[tuple[str, Mapping[st
 
 @dataclass
 class _Accelerators:
-    vendor: Optional[str] = None
+    vendor: str = ""  # set with the group: of the resource the pod asks for
     group: Optional[str] = None
     devices: int = 0
     slices: int = 0

@@ -334,10 +334,10 @@ class Scorer:
             return absent
         # alike nodes refuse alike (refusals are kept per group signature): one Decision for them
         seen = problems_seen(req)
-        key = ("refused", tuple(notes), resolvable)
-        d = seen.get(key)
+        refused = ("refused", tuple(notes), resolvable)
+        d = seen.get(refused)
         if d is None:
-            d = seen[key] = Decision(False, reason="; ".join(notes), resolvable=resolvable)
+            d = seen[refused] = Decision(False, reason="; ".join(notes), resolvable=resolvable)
         return d
 
     @staticmethod

@@ -81,9 +81,10 @@ class CliCalls:
         env = {k: os.environ[k] for k in self.passthrough if k in os.environ}
         env.update(getattr(self.exe, "env", {}))  # a tool of the host root: its libraries, install folders
         env.update(self._extra_env())
-        chroot = getattr(self.exe, "chroot", None)
-        if chroot is not None:  # the runner starts it as `chroot ROOT HOST_PATH ...`
-            return self._run([self.exe.host_path, *args], remaining, env=env, chroot=chroot).stdout
+        exe = self.exe
+        if isinstance(exe, host_tools.ToolPath) and exe.chroot is not None:
+            # the runner starts it as `chroot ROOT HOST_PATH ...`
+            return self._run([exe.host_path, *args], remaining, env=env, chroot=exe.chroot).stdout
         return self._run([self.exe, *args], remaining, env=env or None).stdout
 
     def map(self, jobs: Sequence[tuple[Hashable, Sequence[str]]], deadline: float) -> list[tuple[Any, Any]]:
@@ -241,9 +242,9 @@ def find_tool(host: HostPaths, name: str, dirs: Optional[str] = None, why: Optio
     searched = _search_dirs(dirs, spec)
     places = []
     if root:
-        below = host_tools.find_below(root, exe, searched)
-        if below is not None:
-            return host_tools.tool_path(root, below, spec, mode)
+        in_root = host_tools.find_below(root, exe, searched)
+        if in_root is not None:
+            return host_tools.tool_path(root, in_root, spec, mode)
         places += [os.path.join(root, d.lstrip("/")) for d in searched]
     found = shutil.which(exe, path=os.pathsep.join(searched))
     if found is not None:

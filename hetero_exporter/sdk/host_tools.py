@@ -72,7 +72,8 @@ def host_path(root: str, path: str) -> str:
     """``path`` (as on the host) with its symlinks resolved the way the host resolves them,
     reading the links below ``root``; a missing component ends the resolution (the rest is
     kept as written). The result is a host path (starts with /)."""
-    todo, done, links = _parts(path), [], 0
+    todo, links = _parts(path), 0
+    done: list[str] = []
     while todo:
         part = todo.pop(0)
         if part == "..":

@@ -427,7 +427,7 @@ class Matcher:
                  urgent_codes: Optional[Mapping[str, Iterable[str]]] = None):
         loaded: list[VendorRules] = list(rules or ())
         explicit = specs is not None
-        for s in (specs if explicit else vendors.specs().values()):
+        for s in (specs if specs is not None else vendors.specs().values()):
             try:
                 r = load_rules(s)
             except (RulesError, OSError) as e:
@@ -634,7 +634,7 @@ class Matcher:
             return None
         if pci is None and rule.pci == "only-device":
             self._stateful = True
-            seen = self._devices.get(rule.vendor) or {}
+            seen: Mapping[str, None] = self._devices.get(rule.vendor) or {}
             if len(seen) == 1:
                 pci = next(iter(seen))
         self._remember(rule.vendor, pci)

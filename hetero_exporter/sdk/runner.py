@@ -108,7 +108,8 @@ def _descendants(root: int, proc_root: str = "/proc") -> list[int]:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(pid))
-    found, todo = [], [root]
+    found: list[int] = []
+    todo = [root]
     while todo and len(found) < len(pids):  # bounded: a pid is listed once
         for child in children.get(todo.pop(), ()):
             found.append(child)
@@ -156,9 +157,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
     inodes = set()
     for f in (proc.stdout, proc.stderr):
+        if f is None:
+            continue
         try:
             inodes.add(os.fstat(f.fileno()).st_ino)
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError):
             continue
     for pid in dict.fromkeys([*below, *(_pipe_holders(inodes) if inodes else ())]):
         try:
@@ -231,9 +234,11 @@ def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYT
     with _counter_lock:
         _running[proc.pid] = proc
     out, err = bytearray(), bytearray()
+    assert proc.stdout is not None and proc.stderr is not None  # both PIPE
+    pipes = (proc.stdout, proc.stderr)
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ, out)
-    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    sel.register(pipes[0], selectors.EVENT_READ, out)
+    sel.register(pipes[1], selectors.EVENT_READ, err)
     try:
         while sel.get_map():
             remaining = deadline - time.monotonic()
@@ -259,7 +264,7 @@ def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYT
             raise CliTimeout(f"{name}: did not exit within {timeout:g} s; killed its process group") from None
     finally:
         sel.close()
-        for f in (proc.stdout, proc.stderr):
+        for f in pipes:
             f.close()
         if proc.poll() is None:
             _kill_group(proc)

@@ -87,6 +87,8 @@ class CollectorSettings:
         is handed to its CLI fallback whole)."""
         if isinstance(given, cls):
             return given
+        if isinstance(given, CollectorSettings):  # another collector's class: the fields both read
+            given = dataclasses.asdict(given)
         table = cls.checks()
         return cls.parse({k: x for k, x in (given or {}).items() if k in table})
 

@@ -85,7 +85,7 @@ def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
     deadline = time.monotonic() + wait_seconds
     while not os.path.exists(socket_path):
         if proc.poll() is not None or time.monotonic() > deadline:
-            err = proc.stderr.read().decode(errors="replace")[-500:] if proc.poll() is not None else ""
+            err = proc.stderr.read().decode(errors="replace")[-500:] if proc.stderr and proc.poll() is not None else ""
             stop()
             raise OSError(f"simulated kubelet did not listen on {socket_path}: {err or 'timed out'}")
         time.sleep(0.02)

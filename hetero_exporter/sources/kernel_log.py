@@ -530,11 +530,11 @@ class Follower:
         self._load_state()
 
     def _load_state(self) -> None:
-        path = self.state_path
-        if not path:
+        path, state_dir = self.state_path, self.state_dir
+        if not path or not state_dir:
             return
         if self.writable:  # what a save killed mid-write left
-            smallfile.remove_stale(self.state_dir, STATE_TMP_PREFIX)
+            smallfile.remove_stale(state_dir, STATE_TMP_PREFIX)
         try:
             doc = json.loads(smallfile.read_regular(path, MAX_STATE_BYTES, follow_links=False))
         except FileNotFoundError:
@@ -995,11 +995,12 @@ class KernelLogFaults:
                     got = self._ledger.record_bounded(u, fault, p.last, p.count - 1)
                 if got.folded:
                     self._count_dropped(CODE_CAP, p.count)
-                    if first_fold or got.first_fold:
+                    bounds = self._ledger.bounds  # set: only a bounded ledger folds
+                    if (first_fold or got.first_fold) and bounds is not None:
                         log.warning("kernel-log fault codes of a device past their bound; further new codes "
                                     "are counted under code %r", got.fault.code,
-                                    extra={"uuid": u, "code": fault.code, "max_codes": self._ledger.bounds.codes,
-                                           "max_bytes": self._ledger.bounds.bytes})
+                                    extra={"uuid": u, "code": fault.code, "max_codes": bounds.codes,
+                                           "max_bytes": bounds.bytes})
                 code = got.fault.code
                 pairing = self._pairing.get((u, code))
                 if pairing is None:

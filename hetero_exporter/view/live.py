@@ -63,6 +63,7 @@ def run(latest: Callable[[], tuple[Optional[NodeSnapshot], str]], console: Conso
                 state = apply_key(key, state, list(f.vendors))
 
 
-def _sleep(seconds: float) -> None:
+def _sleep(seconds: float) -> Optional[str]:
+    """No key pressed, ``seconds`` later (a screen without a keyboard)."""
     time.sleep(seconds)
     return None

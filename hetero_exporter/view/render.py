@@ -140,7 +140,7 @@ def _packed(label: str, items: list[tuple[str, str]], width: int) -> list[Text]:
 
 def _header(f: Frame, width: int) -> list[RenderableType]:
     age = "no snapshot" if f.age is None else f"snapshot {f.age:.1f}s old"
-    lines = [Text.assemble(("hetero-exporter top", "bold"), f"  node {f.node or '-'}  {age}"),
+    lines: list[RenderableType] = [Text.assemble(("hetero-exporter top", "bold"), f"  node {f.node or '-'}  {age}"),
              Text.assemble(f"sort {f.state.sort}  vendor {f.state.vendor or 'all'}  ", (KEYS, "dim"))]
     if f.message:
         lines.append(Text(f.message, "bold yellow"))

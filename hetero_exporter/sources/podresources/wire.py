@@ -8,6 +8,9 @@ Unknown fields are skipped (a newer kubelet may add some); malformed bytes raise
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+Value = Union[int, bytes]  # a field's value: varints are ints, every other wire type bytes
 
 
 class WireError(ValueError):
@@ -68,7 +71,7 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise WireError("varint longer than 64 bits")
 
 
-def fields(buf: bytes):
+def fields(buf: bytes) -> Iterator[tuple[int, int, Value]]:
     """(field number, wire type, value) of each field; length-delimited values are bytes."""
     pos, end = 0, len(buf)
     while pos < end:
@@ -76,6 +79,7 @@ def fields(buf: bytes):
         number, wtype = key >> 3, key & 7
         if number == 0:
             raise WireError("field number 0")
+        value: Value
         if wtype == 0:
             value, pos = _varint(buf, pos)
         elif wtype == 1:
@@ -96,11 +100,18 @@ def fields(buf: bytes):
         yield number, wtype, value
 
 
-def _text(value: object, wtype: int) -> str:
+def _payload(value: Value) -> bytes:
+    """A length-delimited field's bytes (what ``fields`` gives for wire type 2)."""
+    if not isinstance(value, bytes):
+        raise WireError("a message or string field with a varint wire type")
+    return value
+
+
+def _text(value: Value, wtype: int) -> str:
     if wtype != 2:
         raise WireError("string field with a non-length wire type")
     try:
-        return bytes(value).decode("utf-8")  # type: ignore[arg-type]
+        return _payload(value).decode("utf-8")
     except UnicodeDecodeError:
         raise WireError("string field is not UTF-8") from None
 
@@ -125,7 +136,7 @@ def _dynamic(buf: bytes) -> DynamicResource:
         elif n == 3:
             d.claim_namespace = _text(v, wt)
         elif n == 4 and wt == 2:
-            d.claim_resources.append(_claim(v))
+            d.claim_resources.append(_claim(_payload(v)))
     return d
 
 
@@ -145,9 +156,9 @@ def _container(buf: bytes) -> ContainerResources:
         if n == 1:
             c.name = _text(v, wt)
         elif n == 2 and wt == 2:
-            c.devices.append(_devices(v))
+            c.devices.append(_devices(_payload(v)))
         elif n == 5 and wt == 2:
-            c.dynamic_resources.append(_dynamic(v))
+            c.dynamic_resources.append(_dynamic(_payload(v)))
     return c
 
 
@@ -159,7 +170,7 @@ def _pod(buf: bytes) -> PodResources:
         elif n == 2:
             p.namespace = _text(v, wt)
         elif n == 3 and wt == 2:
-            p.containers.append(_container(v))
+            p.containers.append(_container(_payload(v)))
     return p
 
 
@@ -168,5 +179,5 @@ def decode_list_response(buf: bytes) -> ListPodResourcesResponse:
     resp = ListPodResourcesResponse()
     for n, wt, v in fields(bytes(buf)):
         if n == 1 and wt == 2:
-            resp.pod_resources.append(_pod(v))
+            resp.pod_resources.append(_pod(_payload(v)))
     return resp
