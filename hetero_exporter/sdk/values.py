@@ -102,9 +102,13 @@ def integer(text: Optional[str], limit: int = MAX_DIGITS) -> Optional[int]:
     return int(t)
 
 
-def present(text: Optional[str]) -> Optional[str]:
-    """A text field (a name, serial, state) stripped; None for NA."""
-    return None if text is None or is_na(text) else text.strip()
+def present(text: object) -> Optional[str]:
+    """A text field (a name, serial, state; a binding's bytes as UTF-8) stripped; None for None
+    and NA."""
+    if text is None:
+        return None
+    got = decoded(text).strip()
+    return None if is_na(got) else got
 
 
 def decoded(value: object) -> str:

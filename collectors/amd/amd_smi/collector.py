@@ -174,10 +174,6 @@ def readings_of(tree: Any, command: str = "amd-smi") -> dict[str, Reading]:
     return r
 
 
-def _text(v: Optional[str]) -> Optional[str]:
-    return None if v is None or values.is_na(v) else v.strip()
-
-
 def _hip_serial(text: Optional[str]) -> Optional[str]:
     """``GPU-9f444a2fb30adeb0`` -> ``9f444a2fb30adeb0``; None for anything else."""
     m = re.fullmatch(r"GPU-([0-9a-fA-F]{16})", (text or "").strip())
@@ -187,20 +183,20 @@ def _hip_serial(text: Optional[str]) -> Optional[str]:
 def identity_of(index: int, tree: Any, runtime: Optional[str] = None, numa: Optional[int] = None) -> DeviceIdentity:
     """The GPU's identity from a static (or list/metric) tree; the uuid as the amdsmi collector's."""
     bus = bdf(tree)
-    market = _text(find(tree, "asic/market_name")) or _text(find(tree, "board/product_name")) or ""
-    serial = _text(find(tree, "board/product_serial"))
+    market = values.present(find(tree, "asic/market_name")) or values.present(find(tree, "board/product_name")) or ""
+    serial = values.present(find(tree, "board/product_serial"))
     # ``list -e`` prints no ASIC_SERIAL but HIP_UUID ``GPU-<the asic serial's 16 hex digits>``
     # (the MI325X VF captures of one node: static ASIC_SERIAL 0x9F444A2FB30ADEB0 and list -e
     # HIP_UUID GPU-9f444a2fb30adeb0 at the same BDF): the same uuid whichever output is read
-    asic = _text(find(tree, "asic/asic_serial")) or _hip_serial(find(tree, "hip_uuid"))
+    asic = values.present(find(tree, "asic/asic_serial")) or _hip_serial(find(tree, "hip_uuid"))
     node = find(tree, "numa/node")
     node_index = values.integer(node, 4)
     numa_node = node_index if node_index is not None and node_index < 1024 else numa
     return DeviceIdentity(
         vendor=VENDOR, kind=KIND, index=index, uuid=device_uuid(VENDOR, index, asic, serial, bus),
         model=profiles.normalize_model(VENDOR, market), pci_address=bus, numa_node=numa_node,
-        driver_version=_text(find(tree, "driver/version")), runtime_version=runtime,
-        firmware_version=_text(find(tree, "vbios/version")) or _text(find(tree, "vbios/part_number")),
+        driver_version=values.present(find(tree, "driver/version")), runtime_version=runtime,
+        firmware_version=values.present(find(tree, "vbios/version")) or values.present(find(tree, "vbios/part_number")),
         name=market or None, serial=serial or asic)
 
 
@@ -225,7 +221,7 @@ def processes_of(tree: Any, uuid: str) -> tuple[ProcessSample, ...]:
         except ValueError:
             mem = None
         out.append(ProcessSample(pid=pid, device_uuid=uuid, memory_bytes=None if mem is None else int(mem),
-                                 name=_text(find(item, "name"))))
+                                 name=values.present(find(item, "name"))))
     return tuple(out)
 
 

@@ -40,6 +40,7 @@ from hetero_exporter.sdk import tables, values
 from hetero_exporter.sdk.contract import ParseError
 
 TOOL = "amd-smi partition"
+CELLS = values.Cells(TOOL)
 VENDOR = "amd"
 SECTIONS = ("CURRENT_PARTITION", "MEMORY_PARTITION", "ACCELERATOR_PARTITION_PROFILES",
             "ACCELERATOR_PARTITION_RESOURCES")
@@ -153,18 +154,11 @@ def _rows(section: str, rows: Rows) -> list[tuple[int, dict[str, str]]]:
 
 
 def _int(row: dict[str, str], key: str, n: int) -> Optional[int]:
-    text = row.get(key)
-    if text is None or values.is_na(text):
-        return None
-    got = values.integer(text.rstrip("*"))
-    if got is None:
-        raise ParseError(TOOL, f"{key}: expected a whole number or N/A, got {text[:20]!r}", n)
-    return got
+    return CELLS.integer(row.get(key, "").rstrip("*"), key, n)  # a profile's '*': the current one
 
 
 def _word(row: dict[str, str], key: str) -> Optional[str]:
-    text = row.get(key)
-    return None if text is None or values.is_na(text) else text
+    return values.present(row.get(key))
 
 
 def _gpu(row: dict[str, str], n: int) -> int:

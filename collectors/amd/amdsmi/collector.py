@@ -155,14 +155,6 @@ def _num(v: Any) -> Optional[float]:
     return None
 
 
-def _text(v: Any) -> Optional[str]:
-    """A reported string, None for the shared NA spellings (amdsmi's "N/A")."""
-    if v is None:
-        return None
-    s = (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)).strip()
-    return None if values.is_na(s) else s
-
-
 def normalize_bdf(bdf: Any) -> str:
     """amdsmi's '0000:05:00.0' (any case, any domain width) -> '0000:05:00.0' (the SDK's
     normalizer; text it cannot read is kept lower-cased, so a GPU keeps a key)."""
@@ -306,7 +298,7 @@ class AmdSmiCollector:
     # ------------------------------------------------------------------ identity
     def _logical(self, index: int, h: Any) -> _Logical:
         bdf_raw, st = self._fetch(f"#{index}", "amdsmi_get_gpu_device_bdf", h)
-        if st == "ok" and _text(bdf_raw):
+        if st == "ok" and values.present(bdf_raw):
             bdf = self._bdf_by_index[index] = normalize_bdf(bdf_raw)
         else:  # a GPU that stops answering keeps the identity it had
             bdf = self._bdf_by_index.get(index, f"index-{index}")
@@ -321,23 +313,23 @@ class AmdSmiCollector:
             compute, _ = self._fetch(bdf, "amdsmi_get_gpu_compute_partition", h)
             memory, _ = self._fetch(bdf, "amdsmi_get_gpu_memory_partition", h)
             asic, board = asic or {}, board or {}
-            market = _text(asic.get("market_name")) or _text(board.get("product_name")) or ""
+            market = values.present(asic.get("market_name")) or values.present(board.get("product_name")) or ""
             numa = _num(numa_raw) if st == "ok" else None
             numa = int(numa) if numa is not None and 0 <= numa < 1024 else self._sysfs_numa(bdf)
             known = self._memory.recall(index=index) if bdf.startswith("index-") else None
             uuid = known.uuid if known is not None else device_uuid(
-                "amd", index, _text(asic.get("asic_serial")), _text(board.get("product_serial")),
+                "amd", index, values.present(asic.get("asic_serial")), values.present(board.get("product_serial")),
                 None if bdf.startswith("index-") else bdf)
             ident = DeviceIdentity(
                 vendor="amd", kind="gpu", index=index, uuid=uuid,
                 model=profiles.normalize_model("amd", market), pci_address=None if bdf.startswith("index-") else bdf,
-                numa_node=numa, driver_version=_text((driver or {}).get("driver_version")),
+                numa_node=numa, driver_version=values.present((driver or {}).get("driver_version")),
                 runtime_version=self._runtime,
-                firmware_version=_text((vbios or {}).get("version")) or _text((vbios or {}).get("part_number")),
+                firmware_version=values.present((vbios or {}).get("version")) or values.present((vbios or {}).get("part_number")),
                 name=market or None,
-                serial=_text(board.get("product_serial")) or _text(asic.get("asic_serial")))
+                serial=values.present(board.get("product_serial")) or values.present(asic.get("asic_serial")))
             pid = _num((kfd or {}).get("current_partition_id"))
-            cached = (uuid, int(pid) if pid is not None else 0, _text(compute), _text(memory), ident)
+            cached = (uuid, int(pid) if pid is not None else 0, values.present(compute), values.present(memory), ident)
             self._identities[bdf] = cached
         uuid, pid, compute, memory, ident = cached
         return _Logical(index, h, bdf, uuid, pid, compute, memory, dataclasses.replace(ident, index=index))
@@ -506,7 +498,7 @@ class AmdSmiCollector:
             out.append(ProcessSample(pid=int(pid), device_uuid=uuid,
                                      memory_bytes=None if vram is None else int(vram),
                                      utilization_ratio=self._process_util(uuid, int(pid), _num(engine.get("gfx")), now),
-                                     name=_text(p.get("name"))))
+                                     name=values.present(p.get("name"))))
         return tuple(out)
 
     def _process_util(self, uuid: str, pid: int, gfx_ns: Optional[float], now: float) -> Optional[float]:
@@ -619,7 +611,7 @@ class AmdSmiCollector:
             uuid = physical_uuid.get(getattr(h, "value", None) if h is not None else None)
             if uuid is None:
                 continue
-            msg = f"{uuid}: GPU reset by the driver ({_text(event.get('message')) or 'no message'})"
+            msg = f"{uuid}: GPU reset by the driver ({values.present(event.get('message')) or 'no message'})"
             self._ledger.record(uuid, self._fault("gpu-reset", msg), now)
 
     def _pcie_faults(self, uuid: str, r: dict, now: float) -> None:

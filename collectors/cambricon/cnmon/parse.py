@@ -23,21 +23,14 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from hetero_exporter.sdk import blocks as kvblocks
-from hetero_exporter.sdk import pciaddr, tables, values
+from hetero_exporter.sdk import tables, values
 from hetero_exporter.sdk.contract import ParseError
 
 TOOL = "cnmon"
 MIB = 1 << 20
 
 
-class _NASet:
-    """The shared NA spellings (hetero_exporter.sdk.values) for ``x.upper() in _NA`` tests."""
-
-    def __contains__(self, text: object) -> bool:
-        return isinstance(text, str) and values.is_na(text)
-
-
-_NA = _NASet()
+CELLS = values.Cells(TOOL)
 
 # --------------------------------------------------------------------------- parsed structures
 
@@ -130,7 +123,7 @@ def _num(text: str, line: Optional[int], what: str, unit: str = "") -> Optional[
     t = text.strip()
     if unit and t.upper().endswith(unit.upper()):
         t = t[: -len(unit)].strip()
-    if t.upper() in _NA or _MASKED.fullmatch(t):
+    if values.is_na(t) or _MASKED.fullmatch(t):
         return None
     try:
         v = float(t)
@@ -149,22 +142,12 @@ def _whole(v: Optional[float]) -> Optional[int]:
 def _split_pair(text: str, line: Optional[int], what: str, unit: str) -> tuple[Optional[float], Optional[float]]:
     """'106 W/ 250 W' or '0 MiB/ 23374 MiB' -> (106, 250); 'N/A' -> (None, None)."""
     t = text.strip()
-    if t.upper() in _NA:
+    if values.is_na(t):
         return None, None
     m = re.fullmatch(r"(\S+?)\s*(?:%s)?\s*/\s*(\S+?)\s*(?:%s)?" % (unit, unit), t)
     if not m:
         raise ParseError(TOOL, f"{what}: expected 'used {unit}/ total {unit}', got {t[:40]!r}", line)
     return _num(m.group(1), line, what), _num(m.group(2), line, what)
-
-
-def _bus(text: str, line: Optional[int]) -> Optional[str]:
-    t = text.strip()
-    if t.upper() in _NA:
-        return None
-    bus = pciaddr.normalize(t, default_function=None)
-    if bus is None:
-        raise ParseError(TOOL, f"Bus-Id: expected a PCI address like 0000:39:00.0, got {t[:40]!r}", line)
-    return bus
 
 
 # --------------------------------------------------------------------------- cnmon (default table)
@@ -229,12 +212,12 @@ def _card_from_rows(a: tuple[int, list[str]], b: tuple[int, list[str]], head: tu
     vu, vt = _split_pair(*get("vmemory-usage"), "vMemory-Usage", "MiB")
 
     def text(k: str) -> Optional[str]:
-        v = get(k)[0].strip()
-        return None if v.upper() in _NA else v
+        return values.present(get(k)[0])
 
     return MluCard(
         card=card, name=get("name")[0].strip(), vf=get("vf" if "vf" in vals else "mi")[0].strip() or "/",
-        firmware=text("firmware"), bus_id=_bus(*get("bus-id")), inited=text("inited"), driver=text("driver"),
+        firmware=text("firmware"), inited=text("inited"), driver=text("driver"),
+        bus_id=CELLS.pci(get("bus-id")[0], "Bus-Id", get("bus-id")[1], default_function=None),
         util_pct=_num(get("util")[0], get("util")[1], "Util", "%"),
         ecc_errors=_whole(_num(*get("ecc-error"), "Ecc-Error")),
         fan_pct=_num(get("fan")[0], get("fan")[1], "Fan", "%"),
@@ -426,8 +409,7 @@ class InfoReadings:
 def info_readings(c: CardInfo) -> InfoReadings:
     """What the collector takes from one ``cnmon info`` card (keys by name and section)."""
     def text(*names: str) -> Optional[str]:
-        v = c.find(*names)
-        return None if v is None or v.strip().upper() in _NA else v.strip()
+        return values.present(c.find(*names))
 
     corrected = uncorrected = None
     for path, v in c.values.items():

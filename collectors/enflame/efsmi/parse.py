@@ -126,8 +126,7 @@ class GcuDetail:
 
 
 def _num(text: Optional[str], unit: str, field: str, line: int) -> Optional[float]:
-    if text is not None:
-        text = text.replace("℃", "C").replace("°C", "C")
+    """A value in the unit efsmi prints it in (the dataclasses keep MiB and % as printed)."""
     try:
         v = values.quantity(text, unit) if unit != "%" else values.number(text)
     except ValueError as e:
@@ -143,10 +142,6 @@ def _join_units(cell: str) -> str:
     """``39 C`` -> ``39C `` (same length): a unit split from its number by spaces would
     otherwise be a value group of its own."""
     return _UNIT_GAP.sub(lambda m: m.group(1) + m.group(3) + m.group(2), cell)
-
-
-def _text(v: Optional[str]) -> Optional[str]:
-    return None if values.is_na(v) else v.strip()
 
 
 def _labels(row: tables.BoxLine, vocab) -> list[list[tables.Label]]:
@@ -208,10 +203,10 @@ def _device(rec: list[tables.BoxLine], header: list[list[list[tables.Label]]]) -
     # printed N/A, or nothing under a label the header has
     na = tuple(k for k in ("temp", "dpm", "power", "memory", "util", "ecc", "virt", "serial", "firmware")
                if values.is_na(get(k)) and k in _keys_of(header))
-    return GcuDevice(index=index, name=(get("name") or "").strip(), bus_id=bus, firmware=_text(get("firmware")),
-                     ecc=_text(get("ecc")), temp_c=_num(get("temp"), "C", "TEMP", line), dpm=_text(get("dpm")),
+    return GcuDevice(index=index, name=(get("name") or "").strip(), bus_id=bus, firmware=values.present(get("firmware")),
+                     ecc=values.present(get("ecc")), temp_c=_num(get("temp"), "C", "TEMP", line), dpm=values.present(get("dpm")),
                      power_w=power, power_cap_w=cap, memory_total_mib=total, memory_used_mib=used,
-                     virt=_text(get("virt")), util_pct=util, serial=_text(get("serial")), na_fields=na, line=line)
+                     virt=values.present(get("virt")), util_pct=util, serial=values.present(get("serial")), na_fields=na, line=line)
 
 
 def _keys_of(header: list[list[list[tables.Label]]]) -> set[str]:
@@ -360,17 +355,17 @@ def parse_query(text: str) -> tuple[GcuDetail, ...]:
         if "pcie" in section and key in ("domain", "bus", "dev", "func"):
             pci[key] = val
         elif key == "dev uuid":
-            cur["uuid"] = _text(val)
+            cur["uuid"] = values.present(val)
         elif key == "dev sn":
-            cur["serial"] = _text(val)
+            cur["serial"] = values.present(val)
         elif key == "dev name":
-            cur["name"] = _text(val)
+            cur["name"] = values.present(val)
         elif key == "ver" and "driver" in section:
-            cur["driver_version"] = _text(val)
+            cur["driver_version"] = values.present(val)
         elif key == "health":
-            cur["health"] = _text(val)
+            cur["health"] = values.present(val)
         elif key == "flags" and "rma" in section:
-            cur["rma"] = _text(val)
+            cur["rma"] = values.present(val)
         elif key == "total dbe":
             cur["total_dbe"] = _num(val, "", "Total DBE", i)
         elif key in ("total size", "mem size") and "bar" not in section:  # BARn Mem Info: an aperture

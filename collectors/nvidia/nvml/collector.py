@@ -39,6 +39,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from hetero_exporter.sdk import values
 from hetero_exporter import validate as v
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
@@ -153,9 +154,6 @@ _UNAVAILABLE_ERRORS = ("LibraryNotFound", "DriverNotLoaded", "NoPermission", "Li
                        "FunctionNotFound", "Unknown", "OperatingSystem")
 
 
-def _text(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-
 
 class NvmlCollector:
     name = "nvml"
@@ -208,7 +206,7 @@ class NvmlCollector:
     def _optional_text(self, name: str, *args: Any) -> Optional[str]:
         """A string NVML may not give (unsupported, error, lost, or a binding without it)."""
         v = self._f.optional(name, *args)
-        return None if v is None else _text(v)
+        return None if v is None else values.decoded(v)
 
     def close(self) -> None:
         if self._gpm is not None:
@@ -309,8 +307,8 @@ class NvmlCollector:
         if known is not None:
             return known
         f = self._f
-        uuid = _text(f.need(self._nv.nvmlDeviceGetUUID, handle))
-        name = _text(f.need(self._nv.nvmlDeviceGetName, handle))
+        uuid = values.decoded(f.need(self._nv.nvmlDeviceGetUUID, handle))
+        name = values.decoded(f.need(self._nv.nvmlDeviceGetName, handle))
         pci = normalize_bus_id(f.need(self._nv.nvmlDeviceGetPciInfo, handle).busId)
         numa = f.optional("nvmlDeviceGetNumaNodeId", handle)
         numa = self._sysfs_numa(pci) if numa is None else int(numa)

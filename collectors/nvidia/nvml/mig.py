@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from hetero_exporter.sdk import values
 from hetero_exporter.model import fields as F
 from hetero_exporter.collectors.nvidia.nvml.funnel import UNSUPPORTED, Funnel
 from hetero_exporter.model import DeviceIdentity, Quality, Reading
@@ -37,9 +38,6 @@ class MigInstance:
     gpu_instance: Optional[int]
     compute_instance: Optional[int]
 
-
-def _text(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
 def mig_model(parent_model: str, name: str, gpu_instance: Optional[int]) -> str:
@@ -91,9 +89,9 @@ class MigReader:
 
     def _describe(self, parent: DeviceIdentity, index: int, mh: Any) -> MigInstance:
         nv, f = self._nv, self._f
-        uuid = _text(f.need(nv.nvmlDeviceGetUUID, mh))
+        uuid = values.decoded(f.need(nv.nvmlDeviceGetUUID, mh))
         name = f.optional("nvmlDeviceGetName", mh)
-        name = "" if name is None else _text(name)
+        name = "" if name is None else values.decoded(name)
         gi = f.optional("nvmlDeviceGetGpuInstanceId", mh)
         ci = f.optional("nvmlDeviceGetComputeInstanceId", mh) if gi is not None else None
         gi, ci = (None if gi is None else int(gi)), (None if ci is None else int(ci))

@@ -22,19 +22,17 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from hetero_exporter.sdk import values
 from hetero_exporter.collectors.nvidia.nvml.funnel import LOST, UNSUPPORTED, Failed, Funnel
 from hetero_exporter.model import DeviceIdentity, Link
 from hetero_exporter.sdk import pciaddr
 
 
-def _text(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-
 
 def normalize_bus_id(bus_id: Any) -> str:
     """NVML's '00000000:18:00.0' -> '0000:18:00.0' (sdk.pciaddr; text it cannot read is kept,
     lower case, so two spellings of one odd id still compare)."""
-    s = _text(bus_id)
+    s = values.decoded(bus_id)
     return pciaddr.normalize(s) or s.strip().lower()
 
 
