@@ -140,12 +140,24 @@ def test_checked_index_integer_and_pci():
 def test_present_and_decoded():
     assert values.present("  Card A ") == "Card A" and values.present("N/A") is None and values.present(None) is None
     assert values.decoded(b"GPU \xff") == "GPU \ufffd" and values.decoded(7) == "7"
+    assert values.present(b" MI300X ") == "MI300X" and values.present(b"N/A") is None  # a binding's bytes
+
+
+def test_checked_number_is_a_plain_number():
+    assert CELLS.number(" 12 ", "n") == 12.0 and CELLS.number("-3.5e1", "n") == -35.0 and CELLS.number("NA", "n") is None
+    for bad, msg in (("12 %", "expected a number or NA"), ("1_0", "expected a number"), ("1e999", "not a finite")):
+        with pytest.raises(ParseError, match=f"n: {msg}"):
+            CELLS.number(bad, "n", 4)
+
+
+def test_the_celsius_sign_is_a_unit():
+    assert values.quantity("39℃") == values.quantity("39 °C") == values.quantity("39C") == 39.0
 
 
 @given(st.text(max_size=40), st.sampled_from(["", "MiB", "W", "%", "C", "MHz"]))
 @settings(max_examples=300, deadline=None)
 def test_fuzz_the_checked_readers_give_a_value_none_or_a_parse_error(text, unit):
-    for read in (lambda: CELLS.quantity(text, unit, "f"), lambda: CELLS.pair(text, unit, "f"),
+    for read in (lambda: CELLS.quantity(text, unit, "f"), lambda: CELLS.pair(text, unit, "f"), lambda: CELLS.number(text, "f"),
                  lambda: CELLS.pair(text, unit, "f", shared_unit=True), lambda: CELLS.integer(text, "f"),
                  lambda: CELLS.pci(text, "f")):
         try:
