@@ -13,7 +13,7 @@ Example (every key optional)::
     host_exec: ld_library_path   # or chroot: how a tool of the host root runs (sdk/host_tools.py)
     collectors:
       <collector>: {enabled: true, timeout: 5}   # a collector's name (`run --help` lists them)
-      <other>: {enabled: false}
+      <other>: {enabled: false}                  # + host_root/host_exec/sysfs_root, and its own keys (its SETTINGS)
     health: {mode: observe}  # observe | dry-run | enforce; see the health section of README
     kernel_log:             # the kernel log as a health source (docs/health.md: Kernel log)
       enabled: true         # false: not followed
