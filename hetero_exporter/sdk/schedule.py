@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Hashable, Iterable, Mapping, Optional
 
 Job = tuple[Hashable, str]  # (target, kind): (card 3, "usages"), ("node", "topo")
+# seconds between a node's link-topology calls (``topo -m``, ``info -t topo``, ``--showtopo``):
+# node-wide and rarely changing; every CLI collector's ``topo_interval`` default
+DEFAULT_TOPO_INTERVAL = 600.0
 
 
 @dataclass

@@ -49,7 +49,7 @@ from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, ParseError
 from hetero_exporter.sdk import values
 from hetero_exporter.sdk.cli_collector import CliCollector, ParsedOutput, Readings, build, table_fault
-from hetero_exporter.sdk.schedule import DetailSchedule
+from hetero_exporter.sdk.schedule import DEFAULT_TOPO_INTERVAL, DetailSchedule
 from hetero_exporter.sdk.settings import CADENCE_MAX, ToolSettings, cadences, integer, seconds, setting
 from hetero_exporter.sdk import faults as fault_tables
 from hetero_exporter.collectors.ascend import versions
@@ -359,7 +359,6 @@ FAULT_EVENTS = "current-fault-event"
 # Seconds between refreshes of each per-card detail kind (0 disables a kind).
 DEFAULT_DETAIL_INTERVALS = {"usages": 60.0, "common": 60.0, "memory": 300.0, "ecc": 300.0,
                             FAULT_EVENTS: 120.0}
-DEFAULT_TOPO_INTERVAL = 600.0
 _TOOL_DIRS = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
 _NODE = "node"  # the schedule's target of node-wide calls (the topology)
 _NOT_READINGS = (FAULT_EVENTS,)  # detail kinds that give faults, not readings

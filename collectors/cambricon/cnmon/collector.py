@@ -32,7 +32,7 @@ from hetero_exporter import profiles
 from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, ParseError
 from hetero_exporter.sdk.cli_collector import (process_samples, CliCollector, ParsedOutput, Readings, build, table_fault)
 from hetero_exporter.sdk.faults import health_of
-from hetero_exporter.sdk.schedule import DetailSchedule
+from hetero_exporter.sdk.schedule import DEFAULT_TOPO_INTERVAL, DetailSchedule
 from hetero_exporter.sdk.settings import CADENCE_MAX, ToolSettings, integer, seconds, setting
 from hetero_exporter.collectors.cambricon.cnmon.parse import (  # noqa: F401 - the parsers are part of this API
     MIB, TOOL, TOPO_FABRIC, CardInfo, CnmonInfo, CnmonTable, CnmonTopo, InfoReadings, MluCard, MluProcess,
@@ -169,7 +169,6 @@ def parse_any(text: str) -> Any:
 # --------------------------------------------------------------------------- collector
 
 DEFAULT_INFO_INTERVAL = 300.0
-DEFAULT_TOPO_INTERVAL = 600.0
 _NODE = "node"  # the schedule's target of the node-wide topology call
 
 

@@ -18,6 +18,7 @@ states it, else the TopsRider install's version file below the host root
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -29,6 +30,7 @@ from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, 
 from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, Readings, build, table_fault
 from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.schedule import DetailSchedule
 from hetero_exporter.sdk.settings import CADENCE_MAX, ToolSettings, seconds, setting
 from hetero_exporter.collectors.enflame import versions
 
@@ -62,6 +64,7 @@ QUERY_QUALITY: dict[str, Quality] = {
     F.ECC_UNCORRECTED: QUALITY[F.ECC_UNCORRECTED],
 }
 DEFAULT_QUERY_INTERVAL = 60.0
+_QUERY = ("node", "query")  # the schedule's job: the node-wide ``efsmi -q``
 
 
 def _fault(code: str, message: str, source: str = TOOL) -> Fault:
@@ -230,7 +233,10 @@ class EfsmiCollector(CliCollector):
         self._query_interval = self.settings.query_interval
         self._runtime = self.settings.runtime_version or versions.discover(self.host.root_dir).runtime_version
         self._details: tuple[GcuDetail, ...] = ()
-        self._details_at: Optional[float] = None
+        # the node-wide -q at its cadence; a failing one is asked again an interval later, never
+        # given up (what it adds, memory used and DBEs, is worth the retry)
+        self.query_schedule = DetailSchedule({"query": self._query_interval}, self.interval, 1,
+                                             max_failures=sys.maxsize)
         self._dbe: dict[str, float] = {}  # uuid -> Total DBE at the previous -q answer
         self._rising: dict[str, bool] = {}  # uuid -> the last -q answer counted new DBEs
 
@@ -238,13 +244,12 @@ class EfsmiCollector(CliCollector):
         return parse_table(text)
 
     def _query_due(self, t: EfsmiTable, now: float) -> bool:
+        """Due by the schedule, or a device not seen yet (its uuid is the -q answer's)."""
         if self._query_interval <= 0:
             return False
-        if self._details_at is None:
-            return True
         unseen = [d for d in t.devices if self.identities.recall(pci_address=d.bus_id) is None
                   and (d.bus_id or self.identities.recall(index=d.index) is None)]
-        return bool(unseen) or now - self._details_at >= self._query_interval
+        return bool(unseen) or bool(self.query_schedule.due([_QUERY], now))
 
     def _query(self, t: EfsmiTable, now: float, deadline: float) -> bool:
         """Refresh the ``-q`` answer when due; True when this cycle fetched a new one."""
@@ -254,14 +259,15 @@ class EfsmiCollector(CliCollector):
             self._details = parse_query(self.cli.call(["-q"], deadline))
         except (ParseError, OSError, RuntimeError, TimeoutError) as e:  # the runner's CliError / CliTimeout
             log.warning("efsmi -q: %s (keeping the previous answer)", e)
-            self._details_at = now if self._details_at is None else self._details_at
+            self.query_schedule.done(_QUERY, now, ok=False)
             return False
-        self._details_at = now
+        self.query_schedule.done(_QUERY, now, self._details)
         return True
 
     def devices(self, parsed: EfsmiTable, now: float, deadline: float) -> list[DeviceSample]:
         fresh = self._query(parsed, now, deadline)
-        age = 0.0 if self._details_at is None else max(0.0, now - self._details_at)
+        answered = self.query_schedule.latest(_QUERY)
+        age = 0.0 if answered is None else answered.age(now)
         out = []
         for d in parsed.devices:
             det = _detail_for(d, self._details)

@@ -46,7 +46,7 @@ from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, 
 from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault
 from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
-from hetero_exporter.sdk.schedule import DetailSchedule
+from hetero_exporter.sdk.schedule import DEFAULT_TOPO_INTERVAL, DetailSchedule
 from hetero_exporter.sdk.settings import CADENCE_MAX, ToolSettings, seconds, setting
 
 from hetero_exporter.collectors.metax import versions
@@ -195,7 +195,6 @@ def parse_any(text: str) -> Any:
 
 # --------------------------------------------------------------------------- collector
 
-DEFAULT_TOPO_INTERVAL = 600.0
 LIST_ARGS = ("-L",)
 _NODE = "node"  # the schedule's target of the node-wide topology call
 
