@@ -30,6 +30,7 @@ from hetero_exporter.sdk.contract import Collector, CollectorOptions, HostPaths,
 from hetero_exporter.sdk.identity import IdentityStore, RemovalLog
 
 if TYPE_CHECKING:
+    from hetero_exporter.finops import FinOps
     from hetero_exporter.health.act.metrics import HealthMetrics
     from hetero_exporter.health.act.remedy import HealthLoop, Remedy
     from hetero_exporter.health.detect.verdicts import HealthVerdicts
@@ -260,7 +261,7 @@ class Agent:
 
     # ---- read by the commands
 
-    def finops(self) -> Any:
+    def finops(self) -> "FinOps":
         """The configured FinOps settings, with the reference profile's cost weight, so that a
         device without a price costs reference price x cost_weight / reference cost_weight."""
         from hetero_exporter import profiles

@@ -25,6 +25,7 @@ from hetero_exporter.sdk.contract import HostPaths
 
 if TYPE_CHECKING:
     from hetero_exporter.model.pods import ContainerDevices
+    from hetero_exporter.model.scenario import Scenario
     from hetero_exporter.sources.attribution import PodDirectory
 
 log = logging.getLogger("hetero_exporter")
@@ -69,7 +70,7 @@ def machine_id(host_root: Optional[str]) -> Optional[str]:
 class Environment:
     """What the assembly asks of the place it runs in (the host's answers by default)."""
 
-    scenario: Any = None  # model.scenario.Scenario when simulating
+    scenario: "Optional[Scenario]" = None  # when simulating
     workdir: Optional[str] = None  # where a simulation writes its fake tools and roots
     name: Optional[str] = None  # the scenario's name, for the serving log line
 
@@ -166,7 +167,9 @@ class Environment:
 class SimulatedEnvironment(Environment):
     """A node described by a scenario: its own bus, clock, kernel ring, /proc, kubelet and state."""
 
-    def __init__(self, settings: Settings, scenario: Any, at: float):
+    scenario: "Scenario"
+
+    def __init__(self, settings: Settings, scenario: "Scenario", at: float):
         from hetero_exporter.simulate import SimulationClock, workdir
         self.settings, self.host_root = settings, None  # the fakes write their own host roots
         cfg = settings.config
