@@ -44,3 +44,39 @@ def test_a_new_uuid_at_a_pinned_pci_address_replaces_the_old_one():
     mem.remember(_ident(0, "U0", "0000:18:00.0"))
     assert mem.recall(pci_address="0000:18:00.0").uuid == "U0"
     assert mem.missing(["U0"]) == []  # the placeholder is not reported lost
+
+
+# --------------------------------------------------------------------------- resolve (issue 37: mx-smi's and
+# mthreads-gmi's identity resolution, once)
+
+def _resolve(mem, devices, listed, calls):
+    from hetero_exporter.sdk.identity import resolve
+
+    def listing():
+        calls.append(1)
+        return listed
+
+    return resolve(mem, devices, lambda d: (d[0], d[1]), listing, lambda x: (x[0], x[1]), lambda x: bool(x[2]),
+                   lambda d, x, before: _ident(d[0], (x[2] if x is not None and x[2] else before) or f"pci-{d[1]}", d[1]))
+
+
+def test_resolve_asks_the_listing_once_for_the_new_devices_only():
+    mem, calls = IdentityMemory(), []
+    got = _resolve(mem, [(0, "0000:18:00.0"), (1, "0000:28:00.0")],
+                   [(5, "0000:28:00.0", "GPU-b"), (0, "0000:18:00.0", "GPU-a")], calls)
+    assert {i: d.uuid for i, d in got.items()} == {0: "GPU-a", 1: "GPU-b"} and calls == [1]  # by address
+    for d in got.values():
+        mem.remember(d)
+    again = _resolve(mem, [(3, "0000:28:00.0")], [], calls)  # renumbered: the pinned id, its index updated
+    assert again[3].uuid == "GPU-b" and again[3].index == 3 and calls == [1]
+
+
+def test_resolve_by_index_without_addresses_and_the_earlier_uuid_without_an_id(tmp_path):
+    path = str(tmp_path / "ids.json")
+    IdentityMemory(path, boot_id="b").remember(_ident(0, "GPU-old", "0000:18:00.0"))
+    mem, calls = IdentityMemory(path, boot_id="b"), []  # restored: not pinned by this process
+    got = _resolve(mem, [(0, "0000:18:00.0"), (1, None)], [(0, "0000:18:00.0", ""), (1, None, "GPU-c")], calls)
+    assert got[0].uuid == "GPU-old"  # the listing printed no id for it: the one it had
+    assert got[1].uuid == "GPU-c" and calls == [1]
+    failed = _resolve(IdentityMemory(), [(0, "0000:18:00.0")], [], [])  # the call failed: make() decides
+    assert failed[0].uuid == "pci-0000:18:00.0"

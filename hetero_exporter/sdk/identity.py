@@ -33,8 +33,9 @@ import os
 import stat
 import threading
 from collections import Counter
+import dataclasses
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 from hetero_exporter import model, smallfile
 from hetero_exporter.model import DeviceIdentity
@@ -259,6 +260,46 @@ class IdentityMemory:
         if self._save_failed:
             log.info("identity file %s saved again", self.path, extra={"path": self.path})
         self._save_failed = False
+
+
+Device = TypeVar("Device")  # a device as the summary lists it
+Listed = TypeVar("Listed")  # a device as the identity call lists it
+
+
+def resolve(memory: IdentityMemory, devices: Sequence[Device], place: Callable[[Device], tuple[int, Optional[str]]],
+            listing: Callable[[], Sequence[Listed]],
+            listed_place: Callable[[Listed], tuple[Optional[int], Optional[str]]], has_id: Callable[[Listed], bool],
+            make: Callable[[Device, Optional[Listed], Optional[str]], DeviceIdentity]) -> dict[int, DeviceIdentity]:
+    """Index -> identity of a summary's devices (``place``: a device's index and PCI address).
+    A device pinned by this process keeps its identity (its index updated: indexes renumber);
+    the others come from one identity call (``listing``, made only when a device is new, e.g.
+    ``mx-smi -L``, ``mthreads-gmi -q``), matched by PCI address where the listing prints
+    addresses, else by index. A new device the listing gives no id (``has_id``; the call failed,
+    or printed none) keeps the uuid it had at its address before (a restored identity), if any.
+    ``make(device, its listing entry or None, that earlier uuid or None)`` builds a new one."""
+    out: dict[int, DeviceIdentity] = {}
+    new = []
+    for d in devices:
+        index, bus = place(d)
+        pinned = (memory.recall(pci_address=bus, restored=False) if bus
+                  else memory.recall(index=index, restored=False))
+        if pinned is None:
+            new.append(d)
+        else:
+            out[index] = pinned if pinned.index == index else dataclasses.replace(pinned, index=index)
+    if not new:
+        return out
+    listed = listing()
+    by_bus = {bus: x for x in listed for _, bus in [listed_place(x)] if bus}
+    by_index = {index: x for x in listed for index, _ in [listed_place(x)] if index is not None}
+    for d in new:
+        index, bus = place(d)
+        hit = by_bus.get(bus) if bus and by_bus else by_index.get(index)
+        before = None
+        if (hit is None or not has_id(hit)) and bus:  # no id printed: the one it had before, if any
+            before = memory.recall(pci_address=bus)
+        out[index] = make(d, hit, before.uuid if before is not None else None)
+    return out
 
 
 def _differs(recorded: Optional[str], current: Optional[str]) -> bool:

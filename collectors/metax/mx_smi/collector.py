@@ -46,6 +46,7 @@ from hetero_exporter.model import (DeviceIdentity, DeviceSample, Fault, Health, 
 from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault
 from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.identity import resolve
 from hetero_exporter.sdk.schedule import DEFAULT_TOPO_INTERVAL, DetailSchedule
 from hetero_exporter.sdk.settings import CADENCE_MAX, ToolSettings, seconds, setting
 
@@ -260,33 +261,18 @@ class MxSmiCollector(CliCollector):
             return ()
 
     def _identities(self, t: MxTable, topo: Optional[MxTopo], deadline: float) -> dict[int, DeviceIdentity]:
-        """Index -> identity: pinned ones as they are (their index updated), new ones (not read by
-        this process yet) from one ``mx-smi -L`` call for all of them."""
-        out: dict[int, DeviceIdentity] = {}
-        new = []
-        for g in t.gpus:
-            pinned = (self.identities.recall(pci_address=g.bus_id, restored=False) if g.bus_id
-                      else self.identities.recall(index=g.index, restored=False))
-            if pinned is None:
-                new.append(g)
-            else:
-                out[g.index] = pinned if pinned.index == g.index else dataclasses.replace(pinned, index=g.index)
-        if not new:
-            return out
-        listed = self._listed(deadline)
-        by_bus = {x.bus_id: x.uuid for x in listed if x.bus_id and x.uuid}
-        by_index = {x.index: x.uuid for x in listed if x.uuid}
-        for g in new:
-            listed_uuid = by_bus.get(g.bus_id) if g.bus_id and by_bus else by_index.get(g.index)
-            uuid = gpu_uuid(g, listed_uuid) if listed_uuid else None
-            if uuid is None:  # -L failed or printed none: the id this GPU had before (restored), if any
-                before = self.identities.recall(pci_address=g.bus_id) if g.bus_id else None
-                uuid = before.uuid if before is not None else None
+        """Index -> identity (sdk.identity.resolve): pinned ones as they are, new ones from one
+        ``mx-smi -L`` call for all of them."""
+
+        def make(g: MxGpu, listed: Optional[listing.MxListed], before: Optional[str]) -> DeviceIdentity:
+            uuid = gpu_uuid(g, listed.uuid) if listed is not None and listed.uuid else before
             numa = self.numa(g.bus_id)
             if numa is None and topo is not None:
                 numa = topo.numa.get(g.index)  # topo's Node Affinity where sysfs says nothing
-            out[g.index] = identity_of(g, t, numa, uuid, self.runtime_version)
-        return out
+            return identity_of(g, t, numa, uuid, self.runtime_version)
+
+        return resolve(self.identities, t.gpus, lambda g: (g.index, g.bus_id), lambda: self._listed(deadline),
+                       lambda x: (x.index, x.bus_id), lambda x: bool(x.uuid), make)
 
     def devices(self, t: MxTable, now: float, deadline: float) -> list[DeviceSample]:
         if deadline - time.monotonic() > 0.25 * self.budget and self.topo_schedule.due([(_NODE, "topo")], now):

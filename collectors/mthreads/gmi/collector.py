@@ -36,6 +36,7 @@ from hetero_exporter.model import DeviceIdentity, DeviceSample, Fault, NodeSnaps
 from hetero_exporter.sdk.cli_collector import process_samples, CliCollector, ParsedOutput, Readings, build, table_fault
 from hetero_exporter.sdk.faults import health_of
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
+from hetero_exporter.sdk.identity import resolve
 
 from hetero_exporter.collectors.mthreads import versions
 
@@ -158,30 +159,14 @@ class MthreadsGmiCollector(CliCollector):
             return ()
 
     def _identities(self, t: GmiTable, deadline: float) -> dict[int, DeviceIdentity]:
-        """Index -> identity: pinned ones as they are (index updated), new ones (not read by this
-        process yet) from one ``-q`` call for all of them."""
-        out: dict[int, DeviceIdentity] = {}
-        new = []
-        for d in t.devices:
-            pinned = (self.identities.recall(pci_address=d.bus_id, restored=False) if d.bus_id
-                      else self.identities.recall(index=d.index, restored=False))
-            if pinned is None:
-                new.append(d)
-            else:
-                out[d.index] = pinned if pinned.index == d.index else dataclasses.replace(pinned, index=d.index)
-        if not new:
-            return out
-        queried = self._queried(deadline)
-        by_bus = {q.bus_id: q for q in queried if q.bus_id}
-        by_index = {q.index: q for q in queried if q.index is not None}
-        for d in new:
-            q = by_bus.get(d.bus_id) if d.bus_id and by_bus else by_index.get(d.index)
-            uuid = None
-            if q is None or not (q.uuid or q.serial):  # no id printed: the id it had before, if any
-                before = self.identities.recall(pci_address=d.bus_id) if d.bus_id else None
-                uuid = before.uuid if before is not None else None
-            out[d.index] = identity_of(d, t, self.numa(d.bus_id), q, self.runtime_version, uuid)
-        return out
+        """Index -> identity (sdk.identity.resolve): pinned ones as they are, new ones from one
+        ``-q`` call for all of them."""
+
+        def make(d: GmiDevice, q: Optional[gmi_query.GmiQueried], before: Optional[str]) -> DeviceIdentity:
+            return identity_of(d, t, self.numa(d.bus_id), q, self.runtime_version, before)
+
+        return resolve(self.identities, t.devices, lambda d: (d.index, d.bus_id), lambda: self._queried(deadline),
+                       lambda q: (q.index, q.bus_id), lambda q: bool(q.uuid or q.serial), make)
 
     def complete(self, parsed: GmiTable) -> bool:
         return parsed.complete
