@@ -16,6 +16,8 @@ from hetero_exporter.collectors.amd.amdsmi import collector as amdsmi
 from hetero_exporter.collectors.amd.amdsmi.fake import FakeAmdSmi
 from hetero_exporter.collectors.amd.rocm_smi import collector as rocm_smi
 from hetero_exporter.collectors.amd.rocm_smi import fake as smi_fake
+from hetero_exporter.collectors.hygon.hy_smi import collector as hy_smi
+from hetero_exporter.collectors.hygon.hy_smi import fake as hy_fake
 from hetero_exporter.model import Quality
 from hetero_exporter.sdk import runner as vendor_cli
 from hetero_exporter.sdk.contract import CollectorOptions, HostPaths, ParseError
@@ -127,11 +129,11 @@ def test_amdsmi_runtime_is_the_host_roots_rocm_never_the_bindings(tmp_path):
 
 @pytest.mark.parametrize("tool, cls, rel, version", [
     ("rocm-smi", rocm_smi.RocmSmiCollector, "opt/rocm/.info/version", "6.3.0"),
-    ("hy-smi", rocm_smi.HySmiCollector, "opt/dtk/.info/version", "24.04.3"),
+    ("hy-smi", hy_smi.HySmiCollector, "opt/dtk/.info/version", "24.04.3"),
 ])
 def test_cli_runtime_is_none_without_the_runtime_file(tmp_path, tool, cls, rel, version):
     clock = ManualClock()
-    exe, env, _root = smi_fake.install(scenario(), clock, str(tmp_path), tool)
+    exe, env, _root = {"rocm-smi": smi_fake, "hy-smi": hy_fake}[tool].install(scenario(), clock, str(tmp_path), tool)
     bare = tmp_path / "bare"
     bare.mkdir()
 
@@ -166,14 +168,14 @@ def test_amd_smi_cli_runtime_is_none_without_the_runtime_file(tmp_path):
 def test_cli_collectors_read_rocm_and_dtk_from_the_fakes_install(tmp_path):
     sc = scenario(settings={"hygon": {"runtime_version": "24.04.1"}})
     assert {d.identity.runtime_version for d in rocm_smi.create(options(tmp_path, sc)).collect()} == {"6.2.0"}
-    assert {d.identity.runtime_version for d in rocm_smi.create_hy_smi(options(tmp_path, sc)).collect()} == {"24.04.1"}
+    assert {d.identity.runtime_version for d in hy_smi.create(options(tmp_path, sc)).collect()} == {"24.04.1"}
 
 
 # --------------------------------------------------------------------------- Hygon fabric links
 
 
 def test_hygon_dcus_of_the_default_node_are_linked(tmp_path):
-    devs = rocm_smi.create_hy_smi(options(tmp_path, load("default"))).collect()
+    devs = hy_smi.create(options(tmp_path, load("default"))).collect()
     uuids = [d.identity.uuid for d in devs]
     assert len(devs) == 2 and all(d.identity.runtime_version for d in devs)
     for d in devs:
@@ -182,14 +184,14 @@ def test_hygon_dcus_of_the_default_node_are_linked(tmp_path):
 
 def test_topology_is_asked_once_then_every_topo_interval(tmp_path):
     clock = ManualClock()
-    exe, env, root = smi_fake.install(scenario(), clock, str(tmp_path), "hy-smi")
+    exe, env, root = hy_fake.install(scenario(), clock, str(tmp_path), "hy-smi")
     argvs = []
 
     def runner(argv, timeout, **kw):
         argvs.append(list(argv[1:]))
         return vendor_cli.run(argv, timeout, **kw)
 
-    c = rocm_smi.HySmiCollector(exe, clock=clock, timeout=5.0, interval=10.0, runner=runner, extra_env=env,
+    c = hy_smi.HySmiCollector(exe, clock=clock, timeout=5.0, interval=10.0, runner=runner, extra_env=env,
                                 settings={"topo_interval": 300}, host=HostPaths(root=root))
     asked = []
     for t in (0, 10, 20, 310, 320):
@@ -203,14 +205,14 @@ def test_topology_is_asked_once_then_every_topo_interval(tmp_path):
 
 def test_topology_is_a_call_of_its_own_with_the_minimal_option_set(tmp_path):
     clock = ManualClock()
-    exe, env, root = smi_fake.install(scenario(), clock, str(tmp_path), "hy-smi")
+    exe, env, root = hy_fake.install(scenario(), clock, str(tmp_path), "hy-smi")
     calls = []
 
     def runner(argv, timeout, **kw):
         calls.append(tuple(argv[1:]))
         return vendor_cli.run(argv, timeout, **kw)
 
-    c = rocm_smi.HySmiCollector(exe, clock=clock, timeout=5.0, interval=10.0, runner=runner, extra_env=env,
+    c = hy_smi.HySmiCollector(exe, clock=clock, timeout=5.0, interval=10.0, runner=runner, extra_env=env,
                                 settings={"args": list(rocm_smi.MINIMAL_ARGS)}, host=HostPaths(root=root))
     devs = c.collect()
     assert rocm_smi.TOPO_ARGS in calls and all(len(d.links) == 2 for d in devs)
@@ -236,7 +238,7 @@ LOST = [{"at": 10, "until": 30, "vendor": "amd", "index": 1, "kind": "lost"},
         {"at": 10, "until": 30, "vendor": "hygon", "index": 2, "kind": "lost"}]
 
 
-@pytest.mark.parametrize("make", [amdsmi.create, rocm_smi.create, rocm_smi.create_hy_smi],
+@pytest.mark.parametrize("make", [amdsmi.create, rocm_smi.create, hy_smi.create],
                          ids=["amdsmi", "rocm-smi", "hy-smi"])
 def test_a_device_no_longer_listed_is_failed_under_its_uuid(tmp_path, make):
     clock = ManualClock()
@@ -281,7 +283,7 @@ def test_harness_failure_modes_and_the_cli_mode_alias(tmp_path):
     c = rocm_smi.create(options(tmp_path / "c", scenario(settings={"hygon": {"cli_mode": "crash"}})))
     assert len(c.collect()) == 2  # the alias of one vendor leaves the other alone
     with pytest.raises(vendor_cli.CliError, match="Driver not initialized"):
-        rocm_smi.create_hy_smi(options(tmp_path / "h", scenario(settings={"hygon": {"cli_mode": "crash"}}))).collect()
+        hy_smi.create(options(tmp_path / "h", scenario(settings={"hygon": {"cli_mode": "crash"}}))).collect()
 
 
 def test_a_fake_rejects_an_unknown_cli_mode(tmp_path):
@@ -303,7 +305,7 @@ def test_every_quality_row_has_a_resolution_and_every_sampled_one_a_window(tmp_p
     _check([("power average", amdsmi.POWER_AVERAGE), *amdsmi.DERIVED.items()])
     _check((n, rocm_smi.quality(n, f"rocm-smi '{n}'")) for n in rocm_smi.QUALITY_TABLE)
     sc = load("default")
-    for make in (amdsmi.create, rocm_smi.create, rocm_smi.create_hy_smi):
+    for make in (amdsmi.create, rocm_smi.create, hy_smi.create):
         devs = make(options(tmp_path, sc)).collect()
         _check((n, r.quality) for d in devs for n, r in d.readings.items())
     assert all(isinstance(q, Quality) and q.error_bound is None for n, q in amdsmi.QUALITY.items()

@@ -14,6 +14,7 @@ from conftest import shared_fixture, shared_fixtures
 from hetero_exporter.model import fields as F
 from hetero_exporter.sdk.contract import CollectorOptions
 from hetero_exporter.collectors.amd.rocm_smi import collector as rocm_smi
+from hetero_exporter.collectors.hygon.hy_smi import collector as hy_smi
 from hetero_exporter.model import snapshot_from_json
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import load
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse(name: str, tool: str = "hy-smi"):
-    return rocm_smi.parse(shared_fixture("hy-smi", name).read_text(encoding="utf-8"), tool).devices
+    text = shared_fixture("hy-smi", name).read_text(encoding="utf-8")
+    return (hy_smi.parse_hy_smi(text) if tool == "hy-smi" else rocm_smi.parse(text, tool)).devices
 
 
 def test_z100l_json_of_dtk():
@@ -65,7 +67,7 @@ def test_rocm_4_classic_table_on_hygon():
 
 def test_hy_smi_collector_over_the_default_scenario(tmp_path):
     clock = ManualClock()
-    c = rocm_smi.create_hy_smi(CollectorOptions(scenario=load("default"), clock=clock, workdir=str(tmp_path)))
+    c = hy_smi.create(CollectorOptions(scenario=load("default"), clock=clock, workdir=str(tmp_path)))
     assert (c.name, c.vendor) == ("hy_smi", "hygon")
     devs = c.collect()
     assert [(d.identity.kind, d.identity.model) for d in devs] == [("dcu", "Z100L")] * 2
@@ -112,7 +114,7 @@ def test_garbage_printing_hy_smi_is_a_parse_error_of_its_collector_only(tmp_path
     from hetero_exporter.sdk.contract import ParseError
     from hetero_exporter.collectors.amd.amdsmi import collector as amdsmi
     scenario = load(str(ROOT / "fixtures" / "scenarios" / "hygon-garbage-cli.yaml"))
-    c = rocm_smi.create_hy_smi(CollectorOptions(scenario=scenario, clock=ManualClock(), workdir=str(tmp_path)))
+    c = hy_smi.create(CollectorOptions(scenario=scenario, clock=ManualClock(), workdir=str(tmp_path)))
     with pytest.raises(ParseError, match="^hy-smi: "):
         c.collect()
     with pytest.raises(ParseError):  # every cycle, not once
@@ -146,7 +148,7 @@ def test_every_hy_smi_capture_is_listed():
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_hy_smi_capture_parses_to_its_text(name):
-    snap = rocm_smi.parse(shared_fixture("hy-smi", name).read_text(encoding="utf-8"), "hy-smi")
+    snap = hy_smi.parse_hy_smi(shared_fixture("hy-smi", name).read_text(encoding="utf-8"))
     count, buses, totals, health, procs = EXPECTED[name]
     assert len(snap.devices) == count and all(d.identity.vendor == "hygon" for d in snap.devices)
     assert [d.identity.pci_address for d in snap.devices] == (buses or [None] * count)
@@ -156,7 +158,7 @@ def test_every_hy_smi_capture_parses_to_its_text(name):
 
 
 def test_showbus_serial_na_falls_back_to_the_bus_id():
-    devs = rocm_smi.parse(shared_fixture("hy-smi", "hy-smi-showbus_8x-hygon-dcu-6430_sn-NA-on-some.txt")
-                          .read_text(encoding="utf-8"), "hy-smi").devices
+    devs = hy_smi.parse_hy_smi(shared_fixture("hy-smi", "hy-smi-showbus_8x-hygon-dcu-6430_sn-NA-on-some.txt")
+                               .read_text(encoding="utf-8")).devices
     assert [d.identity.serial for d in devs[:3]] == ["2500238601000586", "2500238601000600", None]
     assert devs[2].identity.uuid == "hygon-pci-0000:14:00.0" and devs[0].identity.uuid == "hygon-2500238601000586"

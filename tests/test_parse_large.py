@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from conftest import SHARED_ABSENT, shared_fixtures
 from hetero_exporter import registry
 from hetero_exporter.collectors.amd.amd_smi import parse as amd
-from hetero_exporter.collectors.amd.rocm_smi import parse as rocm
+from hetero_exporter.sdk.rocm_family import parse as rocm
 from hetero_exporter.collectors.ascend.npu_smi import parse as npu
 from hetero_exporter.collectors.cambricon.cnmon import parse as cnmon
 from hetero_exporter.collectors.enflame.efsmi import parse as efsmi

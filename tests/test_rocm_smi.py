@@ -17,7 +17,9 @@ from hetero_exporter.model import fields as F
 from hetero_exporter.sdk import runner as vendor_cli
 from hetero_exporter.sdk.contract import CollectorOptions, ParseError
 from hetero_exporter.collectors.amd.rocm_smi import collector as rocm_smi
-from hetero_exporter.collectors.amd.rocm_smi.fake import FakeSmiCli, render_json
+from hetero_exporter.collectors.amd.rocm_smi.fake import FakeSmiCli
+from hetero_exporter.collectors.amd.rocm_smi import fake as amd_fake
+from hetero_exporter.collectors.hygon.hy_smi import fake as hy_fake
 from hetero_exporter.model import snapshot_from_json
 from hetero_exporter.simulate import ManualClock
 from hetero_exporter.simulate.scenario import from_dict
@@ -291,7 +293,7 @@ def test_rendered_json_parses_back_to_the_scenario(kind, util, used_frac, temp, 
                                       sclk=sclk_mhz * 1e6))
     specs = from_dict(doc, "rt").devices
     tool = "rocm-smi" if vendor == "amd" else "hy-smi"
-    report = rocm_smi.parse_json(render_json(list(specs), 0.0, vendor), tool)
+    report = rocm_smi.parse_json({"amd": amd_fake, "hygon": hy_fake}[vendor].render_json(list(specs), 0.0), tool)
     devs = rocm_smi.build_devices(report, 0.0, {p.pid: (i,) for i, s in enumerate(specs) for p in s.processes})
     assert [d.identity.pci_address for d in devs] == [s.pci_address for s in specs]
     assert [d.identity.vendor for d in devs] == [vendor] * 3
@@ -374,7 +376,9 @@ def test_pcie_replay_increase_is_a_fault(tmp_path):
 
 def test_missing_tool_is_unavailable(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr(rocm_smi, "SEARCH_DIRS", {"rocm-smi": ("/nonexistent",)})
+    import dataclasses
+    monkeypatch.setattr(rocm_smi.RocmSmiCollector, "member",
+                        dataclasses.replace(rocm_smi.ROCM_SMI, search_dirs=("/nonexistent",)))
     from hetero_exporter.sdk.contract import Unavailable
     with pytest.raises(Unavailable, match="rocm-smi not found"):
         rocm_smi.create(CollectorOptions())

@@ -1,10 +1,11 @@
-"""rocm-smi / hy-smi reports (collectors/amd/rocm_smi/parse.py) as the normalized model.
+"""The rocm-smi family's reports (parse.py) as the normalized model, for a ``Member``.
 
 The quality table (``QUALITY``) is declared once per field; the source of a reading is the key
 or column it was read from (``rocm-smi 'Temperature (Sensor junction) (C)'``). Identity: the uuid
-comes from collectors/amd/identity.py (the same function amdsmi uses, over the same ASIC unique
-id), the PCI address through the shared normalizer. Fabric links are the ``XGMI`` pairs one hop
-apart in the topology (``parse.parse_topology``).
+comes from identity.py (the same function the vendor's library collector uses, over the same
+ASIC unique id), the PCI address through the shared normalizer; the vendor and kind of a card
+are the member's (``Member.card_vendor``). Fabric links are the ``XGMI`` pairs one hop apart in
+the topology (``parse.parse_topology``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from typing import Mapping, Optional, Sequence
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import profiles
-from hetero_exporter.collectors.amd.identity import device_uuid
-from hetero_exporter.collectors.amd.rocm_smi.parse import (Card, Hop, Report, frequency, hex_id, is_na, number,
-                                                            parse_report, parse_topology)
 from hetero_exporter.model import DeviceIdentity, DeviceSample, Link, NodeSnapshot, ProcessSample, Quality, Reading
 from hetero_exporter.sdk import pciaddr, values
-
-TOOL_VENDOR = {"rocm-smi": "amd", "hy-smi": "hygon"}
-KIND = {"amd": "gpu", "hygon": "dcu"}
+from hetero_exporter.sdk.rocm_family import CardVendor, Member
+from hetero_exporter.sdk.rocm_family.identity import device_uuid
+from hetero_exporter.sdk.rocm_family.parse import (Card, Hop, Report, frequency, hex_id, is_na, number, parse_report,
+                                                   parse_topology)
 
 # Vendor-specific fields (JSON model and accelerator_field_status only).
 TEMP_EDGE = "temperature_edge_celsius"
@@ -76,17 +75,16 @@ def _find(keys: dict[str, tuple[str, str]], *patterns: str) -> Optional[tuple[st
     return None
 
 
-def _card_vendor(card: Card, report: Report, default: str) -> str:
+_USE_KEY = re.compile(r"([a-z]+) (?:memory )?use \(%\)")  # "DCU use (%)": the device word of the keys
+
+
+def _card_vendor(card: Card, report: Report, member: Member) -> CardVendor:
     keys = _lower_keys(card.raw)
     hit = _find(keys, r"card vendor")
-    text = (hit[1] if hit else "").lower()
-    if "haiguang" in text or "hygon" in text:
-        return "hygon"
-    if "advanced micro devices" in text or "amd" in text.split():
-        return "amd"
-    if report.dcu_header or _find(keys, r"[dh]cu use \(%\)") or _find(keys, r"[dh]cu memory use \(%\)"):
-        return "hygon"
-    return default
+    words = {m.group(1).upper() for m in map(_USE_KEY.fullmatch, keys) if m}
+    if report.dcu_header:  # the table's first column, or the keyed lines' word
+        words.add("DCU")
+    return member.card_vendor(hit[1] if hit else "", words)
 
 
 def _product_name(keys: dict[str, tuple[str, str]], card: Card) -> Optional[str]:
@@ -221,19 +219,20 @@ def _identity_strings(card: Card, keys: dict[str, tuple[str, str]]) -> dict[str,
 def build_devices(report: Report, now: float = 0.0,
                   pid_gpus: Optional[Mapping[int, Sequence[int]]] = None,
                   topology: Optional[Mapping[frozenset, Hop]] = None,
-                  runtime_version: Optional[str] = None) -> list[DeviceSample]:
-    """The report's cards as DeviceSamples (health ``ok``: the CLI shows no RAS state).
-    ``topology``: pairs from an earlier ``--showtopo`` (default: the report's own system keys);
-    ``runtime_version``: ROCm / DTK version of the install (the tool does not print it)."""
+                  runtime_version: Optional[str] = None, *, member: Member) -> list[DeviceSample]:
+    """The report's cards as DeviceSamples (health ``ok``: the CLI shows no RAS state) of the
+    ``member`` tool. ``topology``: pairs from an earlier ``--showtopo`` (default: the report's
+    own system keys); ``runtime_version``: the vendor runtime of the install (the tool does not
+    print it)."""
     tool = report.tool
-    default_vendor = TOOL_VENDOR.get(tool, "amd")
     driver = next((v.strip() for k, v in report.system.items() if k.strip().lower() == "driver version"
                    and not is_na(v)), None)
     devices: list[tuple[Card, DeviceIdentity, dict]] = []
     seen_uuids: set[str] = set()
     for card in report.cards:
         keys = _lower_keys(card.raw)
-        vendor = _card_vendor(card, report, default_vendor)
+        owner = _card_vendor(card, report, member)
+        vendor = owner.vendor
         ids = _identity_strings(card, keys)
         name = _product_name(keys, card)
         uuid = device_uuid(vendor, card.index, ids["unique_id"], ids["serial"], ids["pci"], ids["guid"])
@@ -242,7 +241,7 @@ def build_devices(report: Report, now: float = 0.0,
         seen_uuids.add(uuid)
         numa = number(ids["numa"])
         ident = DeviceIdentity(
-            vendor=vendor, kind=KIND.get(vendor, "gpu"), index=card.index, uuid=uuid,
+            vendor=vendor, kind=owner.kind, index=card.index, uuid=uuid,
             model=_model(vendor, name, ids["device_id"]), pci_address=ids["pci"],
             numa_node=int(numa) if numa is not None and 0 <= numa < 1024 else None,
             driver_version=driver, runtime_version=runtime_version, firmware_version=ids["vbios"],
@@ -306,15 +305,8 @@ def fabric_links(topology: Mapping[frozenset, Hop], by_index: Mapping[int, str])
     return out
 
 
-def parse(text: str, tool: str = "rocm-smi", now: float = 0.0) -> NodeSnapshot:
-    """Captured ``rocm-smi``/``hy-smi`` output (JSON, concise table or keyed text) -> snapshot."""
-    report = parse_report(text, tool)
-    return NodeSnapshot(node="", time=now, devices=tuple(build_devices(report, now)))
-
-
-def parse_rocm_smi(text: str) -> NodeSnapshot:
-    return parse(text, "rocm-smi")
-
-
-def parse_hy_smi(text: str) -> NodeSnapshot:
-    return parse(text, "hy-smi")
+def parse(text: str, member: Member, now: float = 0.0, tool: Optional[str] = None) -> NodeSnapshot:
+    """Captured output of the ``member`` tool (JSON, concise table or keyed text) -> snapshot;
+    ``tool``: the name its messages and sources give (default the member's)."""
+    report = parse_report(text, tool or member.tool)
+    return NodeSnapshot(node="", time=now, devices=tuple(build_devices(report, now, member=member)))
