@@ -26,7 +26,7 @@ def _enabled(tmp_path: Path, sysfs: Path) -> list[str]:
     args = cli.build_parser().parse_args(["inspect", "--config", str(cfg), "--log-format", "text"])
     w = cli.agent(args)
     try:
-        return [e.name for e in w.enabled_collectors()]
+        return [spec.name for spec in w.parts.collectors]
     finally:
         w.close()
 

@@ -448,7 +448,8 @@ class _Assembly:
             self.env.kernel_log_source(kl, s), state_dir=self.state_dir, boot_id=self.env.state_boot_id,
             clock=self.env.clock, wake=self.wake.set, max_records_per_second=float(s.max_records_per_second),
             max_pending=int(s.max_pending), retry_seconds=float(s.retry_seconds), writable=self.writable,
-            urgent_codes=policy.overrides)  # an overridden code is never skipped in a storm
+            urgent_codes=policy.overrides,  # an overridden code is never skipped in a storm
+            defer_restore=True)  # Agent.restore reads the cursor
         return KernelLog(follower, kl.KernelLogFaults(follower, reset_codes=policy.reset_codes | kl.RESET_CODES,
                                                       dedup_seconds=float(s.dedup_seconds)))
 

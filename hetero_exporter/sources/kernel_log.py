@@ -468,7 +468,7 @@ class Follower:
                  clock: Callable[[], float] = time.time, max_records_per_second: float = 5000.0,
                  max_pending: int = 1024, wake: Optional[Callable[[], None]] = None,
                  retry_seconds: float = 60.0, poll_seconds: float = 0.25, writable: bool = True,
-                 urgent_codes: Optional[Mapping[str, Iterable[str]]] = None):
+                 urgent_codes: Optional[Mapping[str, Iterable[str]]] = None, defer_restore: bool = False):
         self.source = source
         self._cursor_fields: dict[str, Any] = dict(getattr(source, "cursor_fields", {}))
         self.state_dir = state_dir
@@ -512,7 +512,9 @@ class Follower:
         self._stop = threading.Event()
         self._first = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._restored = False  # the saved cursor read (restore(): the agent's, else the first open)
+        self._restored = False  # the saved cursor read: now, or (defer_restore) by restore() or the first read
+        if not defer_restore:
+            self.restore()
 
     # ---- state file
 
@@ -521,9 +523,10 @@ class Follower:
         return os.path.join(self.state_dir, STATE_FILE) if self.state_dir else None
 
     def restore(self) -> None:
-        """Read the cursor an earlier run saved, once: a restart neither replays what it handed
-        over nor misses what came since (the agent calls it before the first cycle; the first
-        read does where nobody has)."""
+        """Read the cursor an earlier run saved (and remove what a save killed mid-write left),
+        once: a restart neither replays what it handed over nor misses what came since. Made
+        with ``defer_restore``, the agent calls it before its first cycle (app/agent.py
+        Agent.restore), else the first read does."""
         if self._restored:
             return
         self._restored = True
