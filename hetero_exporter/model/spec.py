@@ -151,7 +151,15 @@ class VendorSpec:
         return None
 
     def missing(self) -> list[str]:
-        """Fields a complete spec must fill (the contract tests ask for none missing)."""
+        """What a complete spec lacks (the contract tests ask for none missing; docs/DEVELOPING.md,
+        Adding a vendor): its required fields; each tool's ``library_dirs`` (a tool runs from the
+        host root with its driver libraries, unless a container toolkit mounts it with them, which
+        its ``why_missing`` then names, as nvidia-smi's does); and a source or a reason for every
+        field of the catalogue (model/fields.py): ``unsupported["*"]``, the reason for each field
+        neither its collectors' quality tables nor ``field_sources`` give, and no key of
+        ``field_sources`` / ``unsupported`` that is not a catalogue field."""
+        from hetero_exporter.model import fields as F  # lazily: the specs load at start, this in tests
+
         out = []
         for f in ("name", "kind", "display_name", "package", "pci_vendor_ids", "resources",
                   "resource_domains", "collectors", "parsers", "tools"):
@@ -159,4 +167,12 @@ class VendorSpec:
                 out.append(f)
         if not self.device_resource("x"):
             out.append("device_resource")
+        out += [f"tools[{t.name}].library_dirs" for t in self.tools
+                if not t.library_dirs and "container toolkit" not in t.why_missing]
+        if not self.unsupported.get("*"):
+            out.append('unsupported["*"]')
+        names = {f.name for f in F.CATALOGUE}
+        out += [f"{where}[{k!r}] (not a catalogue field)" for where, keys in
+                (("field_sources", self.field_sources), ("unsupported", self.unsupported))
+                for k in keys if k != "*" and k not in names]
         return out

@@ -19,8 +19,11 @@ SPEC = VendorSpec(
     device_resource=lambda model: "acme.example/gpu",
     id_prefixes=("ACME-",),
     uuid_prefix="ACME-",
-    tools=(ToolSpec("acme-smi", why_missing="Acme driver tools not installed"),),
+    # the driver libraries acme-smi loads when it runs from the host root (VendorSpec.missing)
+    tools=(ToolSpec("acme-smi", library_dirs=("/opt/acme/lib",), why_missing="Acme driver tools not installed"),),
     collectors=(CollectorEntry("acme_smi", "acme", f"{__name__}.acme_smi.collector",
                                description="Acme GPUs through `acme-smi` (test vendor)"),),
     parsers={"acme-smi": f"{__name__}.acme_smi.collector:parse_snapshot"},
+    # every catalogue field its quality table does not give (VendorSpec.missing)
+    unsupported={"*": "acme-smi prints utilization, memory, temperature and power only"},
 )
