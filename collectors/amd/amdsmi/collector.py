@@ -715,13 +715,18 @@ class AmdSmiCollector:
                                     faults=self._ledger.faults(uuid), processes=procs,
                                     links=links.get(uuid, ())))
             out.extend(children)
+        return out + self._missing(out, now)
+
+    def _missing(self, listed: list[DeviceSample], now: float) -> list[DeviceSample]:
+        """The GPUs pinned before that amdsmi no longer lists: failed under their uuid (one
+        ``missing`` episode while they stay away)."""
         present = []
-        for d in out:
+        for d in listed:
             if d.identity.parent is None:
                 self._memory.remember(d.identity)
                 present.append(d.identity.uuid)
-        lost = set()
-        for ident in self._memory.missing(present):  # no longer listed: failed under its uuid
+        out, lost = [], set()
+        for ident in self._memory.missing(present):
             lost.add(ident.uuid)
             fault = self._ledger.get(ident.uuid, "missing") if ident.uuid in self._lost else None
             if fault is None:  # a new episode

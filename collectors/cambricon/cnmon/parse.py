@@ -263,6 +263,23 @@ def _check_lines(text: str, tool: str) -> list[str]:
     return lines
 
 
+def _title(joined: str, ln: int) -> tuple[str, Optional[str]]:
+    """(version, driver version) of the ``CNMON <version> ... Driver <version>`` title line."""
+    m = re.search(r"CNMON\s+v?(\S+)", joined)
+    if not m:
+        raise ParseError(TOOL, "the first table line must be the 'CNMON <version>' title", ln)
+    d = re.search(r"Driver\s+v?(\S+)", joined)
+    return m.group(1), d.group(1) if d else None
+
+
+def _card_header(rows: list[tuple[int, list[str]]]) -> tuple[list, list]:
+    """The cell patterns of the two card header lines (``Card  VF  Name ...``)."""
+    (l1, c1), (_l2, c2) = rows
+    if not re.search(r"\bCard\b", "|".join(c1)) or len(c1) != len(c2):
+        raise ParseError(TOOL, "the card header must be two lines starting 'Card ...' with the same cells", l1)
+    return [_cell_pattern(c) for c in c1], [_cell_pattern(c) for c in c2]
+
+
 def parse_table(text: str) -> CnmonTable:
     """Parse ``cnmon`` (the default table for all cards, with its process section)."""
     lines = [(i, ln.rstrip()) for i, ln in enumerate(_check_lines(text, TOOL), 1) if ln.strip()]
@@ -305,21 +322,12 @@ def parse_table(text: str) -> CnmonTable:
         started = True
         joined = "|".join(cells)
         if section == "title":
-            m = re.search(r"CNMON\s+v?(\S+)", joined)
-            if not m:
-                raise ParseError(TOOL, "the first table line must be the 'CNMON <version>' title", ln)
-            version = m.group(1)
-            d = re.search(r"Driver\s+v?(\S+)", joined)
-            driver = d.group(1) if d else None
+            version, driver = _title(joined, ln)
             section = "header"
         elif section == "header":
             head_rows.append((ln, cells))
             if len(head_rows) == 2:
-                (l1, c1), (l2, c2) = head_rows
-                if not re.search(r"\bCard\b", "|".join(c1)) or len(c1) != len(c2):
-                    raise ParseError(TOOL, "the card header must be two lines starting 'Card ...' "
-                                           "with the same cells", l1)
-                head = ([_cell_pattern(c) for c in c1], [_cell_pattern(c) for c in c2])
+                head = _card_header(head_rows)
                 section = "cards"
         elif section == "cards":
             if re.match(r"\s*Processes:", joined):
@@ -345,11 +353,9 @@ def parse_table(text: str) -> CnmonTable:
         raise ParseError(TOOL, "no 'CNMON <version>' title")
     if head is None:
         raise ParseError(TOOL, "no card header ('Card  VF  Name ...')")
-    seen = set()
-    for c in cards:
-        if (c.card, c.vf) in seen:
-            raise ParseError(TOOL, f"card {c.card} ({c.vf}) is listed twice")
-        seen.add((c.card, c.vf))
+    if len({(c.card, c.vf) for c in cards}) < len(cards):
+        twice = next(c for i, c in enumerate(cards) if any((c.card, c.vf) == (o.card, o.vf) for o in cards[:i]))
+        raise ParseError(TOOL, f"card {twice.card} ({twice.vf}) is listed twice")
     return CnmonTable(version=version, driver_version=driver, timestamp=timestamp, cards=tuple(cards),
                       processes=tuple(procs), instance_column=instance, process_section=section == "processes")
 

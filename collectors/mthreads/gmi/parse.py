@@ -302,9 +302,9 @@ def _proc_row(text: str) -> Optional[tuple[str, str, str, str]]:
     return m.group(1), m.group(2), name, rest[word_at:]
 
 
-def parse_table(text: str) -> GmiTable:
-    """The GPUs (and processes) of one default ``mthreads-gmi`` output; ParseError naming the
-    line otherwise."""
+def _classified(text: str) -> tuple[list[tuple[int, str, str]], bool]:
+    """(line number, the line without trailing blanks, its ``_kind``) of each line, and whether
+    the output stops inside its last line (then not read)."""
     raw = text.splitlines()
     cut = bool(raw) and not text.endswith(("\n", "\r")) and _kind(raw[-1].rstrip()) == "text"
     if cut:
@@ -313,12 +313,19 @@ def parse_table(text: str) -> GmiTable:
         raw = raw[:-1]
     if len(raw) > MAX_LINES:
         raise ParseError(TOOL, f"{len(raw)} lines: not a mthreads-gmi table")
-    lines = []
+    lines: list[tuple[int, str, str]] = []
     for i, t in enumerate(raw, 1):
         if len(t) > MAX_LINE:
             raise ParseError(TOOL, f"a line of {len(t)} characters: not a mthreads-gmi table", i)
         t = t.rstrip()
         lines.append((i, t, _kind(t)))
+    return lines, cut
+
+
+def parse_table(text: str) -> GmiTable:
+    """The GPUs (and processes) of one default ``mthreads-gmi`` output; ParseError naming the
+    line otherwise."""
+    lines, cut = _classified(text)
     at = next((k for k, (_, t, kind) in enumerate(lines) if kind == "text" and _TITLE.search(t)), None)
     if at is None:
         detect(text)  # raises the one-line error

@@ -888,77 +888,104 @@ def _x(s: Any) -> str:
     return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _opt(fn: Any, *args: Any, fmt: str = "{}") -> str:
+    """``fmt`` of the call's answer; N/A where NVML raises (as nvidia-smi prints it)."""
+    try:
+        return fmt.format(fn(*args))
+    except pynvml.NVMLError:
+        return "N/A"
+
+
+def _mib(b: float) -> str:
+    return f"{int(b) >> 20} MiB"
+
+
 def render_smi_xml(fake: FakeNvml) -> str:
     """The fake's GPUs as ``nvidia-smi -q -x`` prints them (DTD v12 layout, R535+ power
     and clock-event elements), from the same NVML calls, so the CLI path round-trips the
     scenario. A lost GPU is left out, as nvidia-smi cannot open it."""
-    nv = pynvml
     t = fake._t()
-
-    def opt(fn: Any, *args: Any, fmt: str = "{}") -> str:
-        try:
-            return fmt.format(fn(*args))
-        except pynvml.NVMLError:
-            return "N/A"
-
     lines = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">',
              "<nvidia_smi_log>", f"\t<timestamp>{time.strftime('%a %b %d %H:%M:%S %Y', time.gmtime(fake._clock()))}</timestamp>",
              f"\t<driver_version>{_x(fake.nvmlSystemGetDriverVersion())}</driver_version>",
-             f"\t<cuda_version>{opt(lambda: _cuda_text(fake.nvmlSystemGetCudaDriverVersion_v2()))}</cuda_version>"]
+             f"\t<cuda_version>{_opt(lambda: _cuda_text(fake.nvmlSystemGetCudaDriverVersion_v2()))}</cuda_version>"]
     gpus = [h for h in fake._handles if not fake._lost(h.spec.index, t)]
     lines.append(f"\t<attached_gpus>{len(gpus)}</attached_gpus>")
     for h in gpus:
-        spec = h.spec
+        lines += _SmiGpu(fake, h, t).lines()
+    lines.append("</nvidia_smi_log>")
+    return "\n".join(lines) + "\n"
+
+
+class _SmiGpu:
+    """The ``<gpu>`` element of one fake GPU in ``nvidia-smi -q -x`` (render_smi_xml), section by section."""
+
+    def __init__(self, fake: FakeNvml, h: Any, t: float):
+        self.fake, self.h, self.t, self.spec = fake, h, t, h.spec
+        self.fv = {f.fieldId: f for f in fake.nvmlDeviceGetFieldValues(h, list(_FIELD_IDS))}
+
+    def field(self, fid: int, fmt: str = "{}") -> str:
+        v = self.fv[fid]
+        return fmt.format(v.value.ullVal) if v.nvmlReturn == pynvml.NVML_SUCCESS else "N/A"
+
+    def flag(self, fid: int) -> str:
+        v = self.fv[fid]
+        return ("Yes" if v.value.ullVal else "No") if v.nvmlReturn == pynvml.NVML_SUCCESS else "N/A"
+
+    def lines(self) -> list[str]:
+        return [*self._pci(), *self._reasons_and_usage(), *self._ecc(), *self._sensors(), *self._processes(),
+                *self._migs(), "\t</gpu>"]
+
+    def _pci(self) -> list[str]:
+        fake, h, spec, t = self.fake, self.h, self.spec, self.t
         pci = fake.nvmlDeviceGetPciInfo(h).busId
-        mem = fake.nvmlDeviceGetMemoryInfo(h, nv.nvmlMemory_v2) if "memory_used_bytes" not in spec.unsupported else None
-        mib = (lambda b: f"{int(b) >> 20} MiB")
+        return [f'\t<gpu id="{pci}">', f"\t\t<product_name>{_x(spec.product)}</product_name>",
+                f"\t\t<serial>{_x(spec.serial)}</serial>", f"\t\t<uuid>{spec.uuid}</uuid>",
+                "\t\t<inforom_version>", f"\t\t\t<img_version>{_x(spec.firmware_version or 'N/A')}</img_version>",
+                "\t\t</inforom_version>",
+                f"\t\t<gpu_recovery_action>{_RECOVERY_TEXT.get(fake._recovery(spec, t), 'Unknown')}</gpu_recovery_action>",
+                "\t\t<pci>", f"\t\t\t<pci_bus_id>{pci}</pci_bus_id>", "\t\t\t<pci_gpu_link_info>", "\t\t\t\t<pcie_gen>",
+                f"\t\t\t\t\t<max_link_gen>{_opt(fake.nvmlDeviceGetMaxPcieLinkGeneration, h)}</max_link_gen>",
+                f"\t\t\t\t\t<current_link_gen>{_opt(fake.nvmlDeviceGetCurrPcieLinkGeneration, h)}</current_link_gen>",
+                "\t\t\t\t</pcie_gen>", "\t\t\t\t<link_widths>",
+                f"\t\t\t\t\t<max_link_width>{_opt(fake.nvmlDeviceGetMaxPcieLinkWidth, h, fmt='{}x')}</max_link_width>",
+                f"\t\t\t\t\t<current_link_width>{_opt(fake.nvmlDeviceGetCurrPcieLinkWidth, h, fmt='{}x')}</current_link_width>",
+                "\t\t\t\t</link_widths>", "\t\t\t</pci_gpu_link_info>",
+                f"\t\t\t<replay_counter>{self.field(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER)}</replay_counter>",
+                "\t\t</pci>"]
+
+    def _reasons_and_usage(self) -> list[str]:
+        fake, h, spec = self.fake, self.h, self.spec
+        mem = (fake.nvmlDeviceGetMemoryInfo(h, pynvml.nvmlMemory_v2) if "memory_used_bytes" not in spec.unsupported
+               else None)
         util = None
         try:
             util = fake.nvmlDeviceGetUtilizationRates(h)
         except pynvml.NVMLError:
             pass
-        fv = {f.fieldId: f for f in fake.nvmlDeviceGetFieldValues(h, list(_FIELD_IDS))}
-
-        def field(fid: int, fmt: str = "{}") -> str:
-            v = fv[fid]
-            return fmt.format(v.value.ullVal) if v.nvmlReturn == nv.NVML_SUCCESS else "N/A"
-
-        def flag(fid: int) -> str:
-            v = fv[fid]
-            return ("Yes" if v.value.ullVal else "No") if v.nvmlReturn == nv.NVML_SUCCESS else "N/A"
-
         try:
             reasons = fake.nvmlDeviceGetCurrentClocksEventReasons(h)
         except pynvml.NVMLError:
             reasons = None
-        lines += [f'\t<gpu id="{pci}">', f"\t\t<product_name>{_x(spec.product)}</product_name>",
-                  f"\t\t<serial>{_x(spec.serial)}</serial>", f"\t\t<uuid>{spec.uuid}</uuid>",
-                  "\t\t<inforom_version>", f"\t\t\t<img_version>{_x(spec.firmware_version or 'N/A')}</img_version>",
-                  "\t\t</inforom_version>",
-                  f"\t\t<gpu_recovery_action>{_RECOVERY_TEXT.get(fake._recovery(spec, t), 'Unknown')}</gpu_recovery_action>",
-                  "\t\t<pci>", f"\t\t\t<pci_bus_id>{pci}</pci_bus_id>", "\t\t\t<pci_gpu_link_info>", "\t\t\t\t<pcie_gen>",
-                  f"\t\t\t\t\t<max_link_gen>{opt(fake.nvmlDeviceGetMaxPcieLinkGeneration, h)}</max_link_gen>",
-                  f"\t\t\t\t\t<current_link_gen>{opt(fake.nvmlDeviceGetCurrPcieLinkGeneration, h)}</current_link_gen>",
-                  "\t\t\t\t</pcie_gen>", "\t\t\t\t<link_widths>",
-                  f"\t\t\t\t\t<max_link_width>{opt(fake.nvmlDeviceGetMaxPcieLinkWidth, h, fmt='{}x')}</max_link_width>",
-                  f"\t\t\t\t\t<current_link_width>{opt(fake.nvmlDeviceGetCurrPcieLinkWidth, h, fmt='{}x')}</current_link_width>",
-                  "\t\t\t\t</link_widths>", "\t\t\t</pci_gpu_link_info>",
-                  f"\t\t\t<replay_counter>{field(nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER)}</replay_counter>",
-                  "\t\t</pci>", "\t\t<clocks_event_reasons>"]
+        lines = ["\t\t<clocks_event_reasons>"]
         for bit, _name, suffix in _SMI_REASONS:
             text = "N/A" if reasons is None else ("Active" if reasons & bit else "Not Active")
             lines.append(f"\t\t\t<clocks_event_reason_{suffix}>{text}</clocks_event_reason_{suffix}>")
-        lines += ["\t\t</clocks_event_reasons>", "\t\t<fb_memory_usage>",
-                  f"\t\t\t<total>{mib(mem.total) if mem else 'N/A'}</total>",
-                  f"\t\t\t<reserved>{mib(mem.reserved) if mem else 'N/A'}</reserved>",
-                  f"\t\t\t<used>{mib(mem.used) if mem else 'N/A'}</used>",
-                  f"\t\t\t<free>{mib(mem.free) if mem else 'N/A'}</free>", "\t\t</fb_memory_usage>",
-                  "\t\t<utilization>", f"\t\t\t<gpu_util>{f'{util.gpu} %' if util else 'N/A'}</gpu_util>",
-                  f"\t\t\t<memory_util>{f'{util.memory} %' if util else 'N/A'}</memory_util>", "\t\t</utilization>",
-                  "\t\t<ecc_errors>"]
+        return lines + ["\t\t</clocks_event_reasons>", "\t\t<fb_memory_usage>",
+                        f"\t\t\t<total>{_mib(mem.total) if mem else 'N/A'}</total>",
+                        f"\t\t\t<reserved>{_mib(mem.reserved) if mem else 'N/A'}</reserved>",
+                        f"\t\t\t<used>{_mib(mem.used) if mem else 'N/A'}</used>",
+                        f"\t\t\t<free>{_mib(mem.free) if mem else 'N/A'}</free>", "\t\t</fb_memory_usage>",
+                        "\t\t<utilization>", f"\t\t\t<gpu_util>{f'{util.gpu} %' if util else 'N/A'}</gpu_util>",
+                        f"\t\t\t<memory_util>{f'{util.memory} %' if util else 'N/A'}</memory_util>",
+                        "\t\t</utilization>"]
+
+    def _ecc(self) -> list[str]:
+        nv, fake, h = pynvml, self.fake, self.h
+        lines = ["\t\t<ecc_errors>"]
         for section, ctype in (("volatile", nv.NVML_VOLATILE_ECC), ("aggregate", nv.NVML_AGGREGATE_ECC)):
-            corr = opt(fake.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, ctype)
-            unc = opt(fake.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, ctype)
+            corr = _opt(fake.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, ctype)
+            unc = _opt(fake.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, ctype)
             lines += [f"\t\t\t<{section}>", "\t\t\t\t<sram_correctable>0</sram_correctable>" if corr != "N/A" else
                       "\t\t\t\t<sram_correctable>N/A</sram_correctable>",
                       "\t\t\t\t<sram_uncorrectable_parity>0</sram_uncorrectable_parity>" if unc != "N/A" else
@@ -966,35 +993,42 @@ def render_smi_xml(fake: FakeNvml) -> str:
                       f"\t\t\t\t<dram_correctable>{corr}</dram_correctable>",
                       f"\t\t\t\t<dram_uncorrectable>{unc}</dram_uncorrectable>", f"\t\t\t</{section}>"]
         lines += ["\t\t</ecc_errors>", "\t\t<retired_pages>", "\t\t\t<multiple_single_bit_retirement>",
-                  f"\t\t\t\t<retired_count>{field(nv.NVML_FI_DEV_RETIRED_SBE)}</retired_count>",
+                  f"\t\t\t\t<retired_count>{self.field(nv.NVML_FI_DEV_RETIRED_SBE)}</retired_count>",
                   "\t\t\t</multiple_single_bit_retirement>", "\t\t\t<double_bit_retirement>",
-                  f"\t\t\t\t<retired_count>{field(nv.NVML_FI_DEV_RETIRED_DBE)}</retired_count>",
+                  f"\t\t\t\t<retired_count>{self.field(nv.NVML_FI_DEV_RETIRED_DBE)}</retired_count>",
                   "\t\t\t</double_bit_retirement>",
-                  f"\t\t\t<pending_retirement>{flag(nv.NVML_FI_DEV_RETIRED_PENDING)}</pending_retirement>",
+                  f"\t\t\t<pending_retirement>{self.flag(nv.NVML_FI_DEV_RETIRED_PENDING)}</pending_retirement>",
                   "\t\t</retired_pages>"]
-        if fv[nv.NVML_FI_DEV_REMAPPED_COR].nvmlReturn == nv.NVML_SUCCESS:
-            lines += ["\t\t<remapped_rows>",
-                      f"\t\t\t<remapped_row_corr>{field(nv.NVML_FI_DEV_REMAPPED_COR)}</remapped_row_corr>",
-                      f"\t\t\t<remapped_row_unc>{field(nv.NVML_FI_DEV_REMAPPED_UNC)}</remapped_row_unc>",
-                      f"\t\t\t<remapped_row_pending>{flag(nv.NVML_FI_DEV_REMAPPED_PENDING)}</remapped_row_pending>",
-                      f"\t\t\t<remapped_row_failure>{flag(nv.NVML_FI_DEV_REMAPPED_FAILURE)}</remapped_row_failure>",
-                      "\t\t</remapped_rows>"]
-        else:
-            lines.append("\t\t<remapped_rows>N/A</remapped_rows>")
-        lines += ["\t\t<temperature>",
-                  f"\t\t\t<gpu_temp>{opt(fake.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU, fmt='{} C')}</gpu_temp>",
-                  f"\t\t\t<memory_temp>{field(nv.NVML_FI_DEV_MEMORY_TEMP, '{} C')}</memory_temp>", "\t\t</temperature>",
-                  "\t\t<gpu_power_readings>",
-                  f"\t\t\t<average_power_draw>{opt(lambda: fake.nvmlDeviceGetPowerUsage(h) / 1000, fmt='{:.2f} W')}</average_power_draw>",
-                  f"\t\t\t<current_power_limit>{opt(lambda: fake.nvmlDeviceGetEnforcedPowerLimit(h) / 1000, fmt='{:.2f} W')}</current_power_limit>",
-                  "\t\t</gpu_power_readings>", "\t\t<clocks>",
-                  f"\t\t\t<sm_clock>{opt(fake.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM, fmt='{} MHz')}</sm_clock>",
-                  f"\t\t\t<mem_clock>{opt(fake.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM, fmt='{} MHz')}</mem_clock>",
-                  "\t\t</clocks>", "\t\t<processes>"]
-        migs = fake._mig_handles.get(spec.index, [])
-        owner = {pid: (int(m.mig.get("gi", m.index + 1)), int(m.mig.get("ci", 0))) for m in migs
-                 for pid in m.mig.get("pids") or ()}
+        if self.fv[nv.NVML_FI_DEV_REMAPPED_COR].nvmlReturn != nv.NVML_SUCCESS:
+            return lines + ["\t\t<remapped_rows>N/A</remapped_rows>"]
+        return lines + ["\t\t<remapped_rows>",
+                        f"\t\t\t<remapped_row_corr>{self.field(nv.NVML_FI_DEV_REMAPPED_COR)}</remapped_row_corr>",
+                        f"\t\t\t<remapped_row_unc>{self.field(nv.NVML_FI_DEV_REMAPPED_UNC)}</remapped_row_unc>",
+                        f"\t\t\t<remapped_row_pending>{self.flag(nv.NVML_FI_DEV_REMAPPED_PENDING)}</remapped_row_pending>",
+                        f"\t\t\t<remapped_row_failure>{self.flag(nv.NVML_FI_DEV_REMAPPED_FAILURE)}</remapped_row_failure>",
+                        "\t\t</remapped_rows>"]
+
+    def _sensors(self) -> list[str]:
+        nv, fake, h = pynvml, self.fake, self.h
+        power = _opt(lambda: fake.nvmlDeviceGetPowerUsage(h) / 1000, fmt='{:.2f} W')
+        limit = _opt(lambda: fake.nvmlDeviceGetEnforcedPowerLimit(h) / 1000, fmt='{:.2f} W')
+        return ["\t\t<temperature>",
+                f"\t\t\t<gpu_temp>{_opt(fake.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU, fmt='{} C')}</gpu_temp>",
+                f"\t\t\t<memory_temp>{self.field(nv.NVML_FI_DEV_MEMORY_TEMP, '{} C')}</memory_temp>",
+                "\t\t</temperature>", "\t\t<gpu_power_readings>",
+                f"\t\t\t<average_power_draw>{power}</average_power_draw>",
+                f"\t\t\t<current_power_limit>{limit}</current_power_limit>",
+                "\t\t</gpu_power_readings>", "\t\t<clocks>",
+                f"\t\t\t<sm_clock>{_opt(fake.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM, fmt='{} MHz')}</sm_clock>",
+                f"\t\t\t<mem_clock>{_opt(fake.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM, fmt='{} MHz')}</mem_clock>",
+                "\t\t</clocks>"]
+
+    def _processes(self) -> list[str]:
+        spec, t = self.spec, self.t
+        owner = {pid: (int(m.mig.get("gi", m.index + 1)), int(m.mig.get("ci", 0)))
+                 for m in self.fake._mig_handles.get(spec.index, []) for pid in m.mig.get("pids") or ()}
         gpids = set(spec.extra.get("graphics_pids") or ())
+        lines = ["\t\t<processes>"]
         for p in spec.processes:
             gi, ci = owner.get(p.pid, ("N/A", "N/A"))
             lines += ["\t\t\t<process_info>", f"\t\t\t\t<gpu_instance_id>{gi}</gpu_instance_id>",
@@ -1002,22 +1036,22 @@ def render_smi_xml(fake: FakeNvml) -> str:
                       f"\t\t\t\t<type>{'G' if p.pid in gpids else 'C'}</type>",
                       f"\t\t\t\t<process_name>{_x(p.name)}</process_name>",
                       f"\t\t\t\t<used_memory>{int(p.memory.at(t)) >> 20} MiB</used_memory>", "\t\t\t</process_info>"]
-        lines.append("\t\t</processes>")
-        if migs:
-            lines.append("\t\t<mig_devices>")
-            for m in migs:
-                mm = fake.nvmlDeviceGetMemoryInfo(m, nv.nvmlMemory_v2)
-                lines += ["\t\t\t<mig_device>", f"\t\t\t\t<index>{m.index}</index>",
-                          f"\t\t\t\t<gpu_instance_id>{fake.nvmlDeviceGetGpuInstanceId(m)}</gpu_instance_id>",
-                          f"\t\t\t\t<compute_instance_id>{fake.nvmlDeviceGetComputeInstanceId(m)}</compute_instance_id>",
-                          "\t\t\t\t<fb_memory_usage>", f"\t\t\t\t\t<total>{mib(mm.total)}</total>",
-                          f"\t\t\t\t\t<used>{mib(mm.used)}</used>", "\t\t\t\t</fb_memory_usage>", "\t\t\t</mig_device>"]
-            lines.append("\t\t</mig_devices>")
-        else:
-            lines.append("\t\t<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>")
-        lines.append("\t</gpu>")
-    lines.append("</nvidia_smi_log>")
-    return "\n".join(lines) + "\n"
+        return lines + ["\t\t</processes>"]
+
+    def _migs(self) -> list[str]:
+        fake = self.fake
+        migs = fake._mig_handles.get(self.spec.index, [])
+        if not migs:
+            return ["\t\t<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>"]
+        lines = ["\t\t<mig_devices>"]
+        for m in migs:
+            mm = fake.nvmlDeviceGetMemoryInfo(m, pynvml.nvmlMemory_v2)
+            lines += ["\t\t\t<mig_device>", f"\t\t\t\t<index>{m.index}</index>",
+                      f"\t\t\t\t<gpu_instance_id>{fake.nvmlDeviceGetGpuInstanceId(m)}</gpu_instance_id>",
+                      f"\t\t\t\t<compute_instance_id>{fake.nvmlDeviceGetComputeInstanceId(m)}</compute_instance_id>",
+                      "\t\t\t\t<fb_memory_usage>", f"\t\t\t\t\t<total>{_mib(mm.total)}</total>",
+                      f"\t\t\t\t\t<used>{_mib(mm.used)}</used>", "\t\t\t\t</fb_memory_usage>", "\t\t\t</mig_device>"]
+        return lines + ["\t\t</mig_devices>"]
 
 
 def _cuda_text(v: int) -> str:
