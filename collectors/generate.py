@@ -59,19 +59,24 @@ def vendor_packages(root: Path) -> list[str]:
     return [v for v in known if v in found] + [v for v in found if v not in known]
 
 
+def _exec(name: str, path: Path, *, package: bool = False) -> Any:
+    """Module ``name`` executed from ``path``; a package (its ``__init__.py``) is registered in
+    sys.modules first, so its submodules import from this root too (docs/metrics.md)."""
+    spec = importlib.util.spec_from_file_location(name, path,
+                                                  submodule_search_locations=[str(path.parent)] if package else None)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    if package:
+        sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_specs(root: Path, names: list[str]) -> dict[str, Any]:
     """Each vendor's SPEC, executed from its file under ``root`` as ``hetero_exporter.collectors.<name>``."""
-    out = {}
-    for name in names:
-        init = root / "collectors" / name / "__init__.py"
-        module_name = f"hetero_exporter.collectors.{name}"
-        spec = importlib.util.spec_from_file_location(module_name, init, submodule_search_locations=[str(init.parent)])
-        module = importlib.util.module_from_spec(spec)
-        # registered, so the package's collector modules import from this root too (docs/metrics.md)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-        out[name] = module.SPEC
-    return out
+    return {name: _exec(f"hetero_exporter.collectors.{name}", root / "collectors" / name / "__init__.py",
+                        package=True).SPEC for name in names}
 
 
 def builtin_text(root: Path, names: list[str]) -> str:
@@ -224,10 +229,7 @@ def _component(spec: Any) -> dict[str, str]:
 
 def _script(root: Path, rel: str, name: str) -> Any:
     """A script of the checkout (``rel`` below ``root``) loaded as module ``name``."""
-    spec = importlib.util.spec_from_file_location(name, root / rel)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _exec(name, root / rel)
 
 
 def _affinity_module(root: Path) -> Any:

@@ -149,7 +149,7 @@ class IdentityMemory:
         if old is None and not key:
             old = self._by_index.get(identity.index)
         replaced = old is not None and old != identity.uuid
-        if replaced:
+        if old is not None and replaced:
             self._forget(old)
         for k in [k for k, v in self._by_index.items() if v == identity.uuid and k != identity.index]:
             del self._by_index[k]  # renumbered: its old index is no longer its own
@@ -162,9 +162,10 @@ class IdentityMemory:
         self._by_uuid.pop(uuid, None)
         self._restored.discard(uuid)
         self._unverified.discard(uuid)
-        for table in (self._by_index, self._by_pci):
-            for k in [k for k, v in table.items() if v == uuid]:
-                del table[k]
+        for i in [i for i, v in self._by_index.items() if v == uuid]:
+            del self._by_index[i]
+        for a in [a for a, v in self._by_pci.items() if v == uuid]:
+            del self._by_pci[a]
 
     def recall(self, *, index: Optional[int] = None, pci_address: Optional[str] = None,
                uuid: Optional[str] = None, restored: bool = True) -> Optional[DeviceIdentity]:

@@ -130,9 +130,10 @@ def throttle_readings(tree: Any, command: str) -> dict[str, Reading]:
                 r[name] = Reading(None, q.with_status("error"))
                 continue
         r[name] = Reading(v, q) if v is not None else Reading(None, q.with_status("unsupported"))
-    path = next((p for p in ("power/throttle_status", "monitor/throttle") if find(tree, p) is not None), None)
-    if path is not None:
-        word = find(tree, path).strip().upper()
+    path, status = next(((p, s) for p in ("power/throttle_status", "monitor/throttle")
+                         for s in [find(tree, p)] if s is not None), (None, None))
+    if path is not None and status is not None:
+        word = status.strip().upper()
         q = Quality(f"{command}: {path}", "measured", None, 1.0)
         v = 1.0 if word == "THROTTLED" else 0.0 if word == "UNTHROTTLED" else None
         r[THROTTLE_ACTIVE] = Reading(v, q) if v is not None else Reading(None, q.with_status("unsupported"))
@@ -167,10 +168,10 @@ def readings_of(tree: Any, command: str = "amd-smi") -> dict[str, Reading]:
             r[F.MEMORY_USED], r[F.MEMORY_TOTAL] = Reading(used, q), Reading(total, q)
         except ValueError:
             r[F.MEMORY_USED] = Reading(None, q.with_status("error"))
-    used, total = r.get(F.MEMORY_USED), r.get(F.MEMORY_TOTAL)
-    if used is not None and total is not None and used.value is not None and total.value is not None \
-            and used.value > total.value:
-        r[F.MEMORY_USED] = Reading(None, used.quality.with_status("error"))
+    used_r, total_r = r.get(F.MEMORY_USED), r.get(F.MEMORY_TOTAL)
+    if used_r is not None and total_r is not None and used_r.value is not None and total_r.value is not None \
+            and used_r.value > total_r.value:
+        r[F.MEMORY_USED] = Reading(None, used_r.quality.with_status("error"))
     return r
 
 

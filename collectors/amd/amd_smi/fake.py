@@ -72,7 +72,7 @@ def static(d: Any, t: float) -> dict:
 
 
 def process(d: Any, t: float) -> dict:
-    procs = [{"process_info": {"name": p.name, "pid": p.pid,
+    procs: list[dict[str, Any]] = [{"process_info": {"name": p.name, "pid": p.pid,
                                "memory_usage": {"vram_mem": {"value": int(p.memory.at(t)), "unit": "B"}}}}
              for p in d.processes]
     return {"process_list": procs or [{"process_info": "No running processes detected"}]}

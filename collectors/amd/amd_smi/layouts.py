@@ -323,10 +323,11 @@ def _xgmi(rows: list[tuple[int, str]]) -> dict[int, dict]:
         words = raw.split()
         m = re.fullmatch(r"GPU(\d{1,4})", words[0])
         if m:
-            g = groups(raw.strip())
-            if len(g) < 5:
+            row = groups(raw.strip())
+            if len(row) < 5:
                 raise ParseError(TOOL, f"a GPU row without bdf, bit rate, bandwidth and type: {raw.strip()[:60]!r}", n)
-            current = {"bdf": g[1], "xgmi": {"bit_rate": g[2], "max_bandwidth": g[3], "link_type": g[4]}, "links": []}
+            current = {"bdf": row[1], "xgmi": {"bit_rate": row[2], "max_bandwidth": row[3], "link_type": row[4]},
+                       "links": []}
             gpus[int(m.group(1))] = current
             tables.check_devices(len(gpus), TOOL, n)
             continue

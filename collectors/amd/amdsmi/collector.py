@@ -192,6 +192,15 @@ class _Logical:
 
 
 @dataclass(frozen=True)
+class _DeviceWide:
+    """What a GPU's device-wide calls return for the fault checks: the ECC counts per RAS block
+    and the xGMI bandwidth per peer."""
+
+    ecc_blocks: dict[str, dict[str, int]]
+    links: dict[str, float]
+
+
+@dataclass(frozen=True)
 class AmdSmiSettings(BindingSettings):
     """``collectors.amdsmi``: ``ecc_uncorrected_threshold`` uncorrectable ECC errors a GPU may
     have before it is failed, ``fault_hold_seconds`` how long a fault stays a health reason
@@ -363,7 +372,7 @@ class AmdSmiCollector:
         used, st = self._fetch(key, "amdsmi_get_gpu_memory_usage", h, vram)
         self._put(r, F.MEMORY_USED, used, st)
 
-    def _device_wide(self, lg: _Logical, r: dict) -> dict:
+    def _device_wide(self, lg: _Logical, r: dict) -> _DeviceWide:
         """Readings of the whole GPU; returns the raw ECC/PCIe/link results for fault checks."""
         amd, key, h = self._amd, lg.bdf, lg.handle
         T = amd.AmdSmiTemperatureType
@@ -393,7 +402,7 @@ class AmdSmiCollector:
         for field, ctype in ((F.CLOCK_COMPUTE, amd.AmdSmiClkType.GFX), (F.CLOCK_MEMORY, amd.AmdSmiClkType.MEM)):
             clk, st = self._fetch(key, "amdsmi_get_clock_info", h, ctype)
             self._put(r, field, clk.get("clk") if isinstance(clk, Mapping) else None, st, 1e6)
-        raw = {"ecc_blocks": self._ecc(lg, r)}
+        ecc_blocks = self._ecc(lg, r)
         pcie, st = self._fetch(key, "amdsmi_get_pcie_info", h)
         metric = pcie.get("pcie_metric", {}) if isinstance(pcie, Mapping) else {}
         for field, k, scale in ((PCIE_WIDTH, "pcie_width", 1.0), (PCIE_SPEED, "pcie_speed", 1e6),
@@ -408,8 +417,7 @@ class AmdSmiCollector:
         # the link's width against the widest the device and its slot support (a downgraded link)
         self._put(r, PCIE_WIDTH_MAX, static.get("max_pcie_width"), st)
         links, st = self._fetch(key, "amdsmi_get_link_metrics", h)
-        raw["links"] = self._xgmi_counters(links if st == "ok" else None, st, r)
-        return raw
+        return _DeviceWide(ecc_blocks, self._xgmi_counters(links if st == "ok" else None, st, r))
 
     def _violations(self, key: str, h: Any, r: dict) -> None:
         """Clock throttle reasons from amdsmi_get_violation_status (bools; "N/A" unsupported)."""
@@ -490,14 +498,14 @@ class AmdSmiCollector:
             pid = _num(p.get("pid"))
             if pid is None:
                 continue
-            usage = p.get("memory_usage") if isinstance(p.get("memory_usage"), Mapping) else {}
-            vram = _num(usage.get("vram_mem"))
+            usage, engine = p.get("memory_usage"), p.get("engine_usage")
+            vram = _num(usage.get("vram_mem")) if isinstance(usage, Mapping) else None
             if vram is None:
                 vram = _num(p.get("mem"))
-            engine = p.get("engine_usage") if isinstance(p.get("engine_usage"), Mapping) else {}
+            gfx = _num(engine.get("gfx")) if isinstance(engine, Mapping) else None
             out.append(ProcessSample(pid=int(pid), device_uuid=uuid,
                                      memory_bytes=None if vram is None else int(vram),
-                                     utilization_ratio=self._process_util(uuid, int(pid), _num(engine.get("gfx")), now),
+                                     utilization_ratio=self._process_util(uuid, int(pid), gfx, now),
                                      name=values.present(p.get("name"))))
         return tuple(out)
 
@@ -583,7 +591,7 @@ class AmdSmiCollector:
                    f"at {entry.get('timestamp', '?')} ({entry.get('notify_type', '?')})")
             self._ledger.record(uuid, self._fault(code, msg), now)
 
-    def _reset_events(self, handles: list[_Logical], physical_uuid: dict[int, str], now: float) -> None:
+    def _reset_events(self, handles: list[_Logical], physical_uuid: Mapping[Optional[int], str], now: float) -> None:
         amd = self._amd
         if not self._readers_tried:
             self._readers_tried = True
@@ -625,10 +633,11 @@ class AmdSmiCollector:
             self._ledger.record(uuid, self._fault("pcie-replay", f"{uuid}: PCIe replays {prev} -> {n}"),
                                 now, occurrences=n - prev)
 
-    def _health(self, uuid: str, r: dict, now: float) -> Health:
+    def _health(self, uuid: str, r: Mapping[str, Reading], now: float) -> Health:
         failed, degraded = [], []
         unc = r.get(F.ECC_UNCORRECTED)
-        over = unc is not None and unc.value is not None and unc.value > self._threshold
+        count = None if unc is None else unc.value
+        over = count is not None and count > self._threshold
         for f in self._ledger.faults(uuid):
             recent = f.last_seen is not None and now - f.last_seen < self._hold
             if f.code.startswith("ecc-uncorrectable") and over:
@@ -638,7 +647,7 @@ class AmdSmiCollector:
             elif f.code.startswith("ecc-deferred") or (recent and f.code in ("gpu-reset", "cper-non-fatal-uncorrected")):
                 degraded.append(f)
         if over and not any(f.code.startswith("ecc-uncorrectable") for f in failed):
-            failed.append(self._fault("ecc-uncorrectable", f"{uuid}: {int(unc.value)} uncorrectable ECC errors"))
+            failed.append(self._fault("ecc-uncorrectable", f"{uuid}: {int(count or 0)} uncorrectable ECC errors"))
         if failed:
             return Health("failed", tuple(failed + degraded))
         if degraded:
@@ -663,18 +672,18 @@ class AmdSmiCollector:
         for lg in logical:
             groups.setdefault(lg.bdf.rsplit(".", 1)[0], []).append(lg)
         physical = [sorted(g, key=lambda x: x.partition_id)[0] for g in groups.values()]
-        phys_uuid = {getattr(lg.handle, "value", None): lg.uuid for lg in physical}
+        phys_uuid: dict[Optional[int], str] = {getattr(lg.handle, "value", None): lg.uuid for lg in physical}
         for g in groups.values():  # every partition's handle maps to its physical GPU
             for lg in g:
                 phys_uuid[getattr(lg.handle, "value", None)] = sorted(g, key=lambda x: x.partition_id)[0].uuid
         self._reset_events(physical, phys_uuid, now)
-        raw_by_uuid: dict[str, dict] = {}
+        raw_by_uuid: dict[str, _DeviceWide] = {}
         readings_by_uuid: dict[str, dict] = {}
         for lg in physical:
             r: dict = {}
             raw_by_uuid[lg.uuid] = self._device_wide(lg, r)
             readings_by_uuid[lg.uuid] = r
-        links = self._links(physical, {u: raw["links"] for u, raw in raw_by_uuid.items()})
+        links = self._links(physical, {u: raw.links for u, raw in raw_by_uuid.items()})
         out: list[DeviceSample] = []
         for pos, (lead, group) in enumerate(zip(physical, groups.values())):
             uuid = lead.uuid
@@ -696,7 +705,7 @@ class AmdSmiCollector:
                     children.append(DeviceSample(identity=ident, timestamp=now, readings=cr,
                                                  processes=self._processes(lg, cuuid, now)))
                 self._derive_from_partitions(r, [c.readings for c in children], lead.memory_partition)
-            blocks = raw_by_uuid[uuid]["ecc_blocks"]
+            blocks = raw_by_uuid[uuid].ecc_blocks
             self._ecc_faults(lead, uuid, blocks, r, now)
             self._cper(lead, uuid, now)
             self._pcie_faults(uuid, r, now)
@@ -747,14 +756,17 @@ class AmdSmiCollector:
                 r[field] = Reading(float(count), QUALITY[field])
 
     @staticmethod
-    def _derive_from_partitions(r: dict, parts: list[dict], memory_partition: Optional[str]) -> None:
-        utils = [p[F.UTILIZATION].value for p in parts if F.UTILIZATION in p and p[F.UTILIZATION].value is not None]
+    def _derive_from_partitions(r: dict, parts: list[Mapping[str, Reading]], memory_partition: Optional[str]) -> None:
+        def known(field: str) -> list[float]:
+            return [v for v in (p[field].value for p in parts if field in p) if v is not None]
+
+        utils = known(F.UTILIZATION)
         r[F.UTILIZATION] = (Reading(sum(utils) / len(utils), DERIVED[F.UTILIZATION]) if utils
                             else Reading(None, DERIVED[F.UTILIZATION].with_status("unsupported")))
-        used = [p[F.MEMORY_USED].value for p in parts if F.MEMORY_USED in p and p[F.MEMORY_USED].value is not None]
+        used = known(F.MEMORY_USED)
         r[F.MEMORY_USED] = (Reading(float(sum(used)), DERIVED[F.MEMORY_USED]) if len(used) == len(parts)
                             else Reading(None, DERIVED[F.MEMORY_USED].with_status("error")))
-        totals = [p[F.MEMORY_TOTAL].value for p in parts if F.MEMORY_TOTAL in p and p[F.MEMORY_TOTAL].value is not None]
+        totals = known(F.MEMORY_TOTAL)
         if totals:
             # NPS1: each partition sees the whole HBM; NPSn: each sees its own share
             nps1 = (memory_partition or "NPS1").upper() == "NPS1"

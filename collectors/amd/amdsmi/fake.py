@@ -137,7 +137,7 @@ def _load_exception_module(pkg: Path, constants: dict[str, int]) -> types.Module
     wrapper.__dict__.update(constants)
     package = types.ModuleType(_SHIM)
     package.__path__ = []  # a package, so "from . import amdsmi_wrapper" resolves
-    package.amdsmi_wrapper = wrapper
+    vars(package)["amdsmi_wrapper"] = wrapper
     sys.modules[_SHIM] = package
     sys.modules[wrapper.__name__] = wrapper
     spec = importlib.util.spec_from_file_location(name, pkg / "amdsmi_exception.py")

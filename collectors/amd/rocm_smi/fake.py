@@ -6,8 +6,9 @@ the scenario's ``amd: {runtime_version: ...}`` says."""
 from __future__ import annotations
 
 import sys
+from typing import Any, Optional
 
-from hetero_exporter.model.scenario import DeviceSpec
+from hetero_exporter.model.scenario import DeviceSpec, Scenario
 from hetero_exporter.sdk.rocm_family import fake as family
 from hetero_exporter.sdk.rocm_family.fake import MODES, f1, edge  # noqa: F401 - API
 
@@ -48,7 +49,7 @@ def render_json(devices: list[DeviceSpec], t: float, topology: bool = True) -> s
 class FakeSmiCli(family.FakeSmiCli):
     """The fake ``rocm-smi`` (``path``) for tests that drive it directly."""
 
-    def __init__(self, scenario, clock, workdir, tool: str = ROCM_SMI.tool):  # type: ignore[no-untyped-def]
+    def __init__(self, scenario: Scenario, clock: Any, workdir: Optional[str], tool: str = ROCM_SMI.tool) -> None:
         if tool != ROCM_SMI.tool:
             raise ValueError(f"no fake for {tool!r} here")
         super().__init__(scenario, clock, workdir, STYLE, __name__)

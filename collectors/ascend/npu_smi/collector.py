@@ -138,6 +138,7 @@ def detail_readings(doc: DetailDoc, chip: int, age: float = 0.0, *,
         if present:
             r.put(name, value, age=age)
 
+    keys: tuple[str, ...]
     if summary_fields:
         for name, keys in ((F.POWER, ("npu real-time power(w)",)),
                            (F.TEMP_CORE, ("npu temperature (c)", "temperature(c)", "temperature (c)"))):
@@ -169,7 +170,7 @@ def detail_readings(doc: DetailDoc, chip: int, age: float = 0.0, *,
                 doc.get(chip, "hbm temperature(c)", "hbm temperature (c)") is not None)
     elif doc.kind == "ecc":
         for name, what in ((F.ECC_CORRECTED, "single"), (F.ECC_UNCORRECTED, "double")):
-            keys = [f"{mem} {what} bit aggregate total err cnt" for mem in ("hbm", "ddr")]
+            keys = tuple(f"{mem} {what} bit aggregate total err cnt" for mem in ("hbm", "ddr"))
             vals = [doc.number(chip, k) for k in keys]
             present = [doc.get(chip, k) is not None for k in keys]
             known = [v for v in vals if v is not None]
@@ -513,8 +514,10 @@ class NpuSmiCollector(CliCollector):
     def _detail(self, out: Any, job: tuple[Any, str]) -> Optional[DetailDoc]:
         card, kind = job
         doc = self._parsed(out, kind, f"card {card}")
+        if doc is None:
+            return None
         try:
-            for chip in doc.chip_ids() if doc is not None else ():  # values must be readable too
+            for chip in doc.chip_ids():  # values must be readable too
                 detail_readings(doc, chip)
         except ParseError as e:
             log.warning("npu-smi info -t %s -i %s: %s", kind, card, e)

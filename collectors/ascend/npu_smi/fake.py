@@ -444,9 +444,9 @@ def answer(scenario: Any, t: float, argv: Sequence[str]) -> tuple[int, str, str]
     if rest == ["-l"]:
         cards = sorted({fc.chip.npu_id for fc in chips})
         blocks = [[("Total Count", str(len(cards)))]]
-        for card in cards:
-            blocks.append([("NPU ID", str(card)),
-                           ("Chip Count", str(len([f for f in chips if f.chip.npu_id == card])))])
+        for npu in cards:
+            blocks.append([("NPU ID", str(npu)),
+                           ("Chip Count", str(len([f for f in chips if f.chip.npu_id == npu])))])
         return 0, render_kv(blocks), ""
     if rest == ["-t", "topo"]:
         cfg = scenario.vendor_settings("ascend")

@@ -150,7 +150,8 @@ class DetailDoc:
 
     def get(self, chip_id: Optional[int], *keys: str) -> Optional[str]:
         """The first of ``keys`` found in the chip's block, else at card level."""
-        blocks = ([self.chips[chip_id]] if chip_id in self.chips else []) + [self.card]
+        own = self.chips.get(chip_id) if chip_id is not None else None
+        blocks = ([own] if own is not None else []) + [self.card]
         if chip_id is None:
             blocks += list(self.chips.values())
         for block in blocks:

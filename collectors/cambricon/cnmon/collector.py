@@ -310,7 +310,7 @@ class CnmonCollector(CliCollector):
                 self._refresh_topo(deadline)
             else:
                 due = self.schedule.due([(n, "info") for n in cards], now)
-                self._fetch_info([n for n, _ in due], deadline, identity=False)
+                self._fetch_info([n for n, _ in due if isinstance(n, int)], deadline, identity=False)  # cards
         out, physical = [], {}
         for c in table.cards:
             st = self.schedule.latest((c.card, "info"))
@@ -326,7 +326,7 @@ class CnmonCollector(CliCollector):
             readings = table_readings(c)
             if st is not None:
                 age = st.age(now)
-                for name, rd in info_detail_readings(info, age).items():
+                for name, rd in info_detail_readings(st.value, age).items():
                     if self._info_interval and age > 3 * self._info_interval:
                         rd = Reading(rd.value, rd.quality.with_status("stale", age))
                     readings.setdefault(name, rd)

@@ -57,18 +57,21 @@ def parse_dmon(text: str) -> EfsmiTable:
             raise ParseError(TOOL, f"a row of {len(cells)} values under {len(names)} columns", i)
         if not re.fullmatch(r"\d{1,6}", cells[0]):
             raise ParseError(TOOL, f"Dev: expected a device index, got {cells[0][:20]!r}", i)
-        got: dict[str, object] = {}
+        got: dict[str, Optional[float]] = {}
+        dpm: Optional[str] = None
+        read: set[str] = set()  # the first column of a field wins
         for name, cell in zip(names, cells):
             field, default = _COLUMNS.get(name, ("", ""))
-            if not field or field in got:
+            if not field or field in read:
                 continue
+            read.add(field)
             if field == "dpm":
-                got[field] = None if values.is_na(cell) else cell
+                dpm = None if values.is_na(cell) else cell
             else:
                 got[field] = _num(cell, default, name, i)
         idx = int(cells[0])
         rows[idx] = GcuDevice(index=idx, name="", bus_id=None, firmware=None, ecc=None,
-                              temp_c=got.get("temp_c"), dpm=got.get("dpm"), power_w=got.get("power_w"),
+                              temp_c=got.get("temp_c"), dpm=dpm, power_w=got.get("power_w"),
                               power_cap_w=None, memory_total_mib=got.get("memory_total_mib"), memory_used_mib=None,
                               virt=None, util_pct=got.get("util_pct"), serial=None, line=i)
         tables.check_devices(len(rows), TOOL, i)

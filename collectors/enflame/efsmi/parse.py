@@ -153,7 +153,7 @@ def _keys(labels: list[list[tables.Label]]) -> set[str]:
 
 
 def _power(text: Optional[str], line: int) -> tuple[Optional[float], Optional[float]]:
-    if values.is_na(text):
+    if text is None or values.is_na(text):
         return None, None
     parts = [p for p in re.split(r"\s*/\s*|\s+", text.strip()) if p]
     if len(parts) > 2:
@@ -165,7 +165,7 @@ def _power(text: Optional[str], line: int) -> tuple[Optional[float], Optional[fl
 
 def _memory(text: Optional[str], line: int) -> tuple[Optional[float], Optional[float]]:
     """``49120MiB`` (the size) or ``used / total``: (used, total) MiB."""
-    if values.is_na(text):
+    if text is None or values.is_na(text):
         return None, None
     parts = [p.strip() for p in text.split("/")]
     if len(parts) == 1:

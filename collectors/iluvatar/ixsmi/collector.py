@@ -92,10 +92,10 @@ def conditions(g: IxGpu) -> list[Fault]:
     out = []
     if g.ecc_uncorrected:
         out.append(table_fault(VENDOR, "ecc-uncorrected", f"GPU {g.index}: {g.ecc_uncorrected:g}", TOOL))
-    if over_total(g):
-        out.append(table_fault(VENDOR, "memory-over-total",
-                               f"GPU {g.index}: {g.memory_used_bytes / MIB:.0f} MiB used of "
-                               f"{g.memory_total_bytes / MIB:.0f} MiB", TOOL))
+    used, total = g.memory_used_bytes, g.memory_total_bytes
+    if over_total(g) and used is not None and total is not None:
+        out.append(table_fault(VENDOR, "memory-over-total", f"GPU {g.index}: {used / MIB:.0f} MiB used of "
+                               f"{total / MIB:.0f} MiB", TOOL))
     return out
 
 

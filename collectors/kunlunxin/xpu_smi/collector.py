@@ -148,7 +148,7 @@ def identity_of(d: XpuDevice, t: XpuSmi, uuid: str, parent: Optional[str] = None
 
 def conditions(d: XpuDevice) -> list[Fault]:
     """Faults from what the row shows: the State column (N = normal)."""
-    if d.state_ok is False:
+    if d.state_ok is False and d.state is not None:
         code = "state-error" if d.state.strip().upper() in ("E", "ERROR", "ERR") else "state-abnormal"
         return [table_fault(VENDOR, code, f"xpu{d.index}: State {d.state}", "xpu_smi")]
     return []

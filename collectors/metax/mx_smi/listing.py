@@ -157,6 +157,8 @@ def parse_report(text: str) -> MxReport:
         if b.header is None:
             raise ParseError(TOOL, "values before the first GPU#N line", b.line + start)
         m = _GPU_LINE.match(b.header)
+        if m is None:  # the blocks start at such lines: not reached
+            raise ParseError(TOOL, "a block without its GPU#N line", b.line + start)
         index = int(m.group(1))
         if index in seen:
             raise ParseError(TOOL, f"GPU#{index} listed twice", b.line + start)

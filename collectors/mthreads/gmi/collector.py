@@ -99,9 +99,9 @@ def identity_of(d: GmiDevice, t: GmiTable, numa: Optional[int] = None, q: Option
 
 
 def conditions(d: GmiDevice) -> list[Fault]:
-    if d.memory_over_total:
-        return [table_fault(VENDOR, "memory-over-total",
-                            f"GPU {d.index}: used {d.memory_used_bytes / MIB:.0f} MiB of {d.memory_total_bytes / MIB:.0f} MiB",
+    used, total = d.memory_used_bytes, d.memory_total_bytes
+    if d.memory_over_total and used is not None and total is not None:
+        return [table_fault(VENDOR, "memory-over-total", f"GPU {d.index}: used {used / MIB:.0f} MiB of {total / MIB:.0f} MiB",
                             TOOL)]
     return []
 

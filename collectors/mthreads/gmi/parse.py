@@ -207,18 +207,20 @@ def _device(header: _Header, rows: Sequence[tuple[int, str]]) -> GmiDevice:
     bus = CELLS.pci(bus_text, "PCIe", ln)
     used = total = None
     mem_text, ln = val("mem")
-    if values.present(mem_text) is not None:
-        m = _MEM.match(mem_text.strip())
+    mem = values.present(mem_text)
+    if mem is not None:
+        m = _MEM.match(mem)
         if m is None:
-            raise ParseError(TOOL, f"Mem: expected 'USED(TOTAL)', got {mem_text[:30]!r}", ln)
+            raise ParseError(TOOL, f"Mem: expected 'USED(TOTAL)', got {mem[:30]!r}", ln)
         used = CELLS.quantity(m.group(1), "MiB", "Mem used", ln)
         total = CELLS.quantity(m.group(2) or m.group(3), "MiB", "Mem total", ln)
     width = width_max = None
-    lanes_text, ln = val("lanes")
-    if values.present(lanes_text) is not None:
-        m = _LANES.match(lanes_text.strip())
+    lanes = values.present(val("lanes")[0])
+    ln = val("lanes")[1]
+    if lanes is not None:
+        m = _LANES.match(lanes)
         if m is None:
-            raise ParseError(TOOL, f"Pcie Lane Width: expected 'Nx(Mx)', got {lanes_text[:20]!r}", ln)
+            raise ParseError(TOOL, f"Pcie Lane Width: expected 'Nx(Mx)', got {lanes[:20]!r}", ln)
         width = CELLS.index(m.group(1), "Pcie Lane Width", ln, digits=10)
         width_max = CELLS.index(m.group(2), "Pcie Lane Width", ln, digits=10) if m.group(2) else None
     util_text, ln = val("util")

@@ -46,7 +46,7 @@ def parse(text: str) -> NodeSnapshot:
             ident = DeviceIdentity(vendor=VENDOR, kind="gpu", index=int(g.group(1)), uuid=g.group(3),
                                    model=profiles.normalize_model(VENDOR, name), name=name)
             parent = ident
-        else:
+        elif m is not None:
             if parent is None:
                 raise ParseError(TOOL, "a MIG device before any GPU", n)
             size = _MIG_MEMORY.search(m.group(1).split("+")[0])

@@ -237,9 +237,9 @@ def readings_of(gpu: ET.Element) -> dict[str, Reading]:
         if got is not None:
             r[field] = got
     for field, section, severity in _ECC:
-        got = _ecc(gpu, section, severity)
-        if got is not None:
-            value, status, where = got
+        ecc = _ecc(gpu, section, severity)
+        if ecc is not None:
+            value, status, where = ecc
             q = _quality(where, "count", "measured", None)
             r[field] = Reading(value, q) if status == "ok" else Reading(None, q.with_status(status))
     remapped = gpu.find("remapped_rows")
@@ -605,10 +605,10 @@ def looks_like_csv(text: str) -> Optional[str]:
     first = next((ln for ln in text[:400_000].splitlines() if ln.strip()), "")
     if "," not in first and not first.strip().lower().startswith(("name", "uuid", "pci.bus_id", "index")):
         return None
-    cells = [c.strip() for c in first.split(",")]
-    if not all(_HEADER.match(c) for c in cells):
+    heads = [_HEADER.match(c.strip()) for c in first.split(",")]
+    names = {(m.group("name") or "").lower() for m in heads if m is not None}
+    if None in heads:
         return None
-    names = {(_HEADER.match(c).group("name") or "").lower() for c in cells}
     if "pid" in names and names & {"gpu_uuid", "gpu_bus_id", "used_gpu_memory", "used_memory"}:
         return "apps"
     if names & {"name", "uuid", "pci.bus_id", "index", "memory.total"}:

@@ -210,7 +210,7 @@ def parse(text: str) -> NodeSnapshot:
     for gpu, gi, ci, proc in _processes(rest[proc_at:]):
         if gpu not in gpus:
             raise ParseError(TOOL, f"a process on GPU {gpu}, which the table does not list")
-        mig = migs.get((gpu, gi, ci)) if gi is not None else None
+        mig = migs.get((gpu, gi, ci)) if gi is not None and ci is not None else None
         uuid = (mig or gpus[gpu]).identity.uuid
         owned.setdefault(uuid, []).append(ProcessSample(pid=proc.pid, device_uuid=uuid, name=proc.name,
                                                         memory_bytes=proc.memory_bytes))

@@ -52,7 +52,7 @@ from hetero_exporter.collectors.nvidia.nvml.funnel import (UNSUPPORTED, Failed, 
                                                            cuda_driver_version)
 # modules, not names: their QUALITY tables are this collector's too (docs/metrics.md)
 from hetero_exporter.collectors.nvidia.nvml import gpm, mig
-from hetero_exporter.collectors.nvidia.nvml.processes import ProcessReader, samples as process_samples
+from hetero_exporter.collectors.nvidia.nvml.processes import ProcessReader, RunningProcess, samples as process_samples
 from hetero_exporter.collectors.nvidia.nvml.topology import Topology, normalize_bus_id
 from hetero_exporter.sdk.identity import IdentityMemory
 from hetero_exporter.sdk.ledger import FaultLedger
@@ -382,8 +382,9 @@ class NvmlCollector:
         if reserved is not None:
             r["memory_reserved_bytes"] = Reading(float(reserved), QUALITY["memory_reserved_bytes"])
 
-    def _readings(self, ident: DeviceIdentity, h: Any) -> dict:
-        nv, uuid, r = self._nv, ident.uuid, {}
+    def _readings(self, ident: DeviceIdentity, h: Any) -> dict[str, Reading]:
+        nv, uuid = self._nv, ident.uuid
+        r: dict[str, Reading] = {}
         util = self._read(uuid, r, F.UTILIZATION, nv.nvmlDeviceGetUtilizationRates, h,
                           scale=0.01, pick=lambda u: u.gpu)
         if util is not None:
@@ -447,11 +448,12 @@ class NvmlCollector:
         older ...ClocksThrottleReasons names; a reason the GPU does not support is absent."""
         f = self._f
         fields = [(bit, C.clock_reason_field(name)) for bit, name, _ in C.CLOCK_REASONS]
-        status, supported, active, source = "unsupported", 0, 0, ""
+        status: Optional[str] = "unsupported"
+        supported, active, source = 0, 0, ""
         if "clock_reasons" not in self._unsupported.get(uuid, ()):
             for current_fn, supported_fn, name in self._clock_apis():
-                supported = self._clock_supported.get(uuid)
-                got = f.call(supported_fn, h) if supported is None else Got(supported)
+                cached = self._clock_supported.get(uuid)
+                got = f.call(supported_fn, h) if cached is None else Got(cached)
                 if got.ok:
                     supported = self._clock_supported[uuid] = int(got.value)
                     got = f.call(current_fn, h)
@@ -654,7 +656,8 @@ class NvmlCollector:
         by_instance = {(m.gpu_instance, m.compute_instance): m.identity.uuid for m, _ in mig_samples}
         by_gi = {m.gpu_instance: m.identity.uuid for m, _ in mig_samples}
         reported = running is not None
-        own, per_mig = [], {m.identity.uuid: [] for m, _ in mig_samples}
+        own: list[RunningProcess] = []
+        per_mig: dict[str, list[RunningProcess]] = {m.identity.uuid: [] for m, _ in mig_samples}
         for p in running or ():
             target = by_instance.get((p.gpu_instance, p.compute_instance)) or by_gi.get(p.gpu_instance)
             (per_mig[target] if target else own).append(p)

@@ -232,10 +232,10 @@ class EventWatcher:
         if name == "nvmlEventTypeXidCriticalError":
             code, msg = str(value), f"XID {value}{where}"
         elif name == "nvmlEventTypeGpuRecoveryAction":
-            code = RECOVERY_CODES.get(value, "recovery-unknown")
-            if code is None:  # recovery action back to none: nothing to report
+            recovery = RECOVERY_CODES.get(value, "recovery-unknown")
+            if recovery is None:  # recovery action back to none: nothing to report
                 return None
-            msg = f"GPU recovery action {value}{where}"
+            code, msg = recovery, f"GPU recovery action {value}{where}"
         else:
             code = EVENT_CODES.get(name) or f"event-0x{etype:x}"
             msg = f"{name or hex(etype)}{where}" + (f" data={value}" if value else "")

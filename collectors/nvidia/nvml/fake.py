@@ -791,6 +791,7 @@ class FakeNvml:
         """A metric in GPM's units (percent, MiB/s): the scenario value of its field at the sample's time."""
         from hetero_exporter.collectors.nvidia.nvml.gpm import FIELDS
         spec = sample.spec
+        assert spec is not None, "a GPM sample is filled (nvmlGpmSampleGet) before it is read"
         for f in FIELDS:
             ids = [getattr(pynvml, n) for n in f.metrics]
             if metric_id not in ids:

@@ -178,12 +178,12 @@ class Topology:
                     state=_state(flags)))
             if sw_links:
                 switch[ident.uuid] = (sw_links, sw_active, info.speed_bytes)
-        for uuid, (n, active, speed) in switch.items():
-            for peer, (pn, pactive, _ps) in switch.items():
+        for uuid, (n, up, speed) in switch.items():
+            for peer, (pn, pup, _ps) in switch.items():
                 if peer == uuid:
                     continue
-                bw = min(active, pactive) * speed if speed else None
-                flags = [True] * min(active, pactive) + [False] * (min(n, pn) - min(active, pactive))
+                bw = min(up, pup) * speed if speed else None
+                flags = [True] * min(up, pup) + [False] * (min(n, pn) - min(up, pup))
                 out[uuid].append(Link(peer=peer, type="nvswitch", lanes=n, bandwidth_bytes_per_second=bw,
                                       state=_state(flags)))
         for i, a in enumerate(gpus):

@@ -150,8 +150,8 @@ def _json_readings(tool: str, keys: dict[str, tuple[str, str]], r: dict[str, Rea
             v = number(kv[1])
             put(F.MEMORY_USED if m.group(1) else F.MEMORY_TOTAL, kv, None if v is None else v * unit, float(unit))
     for fld, pat in ((F.CLOCK_COMPUTE, r"sclk clock speed:?"), (F.CLOCK_MEMORY, r"mclk clock speed:?")):
-        kv = _find(keys, pat)
-        put(fld, kv, frequency(kv[1]) if kv else None)
+        clock = _find(keys, pat)
+        put(fld, clock, frequency(clock[1]) if clock else None)
     replay = _find(keys, r"pcie replay count")
     put(PCIE_REPLAY, replay, number(replay[1]) if replay else None)
     energy = _find(keys, r"accumulated energy \(uj\)")

@@ -310,7 +310,7 @@ def parse_pid_gpus(text: str) -> dict[int, tuple[int, ...]]:
         m = _PID_GPUS.match(line)
         if not m:
             continue
-        want, got = int(m.group(2)), []
+        want, got = int(m.group(2)), list[int]()
         k = n + 1  # by index: a slice of the rest per PID line copies it each time
         while k < len(lines) and len(got) < want and re.fullmatch(r"[\d\s]+", lines[k].strip() or "x"):
             got.extend(i for i in map(values.integer, lines[k].split()) if i is not None)
