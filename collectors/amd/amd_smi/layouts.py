@@ -311,6 +311,8 @@ def topology_tables(text: str) -> dict[int, dict]:
 def _xgmi(rows: list[tuple[int, str]]) -> dict[int, dict]:
     """The ``xgmi`` LINK METRIC TABLE: per GPU its bdf, link bit rate, max bandwidth, type and the
     Read / Write data per peer column; the peers named by the header's short BDFs."""
+    if not rows:
+        raise ParseError(TOOL, "a LINK METRIC TABLE without its 'bdf' header")
     head = rows[0][1].split()
     if head[:1] != ["bdf"]:
         raise ParseError(TOOL, "a LINK METRIC TABLE without its 'bdf' header", rows[0][0])

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
@@ -44,7 +45,8 @@ def number(v: Optional[str]) -> Optional[float]:
 
 
 def frequency(v: Optional[str]) -> Optional[float]:
-    """'(500Mhz)' / '1319Mhz' / '1.2GHz' -> hertz; None for N/A or another unit."""
+    """'(500Mhz)' / '1319Mhz' / '1.2GHz' -> hertz; None for N/A, another unit, or a number out of
+    range once in hertz ('1e308Mhz')."""
     if is_na(v):
         return None
     text = str(v).strip().rstrip("*").strip().strip("()").strip()
@@ -53,7 +55,7 @@ def frequency(v: Optional[str]) -> Optional[float]:
     except ValueError:
         return None
     unit = re.sub(r"[\d.\s+-]", "", text).lower()
-    return hz if unit.endswith("hz") else None
+    return hz if unit.endswith("hz") and hz is not None and math.isfinite(hz) else None
 
 
 def hex_id(v: Optional[str]) -> Optional[str]:
