@@ -54,7 +54,7 @@ from hetero_exporter import finops as finops_mod
 from hetero_exporter import validate as v
 from hetero_exporter.sdk import host_tools
 from hetero_exporter.sdk import settings as collector_settings
-from hetero_exporter.sdk.settings import Check, timeout
+from hetero_exporter.sdk.settings import CADENCE_MAX, TIMEOUT_MAX, TIMEOUT_MIN, Check, timeout  # noqa: F401 - config's too
 from hetero_exporter.validate import ValidationError
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few KiB; a bigger file is a mistake
