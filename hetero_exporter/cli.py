@@ -8,6 +8,7 @@
     hetero-exporter top [--simulate [SCENARIO]] [--from http://HOST:PORT] [--interval S] [--once]
     hetero-exporter parse TOOL FILE [--json]        (TOOL kernel-log: a dmesg / journal / kmsg capture)
     hetero-exporter health --dry-run [--simulate [SCENARIO]] [--node-name NAME] [--kubeconfig FILE]
+    hetero-exporter health override --node N --device UUID (--state ok|failed --for DURATION --reason TEXT | --clear)
     hetero-exporter scheduler-extender [--listen HOST:PORT] [--kubeconfig FILE] [--policy binpack|spread]
     hetero-exporter score --pod POD.yaml --nodes NODES.json [--policy binpack|spread] [--json]
     hetero-exporter version
@@ -114,9 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     hl = sub.add_parser("health", help="print what the health loop would do on this node now, and why")
     _add_common(hl)
-    hl.add_argument("--dry-run", action="store_true", required=True,
+    hl.add_argument("--dry-run", action="store_true",
                     help="plan only (the agent acts from `run --health-mode enforce`)")
-
+    _add_override(hl)
     parse = sub.add_parser("parse", help="turn a captured vendor output into the model")
     parse.add_argument("tool", metavar="TOOL", help="which tool printed FILE: " + ", ".join(
         sorted(set(registry.parsers()) | {KERNEL_LOG_TOOL})))
@@ -164,6 +165,24 @@ def build_parser() -> argparse.ArgumentParser:
     score.set_defaults(func=_without_extra(cmd_score), collects=False)
     version.set_defaults(func=_without_extra(cmd_version), collects=False)
     return ap
+
+
+def _add_override(health: argparse.ArgumentParser) -> None:
+    """``health override``: an operator's override of one device's health on its Node."""
+    sub = health.add_subparsers(dest="health_command", metavar="override")
+    ov = sub.add_parser("override", help="set (or --clear) an operator's override of a device's health, "
+                                         "which the agent honours until it expires")
+    ov.add_argument("--node", required=True, help="the Node the device is on")
+    ov.add_argument("--device", required=True, metavar="UUID", help="the device's uuid (as /metrics shows it)")
+    ov.add_argument("--state", help="ok (a failed device serves again) or failed (take it out of service)")
+    ov.add_argument("--for", dest="for_", metavar="DURATION", help="how long: 90s, 30m, 2h, 1d (at most 30d)")
+    ov.add_argument("--reason", help="why, for the events and whoever looks next (one line)")
+    ov.add_argument("--clear", action="store_true", help="remove the device's override now")
+    ov.add_argument("--domain", default=DEFAULT_DOMAIN, help="annotation domain (health.domain)")
+    ov.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+    ov.add_argument("--log-format", choices=("json", "text"), help="log line format (default json)")
+    ov.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    ov.set_defaults(func=_without_extra(cmd_health_override), collects=False)
 
 
 def _without_extra(cmd: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace, Sequence[str]], int]:
@@ -252,7 +271,14 @@ def cmd_top(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
     from hetero_exporter.app import commands
+    if not args.dry_run:
+        raise UsageError("health: say --dry-run (what the agent would do) or override (an operator's override)")
     return commands.health(options(args, extra))
+
+
+def cmd_health_override(args: argparse.Namespace) -> int:
+    from hetero_exporter.app import override
+    return override.run(override.check(args))
 
 
 def _print_parsed(result: Any, as_json: bool) -> None:

@@ -533,6 +533,7 @@ class _Watcher:
 
 
 MASTERS = "system:masters"  # the API server's hard-wired superuser group: no authorizer, no admission
+SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"  # kubectl auth whoami
 
 
 @dataclass(frozen=True)
@@ -2001,10 +2002,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _authorize(self, user: Optional[UserInfo], method: str, path: str, query: dict, is_watch: bool) -> None:
         """RBAC's say on a resource request (403 Forbidden); discovery and other non-resource
-        paths are every authenticated user's (system:discovery), a path that routes nowhere is
-        left to the handler's 404."""
+        paths are every authenticated user's (system:discovery), so is a SelfSubjectReview
+        (system:basic-user); a path that routes nowhere is left to the handler's 404."""
         api = self.server_api
-        if api.authorizer is None or user is None or user.master or self._discovery_path(path):
+        if api.authorizer is None or user is None or user.master or self._discovery_path(path) \
+                or path.rstrip("/") == SELF_SUBJECT_REVIEWS:
             return
         try:
             res, ns, name, sub = self._route(path)
@@ -2094,6 +2096,19 @@ class _Handler(BaseHTTPRequestHandler):
             return api_resource_list(segs[1], segs[2])
         return None
 
+    def _self_subject_review(self, method: str, body: Any) -> tuple[int, Any, bool]:
+        """``kubectl auth whoami``: the caller's identity as authentication gave it (every
+        authenticated user may ask: system:basic-user); nothing is stored."""
+        if method != "POST":
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on selfsubjectreviews")
+        if not isinstance(body, dict) or body.get("kind") != "SelfSubjectReview":
+            raise ApiError(400, "BadRequest", "the body must be a SelfSubjectReview")
+        user: Optional[UserInfo] = self.server_api._local.user
+        info = user.as_dict() if user is not None else {"username": "system:anonymous", "groups": ["system:unauthenticated"]}
+        info = {k: v for k, v in info.items() if v}
+        return 201, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+                     "metadata": {"creationTimestamp": None}, "status": {"userInfo": info}}, False
+
     def _handle(self, method: str, path: str, query: dict, body: Any, ctype: str) -> tuple[int, Any, bool]:
         api = self.server_api
         if path in ("/version", "/version/"):
@@ -2103,6 +2118,8 @@ class _Handler(BaseHTTPRequestHandler):
         doc = self._discovery(path) if method == "GET" else None
         if doc is not None:
             return 200, doc, False
+        if path.rstrip("/") == SELF_SUBJECT_REVIEWS:
+            return self._self_subject_review(method, body)
         res, ns, name, sub = self._route(path)
         dry = query.get("dryRun") == "All"
         key_ns = ns or ""

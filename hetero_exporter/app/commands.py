@@ -183,6 +183,9 @@ def health(options: Options) -> int:
         remedy = Remedy(cluster, agent.node, policy, rcfg, resource_of=device_resource) if cluster and cluster.enabled else None
         node, source, read = _node_as_it_is(agent, remedy)
         agent.start(node if read else None)
+        # the operators' overrides on the Node, honoured as the agent would
+        agent.parts.verdicts.see_node((node.get("metadata") or {}).get("annotations") or {},
+                                      rcfg.keys.health_override, agent.env.plan_time())
         snap, ev = _collect_settled(agent)
         budget = remedy.budget if remedy is not None else plan_mod.Budget.unchecked()
         view = None
@@ -192,7 +195,7 @@ def health(options: Options) -> int:
             except K8sError as e:
                 source += f"; cannot read the rest of the cluster ({e})"
         p = plan_mod.plan(node, snap, ev.verdicts, ev.node, policy, rcfg, agent.env.plan_time(),
-                          budget=budget, sticky=ev.sticky, view=view)
+                          budget=budget, sticky=ev.sticky, view=view, overrides=ev.overrides)
     finally:
         agent.close()
     print(report.render(snap, ev, p, policy, rcfg, source), end="")

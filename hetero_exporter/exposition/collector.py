@@ -19,6 +19,7 @@ from hetero_exporter.model import fields as F
 from hetero_exporter import finops as finops_mod
 from hetero_exporter.model import names as N
 from hetero_exporter.model import HEALTH_STATES, DeviceSample, NodeSnapshot
+from hetero_exporter.model.evaluation import OVERRIDE_CODE
 from hetero_exporter.exposition.selection import EVERYTHING, Selection
 
 _EMPTY = ""
@@ -94,6 +95,7 @@ class _DeviceFamilies:
         self.info, self.field_status = fam.sink(N.DEVICE_INFO), fam.sink(N.FIELD_STATUS)
         self.quality_info = fam.sink(N.QUALITY_INFO)
         self.health, self.reason = fam.sink(N.HEALTH_STATUS), fam.sink(N.HEALTH_REASON)
+        self.override_until = fam.sink(N.HEALTH_OVERRIDE_UNTIL)
         self.fault_events, self.fault_last = fam.sink(N.FAULT_EVENTS), fam.sink(N.FAULT_LAST)
         self.compute_units, self.cost_weight = fam.sink(N.COMPUTE_UNITS), fam.sink(N.COST_WEIGHT)
         self.proc_mem, self.proc_util = fam.sink(N.PROCESS_MEMORY), fam.sink(N.PROCESS_UTILIZATION)
@@ -148,6 +150,8 @@ class _DeviceFamilies:
             self.health({"vendor": vendor, "uuid": uuid, "state": s}, 1.0 if s == d.health.state else 0.0)
         for r in d.health.reasons:
             self.reason({"vendor": vendor, "uuid": uuid, "code": r.code, "reason": r.message or r.fault_class}, 1)
+            if r.code == OVERRIDE_CODE and r.last_seen is not None:  # an honoured override: until when
+                self.override_until({"vendor": vendor, "uuid": uuid, "state": d.health.state}, r.last_seen)
         for f in d.faults:
             labels = {"vendor": vendor, "uuid": uuid, "code": f.code, "action": f.action}
             self.fault_events(labels, f.count)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from hetero_exporter.k8s.api import Api
-from hetero_exporter.k8s.client import Cluster
+from hetero_exporter.k8s.api import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Api
+from hetero_exporter.k8s.client import Cluster, K8sError
 
 NODE = "/api/v1/nodes/{name}"
 
@@ -29,14 +29,26 @@ class Nodes:
         return list(self._api.get("/api/v1/nodes", query={"labelSelector": label_selector or None}).get("items") or [])
 
     def patch(self, name: str, patch: Mapping[str, Any], *, resource_version: Optional[str] = None,
-              dry_run: bool = False) -> dict:
-        """Patch the Node; with ``resource_version``, 409 when it moved on since."""
+              dry_run: bool = False, merge: bool = False) -> dict:
+        """Patch the Node; with ``resource_version``, 409 when it moved on since; ``merge``: a JSON
+        merge patch (RFC 7386: ``None`` deletes a key; no list merging), else strategic."""
         body = dict(patch)
         if resource_version is not None:
             meta = dict(body.get("metadata") or {})
             meta["resourceVersion"] = resource_version
             body["metadata"] = meta
-        return self._api.patch(NODE, {"name": name}, body=body, query={"dryRun": "All" if dry_run else None})
+        return self._api.patch(NODE, {"name": name}, body=body, query={"dryRun": "All" if dry_run else None},
+                               content_type=MERGE_PATCH if merge else STRATEGIC_MERGE_PATCH)
+
+    def who_am_i(self) -> str:
+        """The user name the API server knows the caller as (a SelfSubjectReview, GA in 1.28);
+        K8sError where it cannot say."""
+        review = self._api.post("/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                                body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        user = ((review.get("status") or {}).get("userInfo") or {}).get("username")
+        if not isinstance(user, str) or not user:
+            raise K8sError("the SelfSubjectReview names no user")
+        return user
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> dict:
         """Patch the Node status (conditions merge by type)."""

@@ -13,6 +13,41 @@ from typing import Mapping, Optional
 
 from hetero_exporter.model.types import Fault
 
+# the Fault.code of an operator's override among a verdict's reasons (its last_seen: when it ends),
+# and of a device held ``recovering`` by its class's recovery gate (health/detect/override.py, gate.py)
+OVERRIDE_CODE = "operator-override"
+GATE_CODE = "recovery-gate"
+
+
+@dataclass(frozen=True)
+class OverrideNote:
+    """An operator's override of one device, as the judge read it from the Node's
+    ``<domain>/health-override`` annotation: ``state`` (ok | failed) until ``until`` (Unix
+    seconds), set by ``by`` at ``at`` for ``reason``. ``expired``: its time has passed."""
+
+    uuid: str
+    state: str
+    until: float
+    reason: str
+    by: str
+    at: float = 0.0
+    expired: bool = False
+
+    @property
+    def key(self) -> str:
+        """What makes it this override (a new one for the same device is another)."""
+        return f"{self.state}/{self.until:.0f}/{self.by}/{self.at:.0f}"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """A recovery gate's answer for one device: ``passed``, at ``time`` (Unix seconds), and what
+    it said (the exec's last line or exit, or the evidence annotation's result)."""
+
+    passed: bool
+    time: float
+    detail: str
+
 
 @dataclass(frozen=True)
 class StickyFault:
@@ -42,6 +77,7 @@ class Verdict:
     cleared: tuple[str, ...] = ()
     node_level: bool = False  # failed with a node-level class or action
     cleared_by: Mapping[str, str] = field(default_factory=dict)
+    override: Optional[OverrideNote] = None  # the operator's override this verdict honours
 
 
 @dataclass(frozen=True)
@@ -61,6 +97,21 @@ StickyFaults = Mapping[str, list[StickyFault]]
 
 
 @dataclass(frozen=True)
+class Occurrences:
+    """The occurrences of one fault code on one device that a promotion rule (``health.promote``)
+    counts: their times (Unix seconds, oldest first, those within the longest window of the rules
+    matching the code), and ``active``: the code was among the device's active conditions when
+    last seen (so its first sighting after an agent restart is not counted as a new event)."""
+
+    times: tuple[float, ...] = ()
+    active: bool = False
+
+
+# uuid -> code -> its occurrences (kept on the Node with the sticky faults)
+OccurrenceBook = Mapping[str, Mapping[str, Occurrences]]
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """What the rules said about one snapshot (``time`` is the snapshot's)."""
 
@@ -68,3 +119,7 @@ class Evaluation:
     verdicts: Mapping[str, Verdict]
     node: NodeVerdict
     sticky: StickyFaults
+    overrides: tuple[OverrideNote, ...] = ()  # every well-formed override the Node carries, expired ones too
+    occurrences: OccurrenceBook = field(default_factory=dict)  # counted by health.promote (survive a restart)
+    # (vendor, code, to) -> promotions since the agent started (accelerator_health_promotions_total)
+    promotions: Mapping[tuple[str, str, str], int] = field(default_factory=dict)

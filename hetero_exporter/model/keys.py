@@ -42,6 +42,11 @@ class Keys:
         return self.key("agent-state")
 
     @property
+    def health_override(self) -> str:
+        """The node annotation holding operators' overrides of device health (``health override``)."""
+        return self.key("health-override")
+
+    @property
     def accelerator(self) -> str:
         """The node label ``=true`` on a node with accelerators."""
         return self.key("accelerator")

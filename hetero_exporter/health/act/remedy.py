@@ -133,6 +133,9 @@ class Remedy:
             # as an API it cannot reach; observe expects no access, so the gauge stays absent there
             self.metrics.kubernetes_up(False)
         self._delivered: set[str] = set()
+        # called with the Node's annotations each time it is read (HealthLoop: the verdicts' see_node,
+        # for the operators' overrides)
+        self.node_seen: Optional[Callable[[Mapping[str, Any]], None]] = None
         self.restored = not on  # sticky faults read back from the Node (or nothing to read)
         # Skip the API round trip when nothing the plan depends on changed since the last
         # complete reconcile, up to resync_seconds (then re-read: someone may have changed the Node)
@@ -172,6 +175,7 @@ class Remedy:
             log.warning("cannot read the node's bookkeeping yet", extra={"node": self.node, "error": str(e)})
             self.metrics.kubernetes_up(False)
             return False
+        self._seen(node)
         book = Book.from_annotation(((node.get("metadata") or {}).get("annotations") or {}).get(self.cfg.book_annotation))
         sticky = plan_mod.sticky_from_json(book.sticky)
         verdicts.restore(sticky, book.boot_id, current_boot_id)
@@ -182,6 +186,14 @@ class Remedy:
         self.restored = True
         self.metrics.kubernetes_up(True)
         return True
+
+    def now(self) -> float:
+        return self._clock()
+
+    def _seen(self, node: Mapping[str, Any]) -> None:
+        annotations = (node.get("metadata") or {}).get("annotations")
+        if self.node_seen is not None:
+            self.node_seen(annotations if isinstance(annotations, dict) else {})
 
     # ------------------------------------------------------------------ one cycle
     def read_node(self) -> dict:
@@ -258,7 +270,9 @@ class Remedy:
         holders = tuple(sorted((d.identity.uuid, tuple(sorted((a.namespace, a.pod) for a in d.allocations)),
                                 tuple(sorted((pr.namespace or "", pr.pod) for pr in d.processes if pr.pod)))
                                for d in snapshot.devices if d.identity.uuid in failing))
-        return (ev.node.unhealthy, ev.node.taint_class, devices, sticky, inventory, snapshot.boot_id, holders)
+        overrides = tuple((n.uuid, n.key, n.expired) for n in ev.overrides)
+        return (ev.node.unhealthy, ev.node.taint_class, devices, sticky, inventory, snapshot.boot_id, holders,
+                overrides)
 
     def reconcile(self, snapshot: NodeSnapshot, ev: Evaluation) -> Outcome:
         """Bring the Node in line with the verdicts. Never raises."""
@@ -266,7 +280,7 @@ class Remedy:
         api = self._api
         if api is None:
             p = plan_mod.plan(empty_node(self.node), snapshot, ev.verdicts, ev.node, self.policy, self.cfg,
-                              self._clock(), sticky=ev.sticky)
+                              self._clock(), sticky=ev.sticky, overrides=ev.overrides)
             return Outcome(plan=p, skipped="observe mode" if self.cfg.mode == "observe" else "no cluster access")
         now = self._clock()
         sig = self._signature(snapshot, ev)
@@ -299,11 +313,13 @@ class Remedy:
                 log.warning("health: cannot read the node", extra={"node": self.node, "error": str(e)})
                 return out
             self.metrics.kubernetes_up(True)
+            self._seen(node)
             book = Book.from_annotation(((node.get("metadata") or {}).get("annotations") or {}).get(
                 self.cfg.book_annotation))
             # the budget is asked only when the taint would be added (black-hole faults included)
             p = plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
-                              budget=self._budget, sticky=ev.sticky, view=self._view(snapshot, ev))
+                              budget=self._budget, sticky=ev.sticky, view=self._view(snapshot, ev),
+                              overrides=ev.overrides)
             out.plan = p
             budget = p.budget
             if budget is not None:
@@ -453,6 +469,8 @@ class HealthLoop:
                  idle_seconds: float = 1.0):
         self.remedy = remedy
         self.verdicts = verdicts
+        key = remedy.cfg.keys.health_override
+        remedy.node_seen = lambda annotations: verdicts.see_node(annotations, key, remedy.now())
         self._boot_id = boot_id
         self._idle = idle_seconds
         self._lock = threading.Lock()

@@ -12,14 +12,19 @@ verdicts (pending warnings, evidence that cleared a fault) without recomputing a
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
-from typing import Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
+from hetero_exporter.health.detect import override as override_mod
 from hetero_exporter.health.detect import rules
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.model import DeviceSample, Health, NodeSnapshot
-from hetero_exporter.model.evaluation import Evaluation
+from hetero_exporter.model.evaluation import Evaluation, OccurrenceBook
 from hetero_exporter.model.faults import Catalogue
+
+log = logging.getLogger(__name__)
+MAX_SAID = 256  # distinct problems of the override annotation remembered as said (logged once each)
 
 
 class HealthVerdicts:
@@ -33,18 +38,39 @@ class HealthVerdicts:
         self._state = state or rules.State()
         self._verdicts: dict[str, rules.Verdict] = {}
         self._node: Optional[rules.NodeVerdict] = None
+        self._overrides = override_mod.Overrides()
+        self._said: set[str] = set()
+
+    def see_node(self, annotations: Mapping[str, Any], override_key: str, now: float) -> None:
+        """The Node as the health loop (or ``health --dry-run``) read it: its operators' overrides
+        (annotation ``override_key``), honoured from the next judgement on. A problem of the
+        annotation is logged once."""
+        raw = annotations.get(override_key)
+        parsed = override_mod.parse(raw if isinstance(raw, str) else None, now)
+        with self._lock:
+            self._overrides = parsed
+            fresh = [p for p in parsed.problems if p not in self._said]
+            if len(self._said) + len(fresh) > MAX_SAID:
+                self._said.clear()
+            self._said.update(fresh)
+        for problem in fresh:
+            log.warning("health override annotation: " + problem, extra={"annotation": override_key})
 
     def judge(self, snapshot: NodeSnapshot) -> tuple[NodeSnapshot, Evaluation]:
         """The snapshot with each device's health the verdict, and the evaluation it was judged by."""
         with self._lock:
             self._state, verdicts = rules.step(self._state, snapshot, self.policy)
+            notes = self._overrides.notes
+            verdicts = override_mod.apply(verdicts, notes, snapshot.time)
             self._verdicts = verdicts
         devices = tuple(_judged(d, verdicts.get(d.identity.uuid), self.policy.catalogue) for d in snapshot.devices)
         out = dataclasses.replace(snapshot, devices=devices)
         node = rules.node_verdict(out, verdicts, self.policy)
         with self._lock:
             self._node = node
-            evaluation = Evaluation(out.time, verdicts, node, rules.sticky_faults(self._state))
+            evaluation = Evaluation(out.time, verdicts, node, rules.sticky_faults(self._state),
+                                    overrides=override_mod.current(notes, out.time),
+                                    occurrences=rules.occurrences(self._state), promotions=dict(self._state.promotions))
         return out, evaluation
 
     def __call__(self, snapshot: NodeSnapshot) -> NodeSnapshot:
@@ -66,17 +92,19 @@ class HealthVerdicts:
             return rules.sticky_faults(self._state)
 
     def restore(self, sticky: Mapping[str, Iterable[rules.StickyFault]], boot_id: Optional[str],
-                current_boot_id: Optional[str]) -> None:
-        """Seed the sticky faults an earlier agent process recorded on the Node."""
-        restored = rules.restore(sticky, boot_id, current_boot_id)
+                current_boot_id: Optional[str], occurrences: Optional[OccurrenceBook] = None) -> None:
+        """Seed the sticky faults (and the occurrences health.promote counts) an earlier agent
+        process recorded on the Node."""
+        restored = rules.restore(sticky, boot_id, current_boot_id, occurrences)
         with self._lock:
             devices = dict(self._state.devices)
             for uuid, ds in restored.devices.items():
                 cur = devices.get(uuid)
                 devices[uuid] = ds if cur is None else dataclasses.replace(
-                    cur, sticky={**ds.sticky, **cur.sticky},
+                    cur, sticky={**ds.sticky, **cur.sticky}, occurrences={**ds.occurrences, **cur.occurrences},
                     state=cur.state if rules.STATE_RANK[cur.state] >= rules.STATE_RANK[ds.state] else ds.state)
-            self._state = rules.State(boot_id=self._state.boot_id or restored.boot_id, devices=devices)
+            self._state = rules.State(boot_id=self._state.boot_id or restored.boot_id, devices=devices,
+                                      promotions=self._state.promotions)
 
 
 def _judged(device: DeviceSample, verdict: Optional[rules.Verdict], catalogue: Catalogue) -> DeviceSample:

@@ -13,18 +13,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from hetero_exporter import model
 from hetero_exporter.health.detect.rules import StickyFault
-from hetero_exporter.health.plan.records import (AnnouncedDevice, BlackHoleState, OutboxEvent, PodRecord, StickyRecord,
-                                                 TaintRecord)
+from hetero_exporter.health.plan.records import (AnnouncedDevice, BlackHoleState, OccurrenceRecord, OutboxEvent,
+                                                 PodRecord, StickyRecord, TaintRecord)
 from hetero_exporter.model import Fault
+from hetero_exporter.model.evaluation import OccurrenceBook, Occurrences
 
 BOOK_VERSION = 1
 # fields left out of the JSON while empty (added after version 1 was written)
-_OPTIONAL = ("pods", "scheduler", "black_hole")
+_OPTIONAL = ("pods", "scheduler", "black_hole", "overrides", "occurrences")
+MAX_OCCURRENCE_DEVICES = 256  # devices with promotion occurrences read back from the Node
+MAX_OCCURRENCE_CODES = 64  # codes per device (promote.MAX_CODES)
+MAX_OCCURRENCE_TIMES = 1000  # times per code (promote.MAX_COUNT)
 
 
 @dataclass
@@ -45,6 +50,9 @@ class Book:
     pods: dict[str, PodRecord] = field(default_factory=dict)  # "ns/name" -> pod signal record
     scheduler: dict[str, list[str]] = field(default_factory=dict)  # annotation key -> ids this agent marked
     black_hole: BlackHoleState = field(default_factory=lambda: BlackHoleState())  # the black-hole detector's
+    overrides: dict[str, str] = field(default_factory=dict)  # uuid -> the operator's override announced (overrides.py)
+    # uuid -> code -> the occurrences health.promote counts (read back by occurrences_from_json)
+    occurrences: dict[str, dict[str, OccurrenceRecord]] = field(default_factory=dict)
     broken: str = ""  # why the annotation could not be read (then nothing is assumed ours)
 
     def to_json(self) -> str:
@@ -73,7 +81,7 @@ def _check_shapes(book: Book) -> None:
     """ValueError when a record is not of its type (a hand-edited or foreign annotation)."""
     if book.taint is not None and not isinstance(book.taint, dict):
         raise ValueError("taint is not an object")
-    for name in ("pods", "scheduler", "black_hole"):
+    for name in ("pods", "scheduler", "black_hole", "overrides", "occurrences"):
         if not isinstance(getattr(book, name), dict):
             raise ValueError(f"{name} is not an object")
 
@@ -102,4 +110,31 @@ def sticky_from_json(doc: Mapping[str, Any]) -> dict[str, list[StickyFault]]:
                     recovery_pending=bool(raw.get("recovery_pending", False))))
             except (KeyError, TypeError, ValueError):
                 continue
+    return out
+
+
+def occurrences_to_json(items: OccurrenceBook) -> dict[str, dict[str, OccurrenceRecord]]:
+    return {uuid: {code: OccurrenceRecord(times=list(o.times), active=o.active) for code, o in sorted(codes.items())}
+            for uuid, codes in sorted(items.items()) if codes}
+
+
+def occurrences_from_json(doc: Any) -> dict[str, dict[str, Occurrences]]:
+    """The promotion occurrences read back from the bookkeeping (hostile: bounded, a malformed
+    entry skipped, times that are no finite numbers dropped). A book without them reads as none."""
+    out: dict[str, dict[str, Occurrences]] = {}
+    if not isinstance(doc, Mapping):
+        return out
+    for uuid, codes in list(doc.items())[:MAX_OCCURRENCE_DEVICES]:
+        if not isinstance(uuid, str) or not isinstance(codes, Mapping):
+            continue
+        kept: dict[str, Occurrences] = {}
+        for code, raw in list(codes.items())[:MAX_OCCURRENCE_CODES]:
+            times = raw.get("times") if isinstance(raw, Mapping) else None
+            if not isinstance(code, str) or not isinstance(times, list):
+                continue
+            good = sorted(float(t) for t in times[-MAX_OCCURRENCE_TIMES:]
+                          if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t))
+            kept[code] = Occurrences(tuple(good), raw.get("active") is True)
+        if kept:
+            out[uuid] = kept
     return out

@@ -22,13 +22,16 @@ from hetero_exporter.health.plan.cordon import CordonPlan, plan_cordon
 from hetero_exporter.health.plan.device_taints import DeviceTaintPlan
 from hetero_exporter.health.plan.inventory import InventoryPlan, plan_inventory, selection_labels
 from hetero_exporter.health.plan.nodefeature import NodeFeaturePlan
+from hetero_exporter.health.plan.overrides import plan_overrides
 from hetero_exporter.health.plan.pod_signals import PodSignalPlan
 from hetero_exporter.health.plan.records import OutboxEvent, PodTarget
 from hetero_exporter.health.plan.scheduler_annotations import AnnotationPlan
 from hetero_exporter.health.plan.taint import TaintPlan, plan_taint
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, StickyFault, Verdict
+from hetero_exporter.health.detect.texts import device_name
 from hetero_exporter.model import NodeSnapshot
+from hetero_exporter.model.evaluation import OverrideNote
 
 
 @dataclass
@@ -59,11 +62,13 @@ class Plan:
 def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], nv: NodeVerdict,
          policy: Policy, cfg: RemedyConfig, now: float, *,
          budget: Union[Budget, Callable[[], Budget], None] = None,
-         sticky: Optional[Mapping[str, list[StickyFault]]] = None, view: Optional[ClusterView] = None) -> Plan:
+         sticky: Optional[Mapping[str, list[StickyFault]]] = None, view: Optional[ClusterView] = None,
+         overrides: Sequence[OverrideNote] = ()) -> Plan:
     """The plan against ``node`` as read (a dict as the API server sends it). ``budget``: the
     budget, or a function asked for it only when the taint would be added (``needs_budget``, on
     the node verdict with the black-hole faults); ``view``: the rest of the cluster the remedy
-    read (ResourceSlices, its DeviceTaintRules, failed pods); without it the plan is the Node's alone."""
+    read (ResourceSlices, its DeviceTaintRules, failed pods); without it the plan is the Node's alone;
+    ``overrides``: the operators' overrides the evaluation read (their events, overrides.py)."""
     meta = node.get("metadata") or {}
     name = meta.get("name") or snapshot.node
     annotations = dict(meta.get("annotations") or {})
@@ -87,6 +92,7 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
     p.scheduler_annotations = plan_annotations(annotations, verdicts, by_uuid, book.scheduler, cfg)
     p.nodefeature = plan_nodefeature(name, node, snapshot, view, cfg)
     news = announce(name, snapshot, verdicts, book.devices, policy, now, sticky)
+    ovr = plan_overrides(name, overrides, book.overrides, {u: device_name(d) for u, d in by_uuid.items()}, now)
     taints = [dict(t) for t in spec.get("taints") or [] if isinstance(t, dict)]
     if callable(budget):
         budget = budget() if needs_budget(nv, book, cfg) else None
@@ -102,17 +108,17 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
                          book.inventory_time, cfg, now, nodefeature_ready=ready)
     cluster_parts = [x for x in (p.device_taints, p.pod_signals, p.scheduler_annotations, p.nodefeature)
                      if x is not None]
-    for part in (faults, news, taint, cordon, condition, inv, *cluster_parts):
+    for part in (faults, news, ovr, taint, cordon, condition, inv, *cluster_parts):
         p.explain.extend(part.explain)
         p.actions.extend(getattr(part, "actions", ()))
     p.budget_refused = taint.refused
     node_events = with_node_actions(list(faults.events) + list(news.events), taint.notes + cordon.notes, name, nv,
                                     now, cfg.mode == "dry-run")
-    p.events = node_events + list(taint.events) + _pod_outbox(p.pod_signals, book.outbox, cfg, now)
+    p.events = node_events + list(ovr.events) + list(taint.events) + _pod_outbox(p.pod_signals, book.outbox, cfg, now)
     p.condition, p.status_patch = condition.condition, condition.status_patch
     book = _merged(book, news, taint, cordon, inv)
     book = dataclasses.replace(
-        book, black_hole=faults.state,
+        book, black_hole=faults.state, overrides=ovr.honoured,
         pods=p.pod_signals.book if p.pod_signals is not None else book.pods,
         scheduler=p.scheduler_annotations.owned if p.scheduler_annotations is not None else book.scheduler)
     new_annotations: dict[str, Optional[str]] = dict(inv.annotations)  # None: remove the annotation
