@@ -22,7 +22,8 @@ Example (every key optional)::
       max_records_per_second: 5000
       max_pending: 1024     # distinct (vendor, device, code) events held between cycles
       dedup_seconds: 60     # a fault the vendor API also reports within this counts once
-    metrics:                # which reading families /metrics serves, as dcgm-exporter's CSV (docs/metrics.md)
+    metrics:                # which families /metrics serves (docs/metrics-guide.md: Choosing what /metrics serves)
+      profile: standard     # fleet (at most 32 series a GPU) | standard | full: docs/metrics.md gives each family's
       exclude: [accelerator_tensor_pipe_utilization_ratio, "clock_throttle_{reason}"]   # families or fields
       # include: [...]      # only these (identity, health and the agent's own families always stay)
     nvsentinel:             # opt-in: fault episodes and recoveries as NVSentinel HealthEvents
@@ -147,8 +148,14 @@ def _health_table() -> dict[str, Check]:
         domain=v.dns_subdomain,
         budget_max_fraction=lambda p, x: v.number(p, x, minimum=0, maximum=1),
         inventory_max_bytes=_integer(1024, 1 << 18),
-        policy=_policy_overrides, pci_presence=v.boolean, udev=v.boolean)
+        policy=_policy_overrides, pci_presence=v.boolean, udev=v.boolean, promote=_promote)
     return table
+
+
+def _promote(path: str, value: Any) -> tuple:
+    """``health.promote``: N occurrences of a code in a window change a device's state (docs/health.md)."""
+    from hetero_exporter.health.detect import promote
+    return promote.parse(path, value)
 
 
 def _text_list(p: str, x: Any) -> list:
@@ -214,7 +221,13 @@ def _metric_names(path: str, value: Any) -> list:
     return names
 
 
-METRICS: dict[str, Check] = {"include": _metric_names, "exclude": _metric_names}
+def _metric_profile(path: str, value: Any) -> str:
+    """``metrics.profile``: fleet | standard (the default) | full (model/names.py PROFILES)."""
+    from hetero_exporter.model import names as N
+    return v.string(path, value, choices=N.PROFILES)
+
+
+METRICS: dict[str, Check] = {"include": _metric_names, "exclude": _metric_names, "profile": _metric_profile}
 
 
 _HEADER_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"  # an HTTP token; gRPC metadata keys are these, lower-cased
@@ -334,7 +347,7 @@ class Config:
     attribution: Mapping[str, Any] = field(default_factory=dict)
     scoring: Mapping[str, Any] = field(default_factory=dict)
     kernel_log: Mapping[str, Any] = field(default_factory=dict)
-    metrics: Mapping[str, Any] = field(default_factory=dict)  # include / exclude (exposition.selection)
+    metrics: Mapping[str, Any] = field(default_factory=dict)  # profile / include / exclude (exposition.selection)
     otlp: Mapping[str, Any] = field(default_factory=dict)  # empty: no OTLP export
     nvsentinel: Mapping[str, Any] = field(default_factory=dict)  # empty: no NVSentinel bridge
     finops: finops_mod.FinOps = field(default_factory=finops_mod.FinOps)

@@ -81,7 +81,7 @@ class HealthSettings:
     def parse(cls, raw: Mapping[str, Any], mode: Optional[str] = None) -> "HealthSettings":
         from hetero_exporter.health.detect import policy as policy_mod
         from hetero_exporter.health.plan import RemedyConfig
-        return cls(policy=policy_mod.load(raw.get("policy")), remedy=RemedyConfig.from_mapping(raw, mode=mode),
+        return cls(policy=policy_mod.load(raw.get("policy"), raw.get("promote")), remedy=RemedyConfig.from_mapping(raw, mode=mode),
                    pci_presence=bool(raw.get("pci_presence", True)), udev=bool(raw.get("udev", True)))
 
 

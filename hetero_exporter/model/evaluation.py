@@ -90,6 +90,7 @@ class NodeVerdict:
     degraded: tuple[str, ...]
     total: int
     why: str
+    culprits: tuple[str, ...] = ()  # the failed devices that make the node unhealthy (uuids)
 
 
 # uuid -> the device's sticky faults (what must survive an agent restart)

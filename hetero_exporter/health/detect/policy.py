@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from hetero_exporter import vendors
+from hetero_exporter.health.detect import promote as promote_rules
 from hetero_exporter.model import ACTIONS, SEVERITIES, Fault
 from hetero_exporter.model.errors import InputError
 from hetero_exporter.model.faults import Catalogue, FaultTable, FaultTableError, shipped_table
@@ -94,6 +95,7 @@ class Policy:
     reason_prefix: Mapping[str, str] = field(default_factory=dict)
     # every vendor's fault table with the overrides applied (built by parse): what a code means
     catalogue: Catalogue = field(default_factory=shipped_catalogue)
+    promote: tuple[promote_rules.PromoteRule, ...] = ()  # health.promote: N occurrences in a window (promote.py)
 
     def class_policy(self, fault: Fault) -> ClassPolicy:
         """The policy of a fault: by its class, else by its action, else not sticky."""
@@ -223,7 +225,11 @@ def _shipped() -> dict:
     return yaml.safe_load(POLICY_FILE.read_text(encoding="utf-8")) or {}
 
 
-def load(overrides: Optional[Mapping[str, Any]] = None) -> Policy:
-    """The shipped policy with the configured overrides merged over it."""
+def load(overrides: Optional[Mapping[str, Any]] = None, promote: Any = None) -> Policy:
+    """The shipped policy with the configured overrides merged over it, and the configured
+    promotions (``health.promote``, checked by ``promote.parse``)."""
     doc = deep_merge(_shipped(), dict(overrides or {}))
-    return parse(doc, "health.policy" if overrides else str(POLICY_FILE))
+    policy = parse(doc, "health.policy" if overrides else str(POLICY_FILE))
+    if promote:
+        policy = dataclasses.replace(policy, promote=promote_rules.parse("health.promote", promote))
+    return policy

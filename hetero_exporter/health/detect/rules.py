@@ -28,9 +28,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
+from hetero_exporter.health.detect import promote
 from hetero_exporter.health.detect.policy import CLEAR_EVIDENCE, Policy, ReadingRule
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
-from hetero_exporter.model.evaluation import NodeVerdict, StickyFault, Verdict
+from hetero_exporter.model.evaluation import NodeVerdict, OccurrenceBook, Occurrences, StickyFault, Verdict
 
 STATE_RANK = {"ok": 0, "unknown": 0, "degraded": 1, "failed": 2}
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -50,12 +51,15 @@ class DeviceState:
     better_streak: int = 0  # consecutive polls whose raw state was better than ``state``
     offenses: tuple[float, ...] = ()  # times the device entered failed
     vendor: str = ""  # of a top-level device once seen: an absent one is lost when its vendor's collector answered
+    occurrences: Mapping[str, Occurrences] = field(default_factory=dict)  # code -> counted by health.promote
+    promoted: frozenset[str] = frozenset()  # codes promoted at the last poll
 
 
 @dataclass(frozen=True)
 class State:
     boot_id: Optional[str] = None
     devices: Mapping[str, DeviceState] = field(default_factory=dict)
+    promotions: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (vendor, code, to) -> count
 
 
 # --------------------------------------------------------------------------- readings
@@ -161,6 +165,8 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
     recovery = _recovery(d, policy)
 
     counts, new = _new_occurrences(s, d, policy)
+    occurrences = promote.record(s.occurrences, s.counts, d, policy.promote, now)
+    promoted = promote.promoted(occurrences, d, policy.promote, now, policy.classify)
     reset_seen, counters = _reset_seen(s, d, new, readable, now, policy)
     sticky, cleared_by = _carry_sticky(s, reset_seen, recovery, readable, unreachable)
     cleared = sorted(cleared_by)
@@ -173,6 +179,7 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
     failed_reasons = list(critical.values()) + [st.fault for st in sticky.values() if st.level == "failed"]
     degraded_reasons = [warnings[c] for c in sorted(confirmed) if c in warnings] + [
         st.fault for st in sticky.values() if st.level == "degraded"]
+    failed_reasons, degraded_reasons = promote.apply(promoted, failed_reasons, degraded_reasons)
     if failed_reasons:
         raw = "failed"
     elif degraded_reasons:
@@ -190,7 +197,8 @@ def _device_step(s: DeviceState, d: DeviceSample, now: float, policy: Policy) ->
     new_state = DeviceState(window=window, warnings=warnings, active_rules=frozenset(active_rules),
                             counts=counts, counters=counters, sticky=sticky, state=state,
                             better_streak=streak, offenses=offenses,
-                            vendor=vendor if d.identity.parent is None else "")
+                            vendor=vendor if d.identity.parent is None else "",
+                            occurrences=occurrences, promoted=frozenset(promoted))
     return new_state, Verdict(d.identity.uuid, state, reasons, pending, tuple(cleared), node_level, cleared_by)
 
 
@@ -385,10 +393,13 @@ def step(state: State, snapshot: NodeSnapshot, policy: Policy) -> tuple[State, d
         devices = {u: DeviceState(offenses=ds.offenses, counts=ds.counts, counters=ds.counters, vendor=ds.vendor)
                    for u, ds in devices.items()}
     verdicts: dict[str, Verdict] = {}
+    promotions = dict(state.promotions)
     for d in snapshot.devices:
         uuid = d.identity.uuid
-        ds, v = _device_step(devices.get(uuid, DeviceState()), d, snapshot.time, policy)
+        before = devices.get(uuid, DeviceState())
+        ds, v = _device_step(before, d, snapshot.time, policy)
         devices[uuid] = ds
+        _count_promotions(promotions, d, v, ds.promoted - before.promoted)
         if booted.get(uuid):
             by = {**{c: "boot" for c in booted[uuid]}, **v.cleared_by}
             v = dataclasses.replace(v, cleared=tuple(sorted(by)), cleared_by=by)
@@ -404,7 +415,16 @@ def step(state: State, snapshot: NodeSnapshot, policy: Policy) -> tuple[State, d
     # forget devices that are gone unless they carry sticky faults (a lost GPU may vanish
     # from enumeration: its fault must not vanish with it)
     devices = {u: ds for u, ds in devices.items() if u in present or ds.sticky or ds.offenses}
-    return State(boot_id=snapshot.boot_id or state.boot_id, devices=devices), verdicts
+    return State(boot_id=snapshot.boot_id or state.boot_id, devices=devices, promotions=promotions), verdicts
+
+
+def _count_promotions(promotions: dict[tuple[str, str, str], int], d: DeviceSample, v: Verdict,
+                      codes: frozenset[str]) -> None:
+    """Count the promotions that began this poll (by vendor, code and target state)."""
+    for f in v.reasons:
+        if f.code in codes and f.source == promote.SOURCE:
+            key = (d.identity.vendor, str(f.code), "failed" if f.severity == "critical" else "degraded")
+            promotions[key] = promotions.get(key, 0) + 1
 
 
 def evaluate(history: Iterable[NodeSnapshot], policy: Policy,
@@ -417,32 +437,36 @@ def evaluate(history: Iterable[NodeSnapshot], policy: Policy,
     return state, verdicts
 
 
-def node_verdict(snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], policy: Policy) -> NodeVerdict:
+def node_verdict(snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], policy: Policy,
+                 node_taint: Optional[Mapping[str, bool]] = None) -> NodeVerdict:
     """Unhealthy when a failed device is node-level, or too few devices are not failed.
-    Unknown devices count as serving: cannot read is not failed."""
+    Unknown devices count as serving: cannot read is not failed. ``node_taint``: uuid -> what
+    the device's class says (health.classes): True, its failure alone makes the node unhealthy;
+    False, it never does and counts as serving; a device not listed follows the policy."""
+    says = node_taint or {}
     tops = [d for d in snapshot.devices if d.identity.parent is None]
     failed = [d for d in tops if verdicts.get(d.identity.uuid, Verdict("", "ok")).state == "failed"]
     degraded = [d for d in tops if verdicts.get(d.identity.uuid, Verdict("", "ok")).state == "degraded"]
     total = len(tops)
-    node_level = [d for d in failed if verdicts[d.identity.uuid].node_level]
-    healthy_fraction = (total - len(failed)) / total if total else 1.0
+    counted = [d for d in failed if says.get(d.identity.uuid) is not False]
+    node_level = [d for d in counted if verdicts[d.identity.uuid].node_level or says.get(d.identity.uuid) is True]
+    healthy_fraction = (total - len(counted)) / total if total else 1.0
+    failed_ids, degraded_ids = tuple(d.identity.uuid for d in failed), tuple(d.identity.uuid for d in degraded)
     if node_level:
         first = node_level[0]
         cls = verdicts[first.identity.uuid].reasons[0].fault_class if verdicts[first.identity.uuid].reasons else "failed"
         why = (f"{len(node_level)} device(s) failed with a node-level fault "
                f"({', '.join(f'{d.identity.vendor} {d.identity.index}' for d in node_level)})")
-        return NodeVerdict(True, cls, tuple(d.identity.uuid for d in failed),
-                           tuple(d.identity.uuid for d in degraded), total, why)
-    if failed and healthy_fraction < policy.min_healthy_fraction:
-        why = (f"only {total - len(failed)} of {total} devices are not failed "
+        return NodeVerdict(True, cls, failed_ids, degraded_ids, total, why, tuple(d.identity.uuid for d in node_level))
+    if counted and healthy_fraction < policy.min_healthy_fraction:
+        why = (f"only {total - len(counted)} of {total} devices are not failed "
                f"(below {policy.min_healthy_fraction:.0%})")
-        return NodeVerdict(True, "too-few-healthy", tuple(d.identity.uuid for d in failed),
-                           tuple(d.identity.uuid for d in degraded), total, why)
+        return NodeVerdict(True, "too-few-healthy", failed_ids, degraded_ids, total, why,
+                           tuple(d.identity.uuid for d in counted))
     why = (f"{total - len(failed)} of {total} devices serving"
            + (f"; {len(failed)} failed (device-level)" if failed else "")
            + (f"; {len(degraded)} degraded" if degraded else ""))
-    return NodeVerdict(False, None, tuple(d.identity.uuid for d in failed),
-                       tuple(d.identity.uuid for d in degraded), total, why)
+    return NodeVerdict(False, None, failed_ids, degraded_ids, total, why)
 
 
 # --------------------------------------------------------------------------- persistence
@@ -453,10 +477,15 @@ def sticky_faults(state: State) -> dict[str, list[StickyFault]]:
     return {u: list(ds.sticky.values()) for u, ds in state.devices.items() if ds.sticky}
 
 
+def occurrences(state: State) -> dict[str, Mapping[str, Occurrences]]:
+    """The occurrences health.promote counts, per device uuid (they survive a restart too)."""
+    return {u: ds.occurrences for u, ds in state.devices.items() if ds.occurrences}
+
+
 def restore(sticky: Mapping[str, Iterable[StickyFault]], boot_id: Optional[str],
-            current_boot_id: Optional[str]) -> State:
-    """A state holding sticky faults saved by an earlier agent process; nothing when the node
-    has rebooted since (a boot clears every sticky fault)."""
+            current_boot_id: Optional[str], occurred: Optional[OccurrenceBook] = None) -> State:
+    """A state holding sticky faults (and the occurrences health.promote counts) saved by an
+    earlier agent process; nothing when the node has rebooted since (a boot clears them)."""
     if boot_id and current_boot_id and boot_id != current_boot_id:
         return State(boot_id=current_boot_id)
     devices = {}
@@ -465,4 +494,7 @@ def restore(sticky: Mapping[str, Iterable[StickyFault]], boot_id: Optional[str],
         if by_code:
             level = "failed" if any(st.level == "failed" for st in by_code.values()) else "degraded"
             devices[uuid] = DeviceState(sticky=by_code, state=level)
+    for uuid, occ in (occurred or {}).items():
+        if occ:
+            devices[uuid] = dataclasses.replace(devices.get(uuid, DeviceState()), occurrences=dict(occ))
     return State(boot_id=current_boot_id or boot_id, devices=devices)

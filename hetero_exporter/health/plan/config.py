@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from hetero_exporter import validate as v
+from hetero_exporter.health.plan import classes as classes_mod
 from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 
 MODES = ("observe", "dry-run", "enforce")
@@ -20,7 +21,7 @@ SCHEDULERS = ("volcano", "hami")  # integrations of health.scheduler_annotations
 INVENTORY_OUTLETS = ("labels", "nodefeature")
 DEFAULT_BUDGET_NAMESPACE = "hetero-exporter"  # the agent's namespace when POD_NAMESPACE does not say
 # keys of the config's health section that are not remedy settings
-OTHER_HEALTH_KEYS = frozenset({"policy", "pci_presence", "udev"})
+OTHER_HEALTH_KEYS = frozenset({"policy", "pci_presence", "udev", "promote"})
 DNS_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 
 
@@ -61,6 +62,8 @@ class RemedyConfig:
     fleet_budget: bool = True  # the taint budget through Lease slots (else the node count alone)
     budget_namespace: str = ""  # the Leases' namespace: "" = $POD_NAMESPACE, else hetero-exporter
     budget_lease_seconds: float = 600.0  # a slot of a node that stopped renewing expires after this
+    # device classes (issue 38): first match wins; a device of none keeps the settings above (classes.py)
+    classes: tuple[classes_mod.DeviceClass, ...] = ()
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], mode: Optional[str] = None) -> "RemedyConfig":
@@ -119,6 +122,11 @@ class RemedyConfig:
     @property
     def effects(self) -> tuple[str, ...]:
         return ("NoSchedule", "NoExecute") if self.no_execute else ("NoSchedule",)
+
+    @property
+    def class_default(self) -> classes_mod.DevicePolicy:
+        """What is done for a failed device of no class: the node-wide settings."""
+        return classes_mod.default_policy(self.device_taint_no_execute, self.cordon, self.evict_pods)
 
     def lease_namespace(self, environ: Mapping[str, str] = os.environ) -> str:
         """Where the budget's Leases live: budget_namespace, else the agent's own namespace
@@ -191,4 +199,5 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "inventory_labels": lambda p, x: v.string(p, x, choices=INVENTORY_OUTLETS),
     "inventory": lambda p, x: _inventory(p, x),
     "nodefeature_namespace": _namespace,
+    "classes": classes_mod.parse,
 }

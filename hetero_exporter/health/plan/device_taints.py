@@ -63,6 +63,8 @@ class DeviceTaintSettings:
     domain: str = DEFAULT_DOMAIN
     no_execute: bool = False
     degraded: bool = False
+    # uuid -> the effect for that device failed, from its class (health.classes; classes.py)
+    effects: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def taint_key(self) -> str:
@@ -209,10 +211,11 @@ def _slice_devices(node: str, slices: Sequence[dict], explain: list[str]):
 
 
 def _want(verdict: Optional[Verdict], cfg: DeviceTaintSettings) -> Optional[str]:
-    """The effect a device's verdict asks for, or None."""
+    """The effect a device's verdict asks for (its class's, when failed), or None."""
     state = verdict.state if verdict is not None else "ok"
     if state == "failed":
-        return "NoExecute" if cfg.no_execute else "NoSchedule"
+        return cfg.effects.get(verdict.uuid) if verdict is not None and verdict.uuid in cfg.effects else (
+            "NoExecute" if cfg.no_execute else "NoSchedule")
     if state == "degraded" and cfg.degraded:
         return "None"
     return None
@@ -221,6 +224,21 @@ def _want(verdict: Optional[Verdict], cfg: DeviceTaintSettings) -> Optional[str]
 def _message(d: DeviceSample, v: Verdict, policy: Policy) -> str:
     faults = "; ".join(fault_text(d.identity.vendor, f, policy, d.identity.uuid) for f in v.reasons[:3])
     return f"{device_name(d)} {v.state}: {faults or 'no fault reported'}"[:MAX_MESSAGE]
+
+
+def dra_pools(node: str, slices: Sequence[dict], devices: Mapping[str, DeviceSample]) -> dict[str, set[str]]:
+    """uuid -> ``<driver>/<pool>`` of the DRA devices of this node's pool that list it (a class's
+    ``match.pool``); a child is listed where its parent is."""
+    keys = _identity_keys(devices)
+    out: dict[str, set[str]] = {}
+    for driver, pool, _, values in _slice_devices(node, slices, []):
+        for u in {keys[k] for val in values for k in (val.lower(), pci_key(val)) if k in keys}:
+            out.setdefault(u, set()).add(f"{driver}/{pool}")
+    for uuid, d in devices.items():
+        parent = d.identity.parent
+        if parent in out and uuid not in out:
+            out[uuid] = set(out[parent])
+    return out
 
 
 def _wanted_rules(node: str, slices: Sequence[dict], verdicts: Mapping[str, Verdict],

@@ -29,7 +29,7 @@ import copy
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Mapping, Optional
+from typing import Any, Callable, Collection, Iterable, Mapping, Optional
 
 from hetero_exporter.health.detect.texts import _event_id, device_name, fault_text
 from hetero_exporter.health.detect.policy import Policy
@@ -61,6 +61,12 @@ class PodSignalSettings:
     conditions: bool = True
     events: bool = True
     evict: bool = False
+    # the devices whose failure evicts their pods, by their class (health.classes); None: ``evict`` for all
+    evict_devices: Optional[frozenset[str]] = None
+
+    def evicts(self, bad: Iterable[str]) -> bool:
+        """Whether a pod holding these failed devices is evicted."""
+        return self.evict if self.evict_devices is None else any(u in self.evict_devices for u in bad)
 
     @property
     def condition_type(self) -> str:
@@ -225,10 +231,11 @@ def _failing(p: PodSignalPlan, key: str, uid: str, rec: Optional[PodRecord], bad
         p.events.append(PodEvent(ns, name, uid, _event_id(ns, name, uid, ",".join(bad), since), "Warning",
                                  FAILED_REASON, message))
         p.actions.append(("event", f"{key} {FAILED_REASON}"))
-    if cfg.evict and not new["evicted"] and now < new["evict_retry_at"]:
+    evict = cfg.evicts(bad)
+    if evict and not new["evicted"] and now < new["evict_retry_at"]:
         p.explain.append(f"pod {key}: eviction failed {new['evict_failures']} time(s); retried in "
                          f"{new['evict_retry_at'] - now:.0f} s")
-    elif cfg.evict and not new["evicted"]:
+    elif evict and not new["evicted"]:
         p.evictions.append(PodRef(ns, name, uid))
         new["evicted"] = True
         p.actions.append(("evict", key))

@@ -63,6 +63,14 @@ class StickyRecord(TypedDict):
     recovery_pending: bool
 
 
+class OccurrenceRecord(TypedDict):
+    """The occurrences of one fault code that health.promote counts (``book.occurrences_to_json``):
+    their times (Unix seconds, oldest first) and whether the code was an active condition."""
+
+    times: list[float]
+    active: bool
+
+
 class PodRecord(TypedDict):
     """A pod holding failed devices, signalled once per episode (``pod_signals.py``)."""
 
