@@ -379,9 +379,34 @@ class ClusterSide:
                 log.info("health: eviction refused by a PodDisruptionBudget; retried next cycle",
                          extra={"pod": key, "why": getattr(outcome, "message", "")})
             elif outcome == "gone":
-                done.gone.append(key)
+                self._evicted_gone(ref.namespace, ref.name, str((pod.get("metadata") or {}).get("uid") or ""),
+                                   getattr(outcome, "message", ""), done)
             else:
                 log.info("health: evicted a pod on a failed device", extra={"pod": key, "node": self.node})
+
+    def _evicted_gone(self, namespace: str, name: str, uid: str, why: str, done: Applied) -> None:
+        """An eviction answered 404. The pod is gone only when the pod itself now reads 404 (or
+        another pod holds its name): a 404 of the eviction for a pod that is still there (an API
+        server or proxy that does not serve the subresource) is a failed eviction, retried with
+        the back-off, and the pod keeps its record (its condition goes back to True on recovery)."""
+        key = f"{namespace}/{name}"
+        current: Optional[Mapping[str, Any]] = None
+        try:
+            current = self._pods.get(namespace, name)
+        except K8sError as e:
+            if e.not_found:
+                done.gone.append(key)
+                return
+        if current is not None:
+            now_uid = str((current.get("metadata") or {}).get("uid") or "")
+            if uid and now_uid and now_uid != uid:
+                done.gone.append(key)  # another pod of that name: the one that held the device is gone
+                return
+        done.failed_evictions.append(key)
+        done.errors.append(f"pod {key} eviction: answered 404 ({why[:MAX_QUOTED]}) while the pod is there")
+        self.metrics.action("evict", "error")
+        log.warning("health: the Eviction API answered 404 for a pod that is still there; retried with a back-off",
+                    extra={"pod": key, "node": self.node, "error": why[:MAX_QUOTED]})
 
 
 def _transition(pod: Mapping[str, Any], c: Any, now: float) -> str:
