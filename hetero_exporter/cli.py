@@ -7,7 +7,7 @@
     hetero-exporter inspect [--simulate [SCENARIO]] [--at T] [--json]
     hetero-exporter top [--simulate [SCENARIO]] [--from http://HOST:PORT] [--interval S] [--once]
     hetero-exporter parse TOOL FILE [--json]        (TOOL kernel-log: a dmesg / journal / kmsg capture)
-    hetero-exporter health --dry-run [--simulate [SCENARIO]] [--node-name NAME] [--kubeconfig FILE]
+    hetero-exporter health --dry-run [--json] [--simulate [SCENARIO]] [--node-name NAME] [--kubeconfig FILE]
     hetero-exporter health override --node N --device UUID (--state ok|failed --for DURATION --reason TEXT | --clear)
     hetero-exporter scheduler-extender [--listen HOST:PORT] [--kubeconfig FILE] [--policy binpack|spread]
     hetero-exporter score --pod POD.yaml --nodes NODES.json [--policy binpack|spread] [--json]
@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(hl)
     hl.add_argument("--dry-run", action="store_true",
                     help="plan only (the agent acts from `run --health-mode enforce`)")
+    hl.add_argument("--json", action="store_true",
+                    help="with --dry-run: print the plan as JSON (per device: class, state, reasons, device "
+                         "taint; per node: taint, condition, cordon, evictions)")
     _add_override(hl)
     parse = sub.add_parser("parse", help="turn a captured vendor output into the model")
     parse.add_argument("tool", metavar="TOOL", help="which tool printed FILE: " + ", ".join(
@@ -273,7 +276,7 @@ def cmd_health(args: argparse.Namespace, extra: Sequence[str]) -> int:
     from hetero_exporter.app import commands
     if not args.dry_run:
         raise UsageError("health: say --dry-run (what the agent would do) or override (an operator's override)")
-    return commands.health(options(args, extra))
+    return commands.health(options(args, extra), as_json=bool(args.json))
 
 
 def cmd_health_override(args: argparse.Namespace) -> int:

@@ -222,7 +222,8 @@ class Agent:
             from hetero_exporter.health import plan as plan_mod
             book = plan_mod.Book.from_annotation(
                 ((node.get("metadata") or {}).get("annotations") or {}).get(self.settings.health.remedy.book_annotation))
-            p.verdicts.restore(plan_mod.sticky_from_json(book.sticky), book.boot_id, self.env.boot_id)
+            p.verdicts.restore(plan_mod.sticky_from_json(book.sticky), book.boot_id, self.env.boot_id,
+                               plan_mod.occurrences_from_json(book.occurrences))
         elif p.health is not None:
             p.health.remedy.restore_into(p.verdicts, self.env.boot_id)
 

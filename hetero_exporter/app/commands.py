@@ -167,10 +167,10 @@ def _collect_settled(agent: Agent) -> tuple[Any, Any]:
     return judged
 
 
-def health(options: Options) -> int:
-    """Collect once and print what the agent would do (as in enforce mode), and why. With
-    cluster access the plan is made against the Node as it is (bookkeeping included); without,
-    against an empty node, and the report says so. Nothing is written."""
+def health(options: Options, as_json: bool = False) -> int:
+    """Collect once and print what the agent would do (as in enforce mode), and why (``as_json``:
+    the report as JSON). With cluster access the plan is made against the Node as it is
+    (bookkeeping included); without, against an empty node, and the report says so. Nothing is written."""
     from hetero_exporter.health import plan as plan_mod
     from hetero_exporter.health.act import report
     from hetero_exporter.health.act.remedy import Remedy
@@ -195,10 +195,11 @@ def health(options: Options) -> int:
             except K8sError as e:
                 source += f"; cannot read the rest of the cluster ({e})"
         p = plan_mod.plan(node, snap, ev.verdicts, ev.node, policy, rcfg, agent.env.plan_time(),
-                          budget=budget, sticky=ev.sticky, view=view, overrides=ev.overrides)
+                          budget=budget, sticky=ev.sticky, view=view, overrides=ev.overrides, occurrences=ev.occurrences)
     finally:
         agent.close()
-    print(report.render(snap, ev, p, policy, rcfg, source), end="")
+    built = report.build(snap, ev, p, policy, rcfg, source) if as_json else None
+    print(report.to_json(built) if built is not None else report.render(snap, ev, p, policy, rcfg, source), end="")
     return EXIT_OK
 
 
@@ -209,4 +210,6 @@ def options_for(command: str, args: Any, collectors: dict[str, bool]) -> Options
                    kubeconfig=get("kubeconfig"), listen=get("listen"), collectors=collectors,
                    simulate=get("simulate"), simulate_if_absent=bool(get("simulate_if_absent")), at=get("at") or 0.0,
                    node_name=get("node_name"), host_root=get("host_root"), health_mode=get("health_mode"),
+        if view is None:  # no cluster: the device-plugin resources still match classes
+            view = plan_mod.ClusterView(resources={d.identity.uuid: device_resource(d) for d in snap.devices})
                    kernel_log=get("kernel_log"))

@@ -38,6 +38,12 @@ With ``limit`` slots, at most ``limit`` nodes hold one, whatever the timing. No 
   with uid and resourceVersion preconditions (a slot taken over since it was read is not ours).
 - Every failure of the API refuses (the safe side) and says why. Slot objects are hostile input:
   a malformed one is free only to a writer that replaces it by its resourceVersion.
+- A device class with a ``budget_share`` (health.classes) has its own pool of slots, by the same
+  rules: ``hetero-exporter-taint-slot-<class>-<i>``, labelled ``<domain>/budget: taint-<class>``,
+  ``int(share * nodes)`` of them (at least ``budget_min_nodes``). A node about to be tainted for
+  devices of such classes takes a slot of each class's pool first, then the fleet's; a refusal of
+  any gives back what this call took. Nodes whose book says they carry the taint for the class
+  use its budget too (``class_tainted``), as tainted nodes without a slot use the fleet's.
 
 ``leases`` is ``k8s.leases.Leases`` (or anything with its methods); its failures are
 ``k8s.client.K8sError``, recognized here by their ``status`` and ``reason`` (only cli and
@@ -50,9 +56,10 @@ import datetime
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Collection, Optional, Protocol
+from typing import Callable, Collection, Iterable, Mapping, Optional, Protocol
 
 from hetero_exporter.health.plan import Budget, RemedyConfig
+from hetero_exporter.health.plan.budget import ClassBudget, class_limit
 from hetero_exporter.model.keys import Keys
 
 SLOT_PREFIX = "hetero-exporter-taint-slot-"
@@ -60,7 +67,8 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "hetero-exporter")
 MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # metav1.MicroTime, as the API server writes it
 MAX_LEASE_SECONDS = 7 * 86400  # a longer lease is not one of ours: malformed
 MAX_NAMES = 10  # holders named in a refusal
-_SLOT_NAME = re.compile(re.escape(SLOT_PREFIX) + r"(0|[1-9][0-9]{0,5})")
+_INDEX = r"(0|[1-9][0-9]{0,5})"
+_SLOT_NAME = re.compile(re.escape(SLOT_PREFIX) + _INDEX)
 _ROUNDS = 2  # read and try; once more after losing a race, with what the winners wrote
 UNTAINTED_GRACE_SECONDS = 120.0  # a node holding slots this long without the taint is not using them
 FORGET_SECONDS = 6 * 3600.0  # a holder unseen this long gets its grace again (a new failure)
@@ -137,11 +145,11 @@ def parse_time(v: object) -> Optional[float]:
     return None
 
 
-def parse_slot(obj: object, now: float) -> Optional[Slot]:
+def parse_slot(obj: object, now: float, pattern: re.Pattern[str] = _SLOT_NAME) -> Optional[Slot]:
     """The slot of a listed Lease; None when it is not a slot (other name, not an object)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
-    m = _SLOT_NAME.fullmatch(name) if isinstance(name, str) else None
+    m = pattern.fullmatch(name) if isinstance(name, str) else None
     if m is None or not isinstance(name, str) or not isinstance(obj, dict) or not isinstance(meta, dict):
         return None
     spec = obj.get("spec")
@@ -193,13 +201,17 @@ class FleetBudget:
 
     def __init__(self, leases: SlotStore, node: str, *, domain: str, lease_seconds: int = 600,
                  clock: Callable[[], float] = time.time, monotonic: Optional[Callable[[], float]] = None,
-                 untainted_grace: float = UNTAINTED_GRACE_SECONDS):
+                 untainted_grace: float = UNTAINTED_GRACE_SECONDS, pool: str = "", classes: Iterable[str] = ()):
+        """``pool``: a device class's pool of slots ("" the fleet's); ``classes``: the classes
+        with a budget share (the fleet's budget keeps a pool for each)."""
         if not 0 < int(lease_seconds) <= MAX_LEASE_SECONDS:
             raise ValueError(f"lease_seconds: between 1 and {MAX_LEASE_SECONDS}, not {lease_seconds!r}")
         self.leases = leases
         self.node = node
         self.lease_seconds = int(lease_seconds)
-        self.labels = {MANAGED_BY[0]: MANAGED_BY[1], Keys(domain).budget: "taint"}
+        self.prefix = f"{SLOT_PREFIX}{pool}-" if pool else SLOT_PREFIX
+        self._pattern = re.compile(re.escape(self.prefix) + _INDEX) if pool else _SLOT_NAME
+        self.labels = {MANAGED_BY[0]: MANAGED_BY[1], Keys(domain).budget: f"taint-{pool}" if pool else "taint"}
         self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
         self._clock = clock
         # elapsed time on this agent's clock: the real monotonic clock, or a test's own clock
@@ -212,6 +224,9 @@ class FleetBudget:
         self._held: Optional[Slot] = None  # the slot as last written by us
         self._next_renew = 0.0  # renew() writes again from then on
         self._renew_note: Optional[str] = None  # what renew() said last, until then
+        self._pools = {c: FleetBudget(leases, node, domain=domain, lease_seconds=lease_seconds, clock=clock,
+                                      monotonic=monotonic, untainted_grace=untainted_grace, pool=c)
+                       for c in classes} if not pool else {}
 
     # ------------------------------------------------------------------ reads and writes
 
@@ -220,7 +235,7 @@ class FleetBudget:
         before, read by name (those that went or got our labels are forgotten)."""
         slots: dict[int, Slot] = {}
         for obj in self.leases.list(self.selector):
-            s = parse_slot(obj, now)
+            s = parse_slot(obj, now, self._pattern)
             if s is not None and s.index not in slots:
                 slots[s.index] = s
         for index in sorted(self._foreign):
@@ -235,7 +250,7 @@ class FleetBudget:
     def _unlabelled(self, index: int, now: float) -> Optional[Slot]:
         """The Lease of slot ``index``'s name read by name, when it lacks the slots' labels
         (remembered in ``_foreign``: its index -> why it is unusable, "" when readable)."""
-        name = f"{SLOT_PREFIX}{index}"
+        name = f"{self.prefix}{index}"
         try:
             obj = self.leases.get(name)
         except Exception as e:
@@ -249,7 +264,7 @@ class FleetBudget:
             self._foreign.pop(index, None)  # gone, or one of ours: a race, read again
             return None
         self._remember_foreign(index, "")
-        return parse_slot(obj, now)
+        return parse_slot(obj, now, self._pattern)
 
     def _remember_foreign(self, index: int, why: str) -> None:
         if index in self._foreign or len(self._foreign) < MAX_FOREIGN:
@@ -266,7 +281,7 @@ class FleetBudget:
                          "acquireTime": acquire_time or stamp, "renewTime": stamp, "leaseTransitions": transitions}}
 
     def _wrote(self, answer: dict, now: float) -> None:
-        self._held = parse_slot(answer, now)
+        self._held = parse_slot(answer, now, self._pattern)
         self._next_renew, self._renew_note = now + self.lease_seconds / 3, None
 
     def _renew(self, slot: Slot, now: float) -> None:
@@ -275,7 +290,7 @@ class FleetBudget:
         self._wrote(self.leases.replace(slot.name, body), now)
 
     def _take(self, index: int, slot: Optional[Slot], now: float) -> None:
-        name = f"{SLOT_PREFIX}{index}"
+        name = f"{self.prefix}{index}"
         if slot is None:
             self._wrote(self.leases.create(self._body(name, now)), now)
         else:
@@ -383,9 +398,19 @@ class FleetBudget:
     def _result(self, granted: bool, held: int, why: str, error: Optional[str] = None) -> Acquired:
         return Acquired(granted, held, why, error=error, foreign=len(self._foreign))
 
-    def renew(self) -> Optional[str]:
+    def renew(self, classes: Optional[Iterable[str]] = None) -> Optional[str]:
         """Keep our slot (call each reconcile while tainted; writes at most once per
-        ``lease_seconds / 3``). None when it is held; else why not."""
+        ``lease_seconds / 3``). None when it is held; else why not. ``classes``: those the taint
+        is for now: their pools' slots held are kept, the others' given back (None: every pool's
+        slot held is kept)."""
+        for name, pool in self._pools.items():
+            if classes is not None and name not in set(classes):
+                pool.release() if pool._held is not None else None
+            elif pool._held is not None:
+                pool.renew()
+        return self._renew_fleet()
+
+    def _renew_fleet(self) -> Optional[str]:
         now = self._clock()
         if now < self._next_renew:
             return self._renew_note
@@ -410,8 +435,12 @@ class FleetBudget:
         return "the taint slot kept changing under us"
 
     def release(self) -> Optional[str]:
-        """Give back every slot this node holds (call on recovery, after the taint is off).
-        None when none is left; else why (it expires after ``lease_seconds`` anyway)."""
+        """Give back every slot this node holds, its classes' too (call on recovery, after the
+        taint is off). None when none is left; else why (it expires after ``lease_seconds`` anyway)."""
+        notes = [n for n in (pool.release() for pool in self._pools.values()) if n]
+        return self._release_own() or (notes[0] if notes else None)
+
+    def _release_own(self) -> Optional[str]:
         now = self._clock()
         self._held, self._next_renew = None, 0.0
         for _ in range(_ROUNDS):
@@ -438,9 +467,46 @@ class FleetBudget:
     # ------------------------------------------------------------------ for the plan
 
     def check(self, cfg: RemedyConfig, total: int, tainted: Collection[str],
-              nodes: Optional[Collection[str]] = None) -> tuple[Budget, Acquired]:
+              nodes: Optional[Collection[str]] = None, shares: Optional[Mapping[str, float]] = None,
+              class_tainted: Optional[Mapping[str, Collection[str]]] = None) -> tuple[Budget, Acquired]:
         """``acquire`` under the configured limit of ``total`` accelerator nodes, as the plan's
         Budget (``granted`` decides; ``tainted`` counts the others using the budget), with the
-        Acquired for its one-line why."""
+        Acquired for its one-line why. ``shares``: class -> budget share of the classes the taint
+        would be for, each asked first in its own pool (``class_tainted``: class -> the nodes
+        whose book says they carry the taint for it); a refusal gives back what this call took."""
+        classes, taken = self._classes(cfg, total, shares or {}, class_tainted or {}, nodes)
+        refused = next((c for c in classes if not c.granted), None)
+        if refused is not None:
+            for pool in taken:
+                pool.release()
+            why = f"class {refused.name}: " + (refused.error or f"no taint slot of its share is free "
+                                                                f"({refused.held_by_others} held by other nodes)")
+            others = len(set(tainted) - {self.node})
+            return (Budget(total=total, tainted=others, classes=tuple(classes)),
+                    Acquired(False, others, why, error=refused.error))
         result = self.acquire(Budget(total=total, tainted=0).limit(cfg), tainted, nodes)
-        return Budget(total=total, tainted=result.held_by_others, error=result.error, granted=result.granted), result
+        if not result.granted:
+            for pool in taken:
+                pool.release()
+        return Budget(total=total, tainted=result.held_by_others, error=result.error, granted=result.granted,
+                      classes=tuple(classes)), result
+
+    def _classes(self, cfg: RemedyConfig, total: int, shares: Mapping[str, float],
+                 class_tainted: Mapping[str, Collection[str]],
+                 nodes: Optional[Collection[str]]) -> tuple[list[ClassBudget], list["FleetBudget"]]:
+        """A slot of each class's pool, in name order, up to the first refusal: what each said,
+        and the pools a slot was taken in (to give back when another refuses)."""
+        out: list[ClassBudget] = []
+        taken: list[FleetBudget] = []
+        for name, share in sorted(shares.items()):
+            pool = self._pools.get(name)
+            if pool is None:  # not a configured class with a share (the config changed): none of its slots
+                continue
+            fresh = pool._held is None
+            got = pool.acquire(class_limit(share, total, cfg.budget_min_nodes), class_tainted.get(name, ()), nodes)
+            out.append(ClassBudget(name, share, got.held_by_others, got.granted, got.error))
+            if not got.granted:
+                break
+            if fresh:
+                taken.append(pool)
+        return out, taken

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Iterator, Optional
+from typing import Iterator, Mapping, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -27,6 +27,7 @@ class HealthMetrics:
         self._unhealthy: Optional[float] = None
         self._up: Optional[float] = None
         self._foreign: dict[str, int] = {}  # kind -> objects of our names another writer holds (once checked)
+        self._promotions: Mapping[tuple[str, str, str], int] = {}  # (vendor, code, to) -> the judge's count
 
     def action(self, action: str, result: str, n: int = 1) -> None:
         with self._lock:
@@ -55,6 +56,11 @@ class HealthMetrics:
         with self._lock:
             self._foreign[kind] = n
 
+    def promotions(self, counts: Mapping[tuple[str, str, str], int]) -> None:
+        """The judge's promotions so far (health.promote; cumulative in its evaluation)."""
+        with self._lock:
+            self._promotions = dict(counts)
+
     def kubernetes_up(self, up: bool) -> None:
         with self._lock:
             self._up = 1.0 if up else 0.0
@@ -65,6 +71,7 @@ class HealthMetrics:
             actions.update(self._actions)
             exhausted, nodes, unhealthy, up = self._budget_exhausted, self._budget_nodes, self._unhealthy, self._up
             foreign = dict(self._foreign)
+            promotions = dict(self._promotions)
         c = CounterMetricFamily(N.HEALTH_ACTIONS.family, N.HEALTH_ACTIONS.help, labels=N.HEALTH_ACTIONS.labels)
         for (action, result), v in sorted(actions.items()):
             c.add_metric([action, result], v)
@@ -78,6 +85,11 @@ class HealthMetrics:
             yield g
         if unhealthy is not None:
             yield GaugeMetricFamily(N.HEALTH_NODE_UNHEALTHY.name, N.HEALTH_NODE_UNHEALTHY.help, value=unhealthy)
+        if promotions:
+            p = CounterMetricFamily(N.HEALTH_PROMOTIONS.family, N.HEALTH_PROMOTIONS.help, labels=N.HEALTH_PROMOTIONS.labels)
+            for (vendor, code, to), n in sorted(promotions.items()):
+                p.add_metric([vendor, code, to], n)
+            yield p
         if up is not None:
             yield GaugeMetricFamily(N.HEALTH_KUBERNETES_UP.name, N.HEALTH_KUBERNETES_UP.help, value=up)
         if foreign:

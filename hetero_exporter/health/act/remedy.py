@@ -35,6 +35,7 @@ from hetero_exporter.health.plan import pod_signals
 from hetero_exporter.health.act.fleet_budget import FleetBudget
 from hetero_exporter.health.act.metrics import HealthMetrics
 from hetero_exporter.health.plan import Book, Budget, ClusterView, Plan, RemedyConfig
+from hetero_exporter.health.plan.budget import class_taints, counted_classes
 from hetero_exporter.health.plan.records import PodRecord
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.act.remedy_cluster import Applied, ClusterSide
@@ -125,7 +126,8 @@ class Remedy:
         # the fleet-wide budget takes Lease slots in enforce mode only: a dry-run never taints
         self._fleet = FleetBudget(Leases(live, cfg.lease_namespace(env)),
                                   node_name, domain=cfg.domain, lease_seconds=int(cfg.budget_lease_seconds),
-                                  clock=clock) if live is not None and cfg.fleet_budget and cfg.mode == "enforce" else None
+                                  clock=clock, classes=[c.name for c in cfg.classes if c.budget_share is not None]
+                                  ) if live is not None and cfg.fleet_budget and cfg.mode == "enforce" else None
         self._slot: Optional[bool] = None  # holds a budget slot; None: unknown (after a start)
         self._pods_book: Optional[dict[str, PodRecord]] = None  # pod records settled after the last writes
         if not on and cfg.mode != "observe":
@@ -178,7 +180,7 @@ class Remedy:
         self._seen(node)
         book = Book.from_annotation(((node.get("metadata") or {}).get("annotations") or {}).get(self.cfg.book_annotation))
         sticky = plan_mod.sticky_from_json(book.sticky)
-        verdicts.restore(sticky, book.boot_id, current_boot_id)
+        verdicts.restore(sticky, book.boot_id, current_boot_id, plan_mod.occurrences_from_json(book.occurrences))
         if sticky:
             log.info("restored sticky faults from the node", extra={
                 "node": self.node, "devices": len(sticky),
@@ -200,18 +202,20 @@ class Remedy:
         """The Node as the API server has it (K8sError when it cannot be read)."""
         return self._writer().nodes.get(self.node)
 
-    def budget(self) -> Budget:
-        """How many accelerator nodes carry the taint (a Budget with ``error`` when unknown);
-        read-only: no fleet-wide slot is taken (``health --dry-run`` reports with it)."""
-        return self._budget(take_slot=False)
+    def budget(self, shares: Optional[Mapping[str, float]] = None) -> Budget:
+        """How many accelerator nodes carry the taint (a Budget with ``error`` when unknown), and
+        for each class of ``shares`` (health.classes); read-only: no fleet-wide slot is taken
+        (``health --dry-run`` reports with it)."""
+        return self._budget(shares, take_slot=False)
 
     def view(self, snapshot: NodeSnapshot, ev: Evaluation) -> ClusterView:
         """What the plan reads from the cluster besides the Node (read-only)."""
         return self._view(snapshot, ev)
 
-    def _budget(self, take_slot: bool = True) -> Budget:
-        """Accelerator nodes and those carrying the taint; with the fleet-wide budget, the
-        decision is a Lease slot (nodes failing in the same minute cannot overshoot)."""
+    def _budget(self, shares: Optional[Mapping[str, float]] = None, take_slot: bool = True) -> Budget:
+        """Accelerator nodes and those carrying the taint (for each class of ``shares`` too: a
+        device class's budget share); with the fleet-wide budget, the decision is a Lease slot
+        (nodes failing in the same minute cannot overshoot)."""
         # the accelerator label is ours in labels mode; in nodefeature mode nfd-master writes it (if
         # it accepts it), so the nodes are found by our marks as without labels
         selector = f"{self.cfg.present_label}=true" if self.cfg.inventory and not self.cfg.nodefeature else None
@@ -235,8 +239,10 @@ class Remedy:
                 tainted.add(name)
         names.add(self.node)
         if self._fleet is None or not take_slot:
-            return Budget(total=len(names), tainted=len(tainted))
-        budget, got = self._fleet.check(self.cfg, len(names), tainted, nodes=names)
+        by_class = class_taints([n for n in nodes if (n.get("metadata") or {}).get("name") in names - {self.node}],
+                                self.cfg) if shares else {}
+            return Budget(total=len(names), tainted=len(tainted), classes=counted_classes(shares or {}, by_class, self.node))
+        budget, got = self._fleet.check(self.cfg, len(names), tainted, nodes=names, shares=shares, class_tainted=by_class)
         self.metrics.foreign("Lease", got.foreign)
         self._slot = bool(got.granted) or self._slot
         if not got.granted:
@@ -248,7 +254,7 @@ class Remedy:
         if self._fleet is None:
             return
         if p.book.taint and p.book.taint.get("applied"):
-            note = self._fleet.renew()
+            note = self._fleet.renew(p.book.taint.get("classes") or ())  # the slots of its classes now
             self._slot = note is None
         elif p.book.taint is None and self._slot is not False:
             note = self._fleet.release()  # also after a start: a slot held before it is given back
@@ -278,6 +284,7 @@ class Remedy:
         """Bring the Node in line with the verdicts. Never raises."""
         self.metrics.node(ev.node.unhealthy)
         api = self._api
+        self.metrics.promotions(ev.promotions)
         if api is None:
             p = plan_mod.plan(empty_node(self.node), snapshot, ev.verdicts, ev.node, self.policy, self.cfg,
                               self._clock(), sticky=ev.sticky, overrides=ev.overrides)
@@ -319,9 +326,10 @@ class Remedy:
             # the budget is asked only when the taint would be added (black-hole faults included)
             p = plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
                               budget=self._budget, sticky=ev.sticky, view=self._view(snapshot, ev),
-                              overrides=ev.overrides)
+                              overrides=ev.overrides, occurrences=ev.occurrences)
             out.plan = p
             budget = p.budget
+            self.metrics.node(p.verdict.unhealthy if p.verdict is not None else ev.node.unhealthy)  # the classes' say
             if budget is not None:
                 self.metrics.budget(p.budget_refused, budget.total if budget.error is None else None,
                                     budget.tainted if budget.error is None else None)

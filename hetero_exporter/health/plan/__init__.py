@@ -16,7 +16,8 @@ texts they write.
 """
 
 from hetero_exporter.health.plan.announce import Announcements, announce, with_node_actions
-from hetero_exporter.health.plan.book import BOOK_VERSION, Book, sticky_from_json, sticky_to_json
+from hetero_exporter.health.plan.book import (BOOK_VERSION, Book, occurrences_from_json, sticky_from_json,
+                                              sticky_to_json)
 from hetero_exporter.health.plan.bookkeeping import Bookkeeping, bookkeeping, keep_books, node_patch
 from hetero_exporter.health.plan.budget import Budget, needs_budget, taint_would_be_added
 from hetero_exporter.health.plan.cluster import ClusterView, NodeFaults, plan_node_faults
@@ -36,7 +37,7 @@ __all__ = [
     "ConditionPlan", "CordonPlan", "DEFAULT_BUDGET_NAMESPACE", "INVENTORY_OUTLETS", "InventoryPlan", "MODES",
     "NodeFaults", "NodeFeaturePlan", "NodeFeatureRead", "OTHER_HEALTH_KEYS",
     "Plan", "RemedyConfig", "SCHEDULERS", "TaintPlan", "_event_id", "announce", "bookkeeping", "device_name",
-    "event_id", "fault_text", "inventory", "keep_books", "label_value", "needs_budget", "node_patch",
+    "event_id", "fault_text", "inventory", "keep_books", "occurrences_from_json", "label_value", "needs_budget", "node_patch",
     "parse_rfc3339", "plan", "plan_node_faults", "plan_condition", "plan_cordon", "plan_inventory", "plan_taint", "rfc3339",
     "selection_labels", "sticky_from_json", "sticky_to_json", "taint_would_be_added", "with_node_actions",
 ]

@@ -9,12 +9,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from hetero_exporter.health.plan import black_hole, device_taints, nodefeature, pod_signals, scheduler_annotations
+from hetero_exporter.health.plan import black_hole, classes, device_taints, nodefeature, pod_signals, scheduler_annotations
 from hetero_exporter.health.plan.config import RemedyConfig
 from hetero_exporter.health.plan.inventory import selection_labels
 from hetero_exporter.health.plan.records import BlackHoleState, OutboxEvent, PodRecord
 from hetero_exporter.health.detect.texts import event_id
 from hetero_exporter.health.detect.policy import Policy
+from hetero_exporter.health.detect import rules
 from hetero_exporter.health.detect.rules import NodeVerdict, Verdict
 from hetero_exporter.model import DeviceSample, NodeSnapshot
 
@@ -40,6 +41,21 @@ class NodeFaults:
     state: BlackHoleState  # the book's new ``black_hole``
     events: tuple[OutboxEvent, ...] = ()
     explain: tuple[str, ...] = ()
+
+
+def plan_classes(name: str, node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict],
+                 nv: NodeVerdict, policy: Policy, view: ClusterView, cfg: RemedyConfig) -> tuple[classes.ClassTable, NodeVerdict]:
+    """Each device's class and what is done for it (health.classes, from the snapshot, the Node's
+    labels and the ResourceSlices read), and the node verdict with the classes' ``node_taint``;
+    without classes, the node-wide settings and the verdict as the judge made it."""
+    if not cfg.classes:
+        return classes.ClassTable(default=cfg.class_default), nv
+    by_uuid = {d.identity.uuid: d for d in snapshot.devices}
+    pools = device_taints.dra_pools(name, list(view.slices), by_uuid) if view.slices else {}
+    labels = (node.get("metadata") or {}).get("labels")
+    table = classes.assign(snapshot, cfg.classes, cfg.class_default, labels if isinstance(labels, Mapping) else {},
+                           pools, view.resources)
+    return table, rules.node_verdict(snapshot, verdicts, policy, table.node_taint())
 
 
 def plan_node_faults(name: str, node: Mapping[str, Any], view: ClusterView, verdicts: Mapping[str, Verdict],
@@ -78,12 +94,14 @@ def plan_node_faults(name: str, node: Mapping[str, Any], view: ClusterView, verd
 
 def plan_device_rules(name: str, view: ClusterView, verdicts: Mapping[str, Verdict],
                       by_uuid: Mapping[str, DeviceSample], policy: Policy, cfg: RemedyConfig,
-                      now: float) -> Optional[device_taints.DeviceTaintPlan]:
-    """DeviceTaintRules for the failed devices a ResourceSlice of this node lists; None when off,
-    in observe mode or without DRA. Dry-run plans them (explain) and writes nothing."""
+                      now: float, table: Optional[classes.ClassTable] = None) -> Optional[device_taints.DeviceTaintPlan]:
+    """DeviceTaintRules for the failed devices a ResourceSlice of this node lists (the effect of
+    each device's class); None when off, in observe mode or without DRA. Dry-run plans them
+    (explain) and writes nothing."""
     if not cfg.device_taints or cfg.mode == "observe" or view.slices is None:
         return None
-    settings = device_taints.DeviceTaintSettings(cfg.domain, cfg.device_taint_no_execute, cfg.device_taint_degraded)
+    settings = device_taints.DeviceTaintSettings(cfg.domain, cfg.device_taint_no_execute, cfg.device_taint_degraded,
+                                                 table.effects() if table is not None and cfg.classes else {})
     dt = device_taints.plan_device_taints(name, list(view.slices), list(view.device_rules), verdicts, by_uuid,
                                           policy, settings, now)
     if cfg.mode == "dry-run":
@@ -92,13 +110,15 @@ def plan_device_rules(name: str, view: ClusterView, verdicts: Mapping[str, Verdi
 
 
 def plan_pods(name: str, snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], book_pods: Mapping[str, PodRecord],
-              view: ClusterView, policy: Policy, cfg: RemedyConfig, now: float) -> Optional[pod_signals.PodSignalPlan]:
-    """Conditions, events and (opt-in) evictions for the pods holding failed devices; None when
-    all are off or in observe mode."""
-    if cfg.mode == "observe" or not (cfg.pod_conditions or cfg.pod_events or cfg.evict_pods):
+              view: ClusterView, policy: Policy, cfg: RemedyConfig, now: float,
+              table: Optional[classes.ClassTable] = None) -> Optional[pod_signals.PodSignalPlan]:
+    """Conditions, events and (opt-in, by the devices' classes) evictions for the pods holding
+    failed devices; None when all are off or in observe mode."""
+    evicting = table.evicting() if table is not None and cfg.classes else None
+    if cfg.mode == "observe" or not (cfg.pod_conditions or cfg.pod_events or cfg.evict_pods or evicting):
         return None
     settled = view.pods_book if view.pods_book is not None else book_pods
-    settings = pod_signals.PodSignalSettings(cfg.domain, cfg.pod_conditions, cfg.pod_events, cfg.evict_pods)
+    settings = pod_signals.PodSignalSettings(cfg.domain, cfg.pod_conditions, cfg.pod_events, cfg.evict_pods, evicting)
     ps = pod_signals.plan_pod_signals(name, snapshot, verdicts, settled, policy, settings, now)
     if cfg.mode == "dry-run":
         ps.actions = [(a, f"dry-run {what}") for a, what in ps.actions]

@@ -13,8 +13,9 @@ from hetero_exporter.health.plan.announce import Announcements, announce, with_n
 from hetero_exporter.health.plan.book import Book
 from hetero_exporter.health.plan.bookkeeping import bookkeeping
 from hetero_exporter.health.plan.budget import Budget, needs_budget
-from hetero_exporter.health.plan.cluster import (ClusterView, plan_annotations, plan_device_rules, plan_node_faults,
-                                                 plan_nodefeature, plan_pods)
+from hetero_exporter.health.plan.classes import ClassTable
+from hetero_exporter.health.plan.cluster import (ClusterView, plan_annotations, plan_classes, plan_device_rules,
+                                                 plan_node_faults, plan_nodefeature, plan_pods)
 from hetero_exporter.health.plan.condition import plan_condition
 from hetero_exporter.health.plan.config import RemedyConfig
 from hetero_exporter.health.plan.black_hole import NodeFault
@@ -26,12 +27,12 @@ from hetero_exporter.health.plan.overrides import plan_overrides
 from hetero_exporter.health.plan.pod_signals import PodSignalPlan
 from hetero_exporter.health.plan.records import OutboxEvent, PodTarget
 from hetero_exporter.health.plan.scheduler_annotations import AnnotationPlan
-from hetero_exporter.health.plan.taint import TaintPlan, plan_taint
+from hetero_exporter.health.plan.taint import TaintPlan, plan_taint, with_classes
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, StickyFault, Verdict
 from hetero_exporter.health.detect.texts import device_name
 from hetero_exporter.model import NodeSnapshot
-from hetero_exporter.model.evaluation import OverrideNote
+from hetero_exporter.model.evaluation import OccurrenceBook, OverrideNote
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Plan:
     scheduler_annotations: Optional[AnnotationPlan] = None  # Volcano's and HAMi's (scheduler_annotations.py)
     nodefeature: Optional[NodeFeaturePlan] = None  # the selection labels for NFD (nodefeature.py)
     node_faults: list[NodeFault] = field(default_factory=list)  # black-hole faults (black_hole.py)
+    classes: ClassTable = field(default_factory=ClassTable)  # each device's class and policy (classes.py)
+    verdict: Optional[NodeVerdict] = None  # the node verdict the plan acted on (classes and black-hole faults in)
 
     @property
     def writes(self) -> bool:
@@ -61,14 +64,15 @@ class Plan:
 
 def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], nv: NodeVerdict,
          policy: Policy, cfg: RemedyConfig, now: float, *,
-         budget: Union[Budget, Callable[[], Budget], None] = None,
+         budget: Union[Budget, Callable[[Mapping[str, float]], Budget], None] = None,
          sticky: Optional[Mapping[str, list[StickyFault]]] = None, view: Optional[ClusterView] = None,
-         overrides: Sequence[OverrideNote] = ()) -> Plan:
+         overrides: Sequence[OverrideNote] = (), occurrences: Optional[OccurrenceBook] = None) -> Plan:
     """The plan against ``node`` as read (a dict as the API server sends it). ``budget``: the
     budget, or a function asked for it only when the taint would be added (``needs_budget``, on
     the node verdict with the black-hole faults); ``view``: the rest of the cluster the remedy
     read (ResourceSlices, its DeviceTaintRules, failed pods); without it the plan is the Node's alone;
-    ``overrides``: the operators' overrides the evaluation read (their events, overrides.py)."""
+    ``overrides``: the operators' overrides the evaluation read (their events, overrides.py);
+    ``occurrences``: what health.promote counted (kept in the book, as the sticky faults)."""
     meta = node.get("metadata") or {}
     name = meta.get("name") or snapshot.node
     annotations = dict(meta.get("annotations") or {})
@@ -84,22 +88,24 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
     book = p.book
     view = view or ClusterView()
     by_uuid = {d.identity.uuid: d for d in snapshot.devices}
+    p.classes, nv = plan_classes(name, node, snapshot, verdicts, nv, policy, view, cfg)
     faults = plan_node_faults(name, node, view, verdicts, nv, book.black_hole, cfg, now)
-    nv = faults.verdict
+    p.verdict = nv = faults.verdict
     p.node_faults = list(faults.faults)
-    p.device_taints = plan_device_rules(name, view, verdicts, by_uuid, policy, cfg, now)
-    p.pod_signals = plan_pods(name, snapshot, verdicts, book.pods, view, policy, cfg, now)
+    p.device_taints = plan_device_rules(name, view, verdicts, by_uuid, policy, cfg, now, p.classes)
+    p.pod_signals = plan_pods(name, snapshot, verdicts, book.pods, view, policy, cfg, now, p.classes)
     p.scheduler_annotations = plan_annotations(annotations, verdicts, by_uuid, book.scheduler, cfg)
     p.nodefeature = plan_nodefeature(name, node, snapshot, view, cfg)
     news = announce(name, snapshot, verdicts, book.devices, policy, now, sticky)
     ovr = plan_overrides(name, overrides, book.overrides, {u: device_name(d) for u, d in by_uuid.items()}, now)
     taints = [dict(t) for t in spec.get("taints") or [] if isinstance(t, dict)]
     if callable(budget):
-        budget = budget() if needs_budget(nv, book, cfg) else None
+        budget = budget(p.classes.shares(nv.culprits)) if needs_budget(nv, book, cfg) else None
     p.budget = budget
     taint = plan_taint(name, taints, book.taint, book.suppressed, book.refused_since, nv, cfg, now, budget)
+    taint = with_classes(taint, p.classes.names(nv.culprits)) if cfg.classes else taint
     cordon = plan_cordon(name, bool(spec.get("unschedulable")), nv, book.cordoned, taint.suppressed,
-                         taint.refused, cfg)
+                         taint.refused, cfg, p.classes.cordon(nv.culprits) if cfg.classes else None)
     condition = plan_condition((node.get("status") or {}).get("conditions") or [], snapshot, verdicts, nv,
                                policy, cfg, now, taint.refused, node_faults=faults.faults)
     ready = p.nodefeature is not None and (p.nodefeature.writes or bool(p.nodefeature.labels)
@@ -124,7 +130,7 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
     new_annotations: dict[str, Optional[str]] = dict(inv.annotations)  # None: remove the annotation
     if p.scheduler_annotations is not None:
         new_annotations.update(p.scheduler_annotations.patch)
-    kept = bookkeeping(book, annotations, p.events, snapshot.boot_id, sticky, cfg, now,
+    kept = bookkeeping(book, annotations, p.events, snapshot.boot_id, sticky, cfg, now, occurrences=occurrences,
                        new_annotations=new_annotations, new_labels=inv.labels, spec={**taint.spec, **cordon.spec})
     p.book, p.node_patch = kept.book, kept.node_patch
     return p

@@ -29,12 +29,15 @@ class CordonPlan:
 
 
 def plan_cordon(name: str, unschedulable_now: bool, nv: NodeVerdict, cordoned: bool, suppressed: bool,
-                refused: bool, cfg: RemedyConfig) -> CordonPlan:
+                refused: bool, cfg: RemedyConfig, want: Optional[bool] = None) -> CordonPlan:
     """``unschedulable_now``: the node's spec.unschedulable; ``cordoned``, ``suppressed``: the
-    book's (suppressed as the taint sub-plan left it); ``refused``: the budget refused the taint."""
-    if not (cfg.cordon and cfg.mode == "enforce"):
+    book's (suppressed as the taint sub-plan left it); ``refused``: the budget refused the taint;
+    ``want``: whether the devices that make the node unhealthy want it cordoned (their classes,
+    health.classes; None: ``health.cordon``). A cordon of the agent's is lifted on recovery either way."""
+    on = cfg.cordon if want is None else want
+    if cfg.mode != "enforce" or not (on or (cordoned and want is not None)):
         return CordonPlan(None, cordoned, suppressed)
-    if nv.unhealthy and not refused and not suppressed and not cordoned:
+    if on and nv.unhealthy and not refused and not suppressed and not cordoned:
         if unschedulable_now:
             return CordonPlan(None, False, suppressed,
                               explain=("the node is already cordoned (not by this agent): leaving it",))

@@ -17,6 +17,7 @@ class TaintRecord(TypedDict):
     effects: list[str]
     applied: bool
     since: float
+    classes: NotRequired[list[str]]  # the device classes it is for (health.classes; budget shares count them)
 
 
 class AnnouncedDevice(TypedDict):

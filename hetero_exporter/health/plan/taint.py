@@ -4,6 +4,7 @@ removing our taint is respected until the accelerators recover (``suppressed``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -61,6 +62,18 @@ def plan_taint(name: str, taints: Sequence[dict], taint: Optional[TaintRecord], 
     return TaintPlan(taints=new_taints, spec={"taints": new_taints or None} if changed else {}, taint=taint,
                      suppressed=suppressed, refused=refused, refused_since=refused_since, events=events,
                      notes=tuple(lines.notes), explain=tuple(lines.explain), actions=tuple(lines.actions))
+
+
+def with_classes(tp: TaintPlan, names: list[str]) -> TaintPlan:
+    """The plan with the device classes our taint is for in its record (``names``: none, no
+    field), which other nodes read to count a class's budget share (budget.class_taints)."""
+    if tp.taint is None:
+        return tp
+    record = tp.taint.copy()
+    record.pop("classes", None)
+    if names:
+        record["classes"] = names
+    return dataclasses.replace(tp, taint=record)
 
 
 def _text(cfg: RemedyConfig, value: str) -> str:
