@@ -194,6 +194,8 @@ def health(options: Options, as_json: bool = False) -> int:
                 view = remedy.view(snap, ev)
             except K8sError as e:
                 source += f"; cannot read the rest of the cluster ({e})"
+        if view is None:  # no cluster: the device-plugin resources still match classes
+            view = plan_mod.ClusterView(resources={d.identity.uuid: device_resource(d) for d in snap.devices})
         p = plan_mod.plan(node, snap, ev.verdicts, ev.node, policy, rcfg, agent.env.plan_time(),
                           budget=budget, sticky=ev.sticky, view=view, overrides=ev.overrides, occurrences=ev.occurrences)
     finally:
@@ -210,6 +212,4 @@ def options_for(command: str, args: Any, collectors: dict[str, bool]) -> Options
                    kubeconfig=get("kubeconfig"), listen=get("listen"), collectors=collectors,
                    simulate=get("simulate"), simulate_if_absent=bool(get("simulate_if_absent")), at=get("at") or 0.0,
                    node_name=get("node_name"), host_root=get("host_root"), health_mode=get("health_mode"),
-        if view is None:  # no cluster: the device-plugin resources still match classes
-            view = plan_mod.ClusterView(resources={d.identity.uuid: device_resource(d) for d in snap.devices})
                    kernel_log=get("kernel_log"))

@@ -174,6 +174,10 @@ HEALTH_KUBERNETES_UP = Metric("accelerator_health_kubernetes_up", "gauge",
                               "1 when the health loop's last Kubernetes round trip succeeded; 0 also in "
                               "dry-run or enforce mode without cluster access; absent in observe mode.", (),
                               profile=FLEET)
+HEALTH_PROMOTIONS = Metric("accelerator_health_promotions_total", "counter",
+                           "Devices whose fault code was promoted (health.promote: N occurrences in a window) "
+                           "since the agent started, by vendor, code and the state it promoted to.",
+                           ("vendor", "code", "to"), profile=FLEET)
 
 # Device memory health, PCIe link, clock-event reasons, interconnect links (issue 3)
 ECC_VOLATILE_ERRORS = Metric("accelerator_ecc_volatile_errors_total", "counter",
@@ -189,10 +193,6 @@ REMAP_PENDING = Metric("accelerator_memory_remap_pending", "gauge",
                        "1 while a row remap waits for a device reset.", DEV)
 REMAP_FAILED = Metric("accelerator_memory_remap_failed", "gauge",
                       "1 when a row remap failed (no spare rows left).", DEV, profile=FLEET)
-HEALTH_PROMOTIONS = Metric("accelerator_health_promotions_total", "counter",
-                           "Devices whose fault code was promoted (health.promote: N occurrences in a window) "
-                           "since the agent started, by vendor, code and the state it promoted to.",
-                           ("vendor", "code", "to"), profile=FLEET)
 PCIE_GENERATION = Metric("accelerator_pcie_link_generation", "gauge", "Current PCIe link generation.", DEV)
 PCIE_GENERATION_MAX = Metric("accelerator_pcie_link_generation_max", "gauge",
                              "Highest PCIe generation the device and its slot support.", DEV)

@@ -238,9 +238,9 @@ class Remedy:
             if ours and name != self.node:
                 tainted.add(name)
         names.add(self.node)
-        if self._fleet is None or not take_slot:
         by_class = class_taints([n for n in nodes if (n.get("metadata") or {}).get("name") in names - {self.node}],
                                 self.cfg) if shares else {}
+        if self._fleet is None or not take_slot:
             return Budget(total=len(names), tainted=len(tainted), classes=counted_classes(shares or {}, by_class, self.node))
         budget, got = self._fleet.check(self.cfg, len(names), tainted, nodes=names, shares=shares, class_tainted=by_class)
         self.metrics.foreign("Lease", got.foreign)
@@ -283,8 +283,8 @@ class Remedy:
     def reconcile(self, snapshot: NodeSnapshot, ev: Evaluation) -> Outcome:
         """Bring the Node in line with the verdicts. Never raises."""
         self.metrics.node(ev.node.unhealthy)
-        api = self._api
         self.metrics.promotions(ev.promotions)
+        api = self._api
         if api is None:
             p = plan_mod.plan(empty_node(self.node), snapshot, ev.verdicts, ev.node, self.policy, self.cfg,
                               self._clock(), sticky=ev.sticky, overrides=ev.overrides)
@@ -328,8 +328,8 @@ class Remedy:
                               budget=self._budget, sticky=ev.sticky, view=self._view(snapshot, ev),
                               overrides=ev.overrides, occurrences=ev.occurrences)
             out.plan = p
-            budget = p.budget
             self.metrics.node(p.verdict.unhealthy if p.verdict is not None else ev.node.unhealthy)  # the classes' say
+            budget = p.budget
             if budget is not None:
                 self.metrics.budget(p.budget_refused, budget.total if budget.error is None else None,
                                     budget.tainted if budget.error is None else None)

@@ -116,16 +116,16 @@ class ClassTable:
         """The devices whose failure evicts the pods holding them."""
         return frozenset(u for u, p in self.devices.items() if p.evict_pods)
 
-    def shares(self, uuids: Iterable[str]) -> dict[str, float]:
-        """class -> budget share of the classes of ``uuids`` that set one."""
-        out: dict[str, float] = {}
-        for u in uuids:
     def cordon(self, culprits: Iterable[str]) -> bool:
         """Whether the devices that make the node unhealthy want it cordoned (none named, as for
         a black-hole fault: the node-wide setting)."""
         named = list(culprits)
         return any(self.of(u).cordon for u in named) if named else self.default.cordon
 
+    def shares(self, uuids: Iterable[str]) -> dict[str, float]:
+        """class -> budget share of the classes of ``uuids`` that set one."""
+        out: dict[str, float] = {}
+        for u in uuids:
             p = self.of(u)
             if p.device_class and p.budget_share is not None:
                 out[p.device_class] = p.budget_share
