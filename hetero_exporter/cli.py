@@ -113,14 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="watch a running agent (http://HOST:9400: its /snapshot) instead of sampling here")
     tp.add_argument("--once", action="store_true", help="print one frame and exit (scripts, bug reports)")
 
-    hl = sub.add_parser("health", help="print what the health loop would do on this node now, and why")
-    _add_common(hl)
-    hl.add_argument("--dry-run", action="store_true",
-                    help="plan only (the agent acts from `run --health-mode enforce`)")
-    hl.add_argument("--json", action="store_true",
-                    help="with --dry-run: print the plan as JSON (per device: class, state, reasons, device "
-                         "taint; per node: taint, condition, cordon, evictions)")
-    _add_override(hl)
+    hl = _add_health(sub)
     parse = sub.add_parser("parse", help="turn a captured vendor output into the model")
     parse.add_argument("tool", metavar="TOOL", help="which tool printed FILE: " + ", ".join(
         sorted(set(registry.parsers()) | {KERNEL_LOG_TOOL})))
@@ -168,6 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
     score.set_defaults(func=_without_extra(cmd_score), collects=False)
     version.set_defaults(func=_without_extra(cmd_version), collects=False)
     return ap
+
+
+def _add_health(sub: Any) -> argparse.ArgumentParser:
+    """``health --dry-run [--json]`` (and its ``override`` subcommand)."""
+    hl = sub.add_parser("health", help="print what the health loop would do on this node now, and why")
+    _add_common(hl)
+    hl.add_argument("--dry-run", action="store_true",
+                    help="plan only (the agent acts from `run --health-mode enforce`)")
+    hl.add_argument("--json", action="store_true",
+                    help="with --dry-run: print the plan as JSON (per device: class, state, reasons, device "
+                         "taint; per node: taint, condition, cordon, evictions)")
+    _add_override(hl)
+    return hl
 
 
 def _add_override(health: argparse.ArgumentParser) -> None:

@@ -282,12 +282,12 @@ class Remedy:
 
     def reconcile(self, snapshot: NodeSnapshot, ev: Evaluation) -> Outcome:
         """Bring the Node in line with the verdicts. Never raises."""
-        self.metrics.node(ev.node.unhealthy)
         self.metrics.promotions(ev.promotions)
         api = self._api
         if api is None:
             p = plan_mod.plan(empty_node(self.node), snapshot, ev.verdicts, ev.node, self.policy, self.cfg,
                               self._clock(), sticky=ev.sticky, overrides=ev.overrides)
+            self.metrics.node(p.verdict.unhealthy if p.verdict is not None else ev.node.unhealthy)
             return Outcome(plan=p, skipped="observe mode" if self.cfg.mode == "observe" else "no cluster access")
         now = self._clock()
         sig = self._signature(snapshot, ev)
@@ -314,6 +314,7 @@ class Remedy:
             try:
                 node = api.nodes.get(self.node)
             except K8sError as e:
+                self.metrics.node(ev.node.unhealthy)  # without the Node, the verdict before its labels' classes
                 self.metrics.kubernetes_up(False)
                 self.metrics.action("read", "error")
                 out.error = f"cannot read node {self.node}: {e}"
@@ -328,7 +329,8 @@ class Remedy:
                               budget=self._budget, sticky=ev.sticky, view=self._view(snapshot, ev),
                               overrides=ev.overrides, occurrences=ev.occurrences)
             out.plan = p
-            self.metrics.node(p.verdict.unhealthy if p.verdict is not None else ev.node.unhealthy)  # the classes' say
+            # the node verdict with the devices' classes (a skipped cycle keeps it: nothing changed)
+            self.metrics.node(p.verdict.unhealthy if p.verdict is not None else ev.node.unhealthy)
             budget = p.budget
             if budget is not None:
                 self.metrics.budget(p.budget_refused, budget.total if budget.error is None else None,
