@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 
 import pytest
 
@@ -354,7 +355,7 @@ def test_every_public_name_is_still_exported():
 def test_the_budget_is_asked_only_when_the_taint_would_be_added_black_hole_faults_included():
     asked: list[int] = []
 
-    def budget() -> Budget:
+    def budget(shares: Mapping[str, float]) -> Budget:
         asked.append(1)
         return Budget(total=10, tainted=0)
 
