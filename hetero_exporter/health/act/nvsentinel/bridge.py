@@ -33,6 +33,7 @@ from hetero_exporter.health.act.nvsentinel.settings import NvSentinelSettings
 from hetero_exporter.model import Fault, NodeSnapshot
 from hetero_exporter.model.evaluation import Evaluation
 from hetero_exporter.model.errors import ExitError
+from hetero_exporter.model.faults import Catalogue
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +67,14 @@ class NvSentinelBridge:
     for a fault (``health.detect.texts.fault_text`` with the policy), else the fault's own message;
     ``ready()``: False while the judge still lacks the sticky faults an earlier agent recorded
     (the health loop's ``Remedy.restored``): snapshots offered until then, and the first after,
-    are ignored, so a restart does not close an episode the judge has not restored yet."""
+    are ignored, so a restart does not close an episode the judge has not restored yet;
+    ``catalogue``: the policy's fault catalogue (what makes an event fatal and its recommended
+    action; else the vendors' tables as shipped)."""
 
     def __init__(self, settings: NvSentinelSettings, node_name: str, mode: str, state_dir: Optional[str],
                  failures: Failures, *, condition_reason: Callable[[str, str], str],
                  fault_text: Optional[Callable[[str, Fault, str], str]] = None,
-                 ready: Optional[Callable[[], bool]] = None) -> None:
+                 ready: Optional[Callable[[], bool]] = None, catalogue: Optional[Catalogue] = None) -> None:
         self.settings = settings
         self.node = node_name
         self.failures = failures
@@ -79,7 +82,8 @@ class NvSentinelBridge:
         self._ready = ready
         self._was_unready = False
         self._tracker = Tracker(node_name, mode, condition_reason=condition_reason, fault_text=fault_text,
-                                max_outbox=settings.max_outbox, settle_snapshots=settings.settle_snapshots)
+                                max_outbox=settings.max_outbox, settle_snapshots=settings.settle_snapshots,
+                                catalogue=catalogue)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()

@@ -28,8 +28,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from hetero_exporter.health.detect.policy import shipped_catalogue
+from hetero_exporter.health.detect.promote import SOURCE as PROMOTED
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot, episodes
 from hetero_exporter.model.evaluation import Evaluation
+from hetero_exporter.model.faults import Catalogue
 
 AGENT = "hetero-exporter"
 EVENT_VERSION = 1
@@ -182,15 +185,19 @@ class Tracker:
     ``condition_reason(vendor, code)``: the node condition's reason (the health policy's
     ``condition_reason``, handed in: the tracker is pure and knows no policy);
     ``fault_text(vendor, fault, uuid)``: the condition's words for a fault (``texts.fault_text``
-    with the policy), else ``default_fault_text``. Not thread-safe: the bridge locks around it."""
+    with the policy), else ``default_fault_text``; ``catalogue``: what each code means (the
+    policy's, with its overrides; else the vendors' tables as shipped), which says whether an
+    event is fatal and the action it recommends (``meaning``). Not thread-safe: the bridge locks
+    around it."""
 
     def __init__(self, node: str, mode: str, *, condition_reason: Callable[[str, str], str],
                  fault_text: Optional[Callable[[str, Fault, str], str]] = None, max_outbox: int = 1024,
-                 max_open: int = MAX_OPEN, settle_snapshots: int = 0) -> None:
+                 max_open: int = MAX_OPEN, settle_snapshots: int = 0, catalogue: Optional[Catalogue] = None) -> None:
         self.node = node
         self.strategy = strategy_of(mode)
         self.condition_reason = condition_reason
         self.fault_text = fault_text or default_fault_text
+        self.catalogue = catalogue if catalogue is not None else shipped_catalogue()
         self.max_outbox = max(1, int(max_outbox))
         self.max_open = max(1, int(max_open))
         self.settle_snapshots = max(0, int(settle_snapshots))
@@ -242,14 +249,27 @@ class Tracker:
         seq = self._seq()
         ep_id = hashlib.sha1("\x00".join((self.node, i.uuid, code, repr(now), str(seq))).encode()).hexdigest()[:20]
         text = f"{device_name(i)}: {self.fault_text(i.vendor, f, i.uuid)}"
+        severity, action = self.meaning(i.vendor, f)
         self.open[(i.uuid, code)] = Episode(
             id=ep_id, uuid=i.uuid, code=code, vendor=i.vendor, kind=i.kind, index=i.index, model=i.model or "",
             pci_address=i.pci_address, check_name=self.condition_reason(i.vendor, code)[:MAX_NAME],
-            fault_class=f.fault_class, action=f.action,
-            fatal=d.health.state == "failed" and f.severity == "critical",
+            fault_class=f.fault_class, action=action,
+            fatal=d.health.state == "failed" and severity == "critical",
             message=text[:MAX_TEXT], opened=now, strategy=self.strategy, open_seq=seq)
         self.opened_total += 1
         return 0
+
+    def meaning(self, vendor: str, f: Fault) -> tuple[str, str]:
+        """(severity, action) an event states for one of a device's reasons: the catalogue's for a
+        code it knows. The judge makes every reason of a device its collector reports failed
+        critical (an Ascend ``Alarm``, a major alarm of severity warning, beside an error code that
+        fails the NPU): that says the device failed, not that each of its reasons is fatal. A code
+        the catalogue does not know (a threshold rule, repeat-offender) and a promotion
+        (``health.promote``: the operator's decision) keep their own."""
+        if f.source == PROMOTED:
+            return f.severity, f.action
+        info = self.catalogue.lookup(vendor, str(f.code))
+        return (info.severity, info.action) if info.known else (f.severity, f.action)
 
     def _close(self, ep: Episode, now: float, why: str) -> None:
         del self.open[ep.key]
