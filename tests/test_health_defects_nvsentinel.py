@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("grpc")
 
-from test_nvsentinel import (ALARM, GPU3, NODE, NPU0, POLICY, RESTART_NPU, Connector, Judge, _fault,  # noqa: E402
+from test_nvsentinel import (ALARM, GPU3, XID79, NODE, NPU0, POLICY, RESTART_NPU, Connector, Judge, _fault,  # noqa: E402
                              bridges, faulty, serving, sock)
 from hetero_exporter.exposition.export import ExportFailures  # noqa: E402
 from hetero_exporter.health.act.nvsentinel import NvSentinelBridge, NvSentinelSettings  # noqa: E402
@@ -93,3 +93,16 @@ def test_through_the_bridge_the_alarm_is_not_fatal_and_its_catalogue_is_the_poli
             b.close()
     by_code = {e.errorCode[0]: e for e in conn.events}
     assert by_code["Alarm"].isFatal is True
+
+
+def test_a_gpu_lost_before_its_first_read_is_named_by_its_pci_address():
+    """NVML could not read GPU 2 at the first start (uuid ``nvidia-unidentified-2``); the PCI bus
+    gave its address (sources/pci_presence.locate). NVSentinel gets the address, never the
+    placeholder as a GPU_UUID it could not match to anything; an identified GPU keeps both."""
+    lost = dataclasses.replace(GPU3, index=2, uuid="nvidia-unidentified-2", pci_address="0000:38:00.0")
+    snap, ev = Judge()(1.0, faulty(lost, 1.0, XID79), faulty(GPU3, 1.0, XID79))
+    t = ep_mod.Tracker(NODE, "enforce", condition_reason=POLICY.condition_reason, catalogue=POLICY.catalogue)
+    t.observe(snap, ev)
+    entities = sorted(tuple(e.fields(NODE)["entitiesImpacted"]) for e in t.pending())
+    assert entities == sorted([(("PCI", "0000:38:00.0"),),
+                               (("PCI", "0000:3b:00.0"), ("GPU_UUID", GPU3.uuid))])

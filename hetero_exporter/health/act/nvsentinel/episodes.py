@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
@@ -40,6 +41,9 @@ EVENT_VERSION = 1
 # same for every vendor, so one fault-quarantine rule matches any accelerator
 ENTITY_UUID = "GPU_UUID"
 ENTITY_PCI = "PCI"
+# the uuid a collector gives a device it could not identify (NVML's lost GPU, the index-only CLI
+# layouts): no GPU_UUID NVSentinel could match, so such a device is named by its PCI address alone
+_PLACEHOLDER_UUID = re.compile(r"[a-z]+-unidentified-\d+")
 
 # Our recommended actions (model.ACTIONS, the vendors' fault tables) -> NVSentinel's
 # RecommendedAction (names of health_event.proto). restart-app: the workload is restarted, the
@@ -145,7 +149,8 @@ class Event:
         """The HealthEvent's fields as plain values (enum fields by name)."""
         ep = self.episode
         entities = [(ENTITY_PCI, ep.pci_address)] if ep.pci_address else []
-        entities.append((ENTITY_UUID, ep.uuid))
+        if not (entities and _PLACEHOLDER_UUID.fullmatch(ep.uuid)):
+            entities.append((ENTITY_UUID, ep.uuid))
         metadata = {"vendor": ep.vendor, "kind": ep.kind, "device_index": str(ep.index), "episode_id": ep.id,
                     "event_id": self.event_id, "fault_class": ep.fault_class, "action": ep.action}
         if ep.model:
