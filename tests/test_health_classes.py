@@ -275,3 +275,31 @@ kernel_log:
   - {at: 200, vendor: nvidia, index: 1, line: "NVRM: Xid (PCI:{bus}): 13, pid=1234, name=python, Graphics Exception"}
   - {at: 300, vendor: nvidia, index: 1, line: "NVRM: Xid (PCI:{bus}): 13, pid=1235, name=python, Graphics Exception"}
 """
+
+
+def test_the_worked_mixed_node_of_docs_health_md(capsys, monkeypatch):
+    """docs/health.md "A mixed node, worked": the command it shows gives what it says (training's
+    promoted H100 taints and cordons the node, inference's L40S only gets its NoExecute device
+    taint), and its --json twin carries the same plan."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    args = ["health", "--dry-run", "--simulate", str(ROOT / "fixtures/scenarios/health-classes-mixed.yaml"),
+            "--at", "320", "--config", str(ROOT / "fixtures/config/health-classes.yaml"), "--log-level", "error"]
+    doc_text = (ROOT / "docs" / "health.md").read_text()
+    assert " ".join(args[:7]).replace(str(ROOT) + "/", "") in " ".join(doc_text.replace("\\\n", " ").split())
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    shown = [line.strip() for line in out.splitlines()]
+    for line in ("-> class training; device taint NoSchedule (dra-not-read); taints the node; cordon on; "
+                 "evict pods off; counted 3 x 13",
+                 "-> class inference; device taint NoExecute (dra-not-read); no node taint; cordon off; evict pods on",
+                 "taint       hetero-exporter.io/accelerator-unhealthy=app-error:NoSchedule",
+                 "cordon      gpu-mixed-1"):
+        assert line in shown and line in doc_text
+    assert cli.main([*args[:2], "--json", *args[2:]]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    _check_schema(doc)
+    by_class = {d["class"]: d for d in doc["devices"] if d["state"] == "failed"}
+    assert by_class["training"]["taints_node"] is True and by_class["inference"]["taints_node"] is False
+    assert by_class["inference"]["device_taint_effect"] == "NoExecute"
+    assert doc["node"]["cordon"] and doc["node"]["taint"]["action"] == "add"

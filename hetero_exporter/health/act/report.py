@@ -212,7 +212,7 @@ def render(snapshot: NodeSnapshot, ev: Evaluation, p: Plan, policy: Policy, cfg:
             pend = ", ".join(f"{c} seen {n} of the last {policy.n} polls, {policy.k} needed" for c, n in r.pending.items())
             lines.append(f"  {'':<60} {'':<9} pending: {pend}")
         if cfg.classes or r.state in ("failed", "degraded") or r.occurrences:
-            lines.append(f"  {'':<60} {'':<9} -> {_would(r)}")
+            lines.append(f"      -> {_would(r)}")
     if not snapshot.devices:
         lines.append("  (no accelerator found)")
     lines += ["", f"Node verdict: {'UNHEALTHY' if report.node.unhealthy else 'healthy'}: {report.node.why}", "",
