@@ -45,6 +45,7 @@ from hetero_exporter.model.types import (  # noqa: F401
     METHODS,
     STATUSES,
     HEALTH_STATES,
+    RECOVERING,
     HOST_LINK_TYPES,
     LINK_TYPES,
     ATTRIBUTION_METHODS,

@@ -40,6 +40,15 @@ class OverrideNote:
 
 
 @dataclass(frozen=True)
+class GateHold:
+    """A device the recovery gate watches: failed since ``failed_at`` (evidence must be newer),
+    ``recovering_since`` when it stopped being failed (None while it still is)."""
+
+    failed_at: float
+    recovering_since: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class GateResult:
     """A recovery gate's answer for one device: ``passed``, at ``time`` (Unix seconds), and what
     it said (the exec's last line or exit, or the evidence annotation's result)."""
@@ -121,6 +130,7 @@ class Evaluation:
     node: NodeVerdict
     sticky: StickyFaults
     overrides: tuple[OverrideNote, ...] = ()  # every well-formed override the Node carries, expired ones too
+    holds: Mapping[str, GateHold] = field(default_factory=dict)  # uuid -> the recovery gate's watch (gate.py)
     occurrences: OccurrenceBook = field(default_factory=dict)  # counted by health.promote (survive a restart)
     # (vendor, code, to) -> promotions since the agent started (accelerator_health_promotions_total)
     promotions: Mapping[tuple[str, str, str], int] = field(default_factory=dict)

@@ -26,7 +26,11 @@ SCHEMA_VERSION = 1
 KINDS = ("gpu", "npu", "mlu", "dcu", "gcu", "xpu")
 METHODS = ("measured", "sampled", "derived", "estimated")
 STATUSES = ("ok", "unsupported", "error", "stale")
+# DESIGN.md's four states: accelerator_health_status lists them for every device
 HEALTH_STATES = ("ok", "degraded", "failed", "unknown")
+# failed, no longer, and its class's recovery gate has not passed yet (no new work; opt-in,
+# health.classes[].recovery_gate): listed by accelerator_health_status only while a device is in it
+RECOVERING = "recovering"
 # Link.type: the device-to-device fabrics known today, then the host-side PCIe / NUMA
 # relations. A new fabric adds its own name in its vendor's spec (``fabric_links``), not here:
 # decoding accepts any type, and the scorer treats every type that is not host-side as a fabric.

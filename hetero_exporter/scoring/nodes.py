@@ -1,8 +1,8 @@
 """Node state for the scorer: the decoded node annotation, precomputed once per update.
 
 A ``NodeState`` holds, per device group (the extended resource its devices are allocated as),
-the devices that may be chosen (health ok or degraded; failed and unknown ones are listed with
-their reason, never chosen), their link matrix and what the request-independent scores need.
+the devices that may be chosen (health ok or degraded; failed, recovering and unknown ones are
+listed with their reason, never chosen), their link matrix and what the request-independent scores need.
 Everything a request does not change is computed here, when the annotation changes, so that
 scoring a node for a request is a few lookups (see scorer.py).
 
@@ -325,6 +325,8 @@ def _floor(devs: list[Dev]) -> Optional[Dev]:
 def _why_excluded(d: Dev) -> Optional[str]:
     if d.health == "failed":
         return "failed"
+    if d.health == "recovering":
+        return "recovering (its recovery gate has not passed: no new work)"
     if d.health not in ("ok", "degraded"):
         return f"health {d.health}"
     return None

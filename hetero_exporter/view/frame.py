@@ -28,7 +28,7 @@ COLLECTOR_STATES = {"unavailable": "tool missing", "timeout": "timeout", "late":
                     "parse": "bad output", "exception": "error"}
 MAX_ROWS = 1000  # device + process rows of one frame; a terminal shows fewer, --once prints these
 MAX_REASONS = 8  # reasons of one device shown in its fault cell
-_STATE_ORDER = {"failed": 0, "degraded": 1, "unknown": 2, "late": 3, "ok": 4}
+_STATE_ORDER = {"failed": 0, "recovering": 1, "degraded": 2, "unknown": 3, "late": 4, "ok": 5}
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class DeviceRow:
     temp: Optional[float]  # celsius
     power: Optional[float]  # watts
     power_limit: Optional[float]
-    state: str  # ok | degraded | failed | unknown | late | a collector state (tool missing, timeout, ...)
+    state: str  # ok | degraded | failed | recovering | unknown | late | a collector state (tool missing, ...)
     fault: str = ""  # the active reason(s), or why the collector has no device
     child: bool = False  # a MIG / partition instance, shown under its parent
 
@@ -134,7 +134,7 @@ def _sort_key(key: str):
     def k(r: DeviceRow) -> tuple:
         natural = (r.vendor, _index(r))
         if key == "state":
-            return (_STATE_ORDER.get(r.state, 3), *natural)
+            return (_STATE_ORDER.get(r.state, 4), *natural)
         if key in _NUMERIC:
             value = getattr(r, _NUMERIC[key])
             return (value is None, -(value or 0.0), *natural)

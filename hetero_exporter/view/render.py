@@ -19,7 +19,7 @@ from hetero_exporter.view.frame import DeviceRow, Frame, ProcessRow
 
 GIB = 1 << 30
 BAR = 10  # cells of a utilization / memory bar
-STATE_STYLES = {"ok": "green", "degraded": "yellow", "failed": "bold red", "unknown": "magenta",
+STATE_STYLES = {"ok": "green", "degraded": "yellow", "failed": "bold red", "unknown": "magenta", "recovering": "cyan",
                 "late": "magenta", "timeout": "bold magenta", "tool missing": "magenta", "bad output": "magenta",
                 "error": "magenta"}
 KEYS = "q quit  s/1-6 sort  v vendor  p processes"

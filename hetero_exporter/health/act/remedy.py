@@ -74,6 +74,7 @@ class _Api:
     cluster: ClusterSide  # the writes beyond the Node
 
 
+FAILING = ("failed", "degraded", "recovering")  # states whose devices the cluster side acts on
 MAX_REMOVED = 256  # removal events waiting for the API: a node has a few dozen devices at most
 
 def _result(what: str) -> str:
@@ -272,7 +273,7 @@ class Remedy:
         if self.cfg.inventory:
             inventory = (plan_mod.inventory(snapshot, self.cfg.inventory_max_bytes)[1],
                          tuple(sorted(plan_mod.selection_labels(snapshot, self.cfg.domain).items())))
-        failing = {u for u, v in ev.verdicts.items() if v.state in ("failed", "degraded")}
+        failing = {u for u, v in ev.verdicts.items() if v.state in FAILING}
         holders = tuple(sorted((d.identity.uuid, tuple(sorted((a.namespace, a.pod) for a in d.allocations)),
                                 tuple(sorted((pr.namespace or "", pr.pod) for pr in d.processes if pr.pod)))
                                for d in snapshot.devices if d.identity.uuid in failing))
@@ -380,7 +381,7 @@ class Remedy:
         return out
 
     def _view(self, snapshot: NodeSnapshot, ev: Evaluation) -> ClusterView:
-        failing = any(v.state in ("failed", "degraded") for v in ev.verdicts.values())
+        failing = any(v.state in FAILING for v in ev.verdicts.values())
         return self._writer().cluster.view(snapshot, failing, self._pods_book)
 
     def _settle(self, p: Plan, applied: Applied) -> None:

@@ -439,7 +439,8 @@ def evaluate(history: Iterable[NodeSnapshot], policy: Policy,
 
 def node_verdict(snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], policy: Policy,
                  node_taint: Optional[Mapping[str, bool]] = None) -> NodeVerdict:
-    """Unhealthy when a failed device is node-level, or too few devices are not failed.
+    """Unhealthy when a failed device is node-level, or too few devices are not failed (a device
+    ``recovering`` behind its recovery gate takes no new work: it does not count as serving either).
     Unknown devices count as serving: cannot read is not failed. ``node_taint``: uuid -> what
     the device's class says (health.classes): True, its failure alone makes the node unhealthy;
     False, it never does and counts as serving; a device not listed follows the policy."""
@@ -447,24 +448,28 @@ def node_verdict(snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], policy
     tops = [d for d in snapshot.devices if d.identity.parent is None]
     failed = [d for d in tops if verdicts.get(d.identity.uuid, Verdict("", "ok")).state == "failed"]
     degraded = [d for d in tops if verdicts.get(d.identity.uuid, Verdict("", "ok")).state == "degraded"]
+    recovering = [d for d in tops if verdicts.get(d.identity.uuid, Verdict("", "ok")).state == "recovering"]
     total = len(tops)
-    counted = [d for d in failed if says.get(d.identity.uuid) is not False]
+    counted = [d for d in failed + recovering if says.get(d.identity.uuid) is not False]
     node_level = [d for d in counted if verdicts[d.identity.uuid].node_level or says.get(d.identity.uuid) is True]
     healthy_fraction = (total - len(counted)) / total if total else 1.0
     failed_ids, degraded_ids = tuple(d.identity.uuid for d in failed), tuple(d.identity.uuid for d in degraded)
     if node_level:
         first = node_level[0]
         cls = verdicts[first.identity.uuid].reasons[0].fault_class if verdicts[first.identity.uuid].reasons else "failed"
-        why = (f"{len(node_level)} device(s) failed with a node-level fault "
-               f"({', '.join(f'{d.identity.vendor} {d.identity.index}' for d in node_level)})")
+        by_class = any(says.get(d.identity.uuid) is True for d in node_level)
+        why = (f"{len(node_level)} device(s) failed with a node-level fault"
+               + (" or of a class that taints the node" if by_class else "")
+               + f" ({', '.join(f'{d.identity.vendor} {d.identity.index}' for d in node_level)})")
         return NodeVerdict(True, cls, failed_ids, degraded_ids, total, why, tuple(d.identity.uuid for d in node_level))
     if counted and healthy_fraction < policy.min_healthy_fraction:
-        why = (f"only {total - len(counted)} of {total} devices are not failed "
-               f"(below {policy.min_healthy_fraction:.0%})")
+        why = (f"only {total - len(counted)} of {total} devices are not failed"
+               + (" or recovering" if recovering else "") + f" (below {policy.min_healthy_fraction:.0%})")
         return NodeVerdict(True, "too-few-healthy", failed_ids, degraded_ids, total, why,
                            tuple(d.identity.uuid for d in counted))
-    why = (f"{total - len(failed)} of {total} devices serving"
+    why = (f"{total - len(failed) - len(recovering)} of {total} devices serving"
            + (f"; {len(failed)} failed (device-level)" if failed else "")
+           + (f"; {len(recovering)} recovering" if recovering else "")
            + (f"; {len(degraded)} degraded" if degraded else ""))
     return NodeVerdict(False, None, failed_ids, degraded_ids, total, why)
 

@@ -16,11 +16,12 @@ import logging
 import threading
 from typing import Any, Iterable, Mapping, Optional
 
+from hetero_exporter.health.detect import gate as gate_mod
 from hetero_exporter.health.detect import override as override_mod
 from hetero_exporter.health.detect import rules
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.model import DeviceSample, Health, NodeSnapshot
-from hetero_exporter.model.evaluation import Evaluation, OccurrenceBook
+from hetero_exporter.model.evaluation import Evaluation, GateHold, OccurrenceBook
 from hetero_exporter.model.faults import Catalogue
 
 log = logging.getLogger(__name__)
@@ -40,15 +41,29 @@ class HealthVerdicts:
         self._node: Optional[rules.NodeVerdict] = None
         self._overrides = override_mod.Overrides()
         self._said: set[str] = set()
+        # the recovery gates (gate.py): uuid -> its class's gate, the devices watched, the Node's
+        # evidence annotations the gates name; the runner of their self-tests (app sets it)
+        self.gate_runner: Optional[gate_mod.Runner] = None
+        self._gates: dict[str, gate_mod.RecoveryGate] = {}
+        self._holds: dict[str, GateHold] = {}
+        self._holds_seeded = False
+        self._evidence: dict[str, str] = {}
 
-    def see_node(self, annotations: Mapping[str, Any], override_key: str, now: float) -> None:
+    def see_node(self, annotations: Mapping[str, Any], override_key: str, now: float,
+                 holds: Optional[Mapping[str, GateHold]] = None) -> None:
         """The Node as the health loop (or ``health --dry-run``) read it: its operators' overrides
-        (annotation ``override_key``), honoured from the next judgement on. A problem of the
-        annotation is logged once."""
+        (annotation ``override_key``), honoured from the next judgement on, and the evidence
+        annotations the recovery gates name; ``holds``: the gates' watch an earlier agent recorded
+        (its book), taken once. A problem of the override annotation is logged once."""
         raw = annotations.get(override_key)
         parsed = override_mod.parse(raw if isinstance(raw, str) else None, now)
         with self._lock:
             self._overrides = parsed
+            keys = {g.evidence_annotation for g in self._gates.values() if g.evidence_annotation}
+            self._evidence = {k: x for k in keys if isinstance(x := annotations.get(k), str)}
+            if holds is not None and not self._holds_seeded:
+                self._holds = {**holds, **self._holds}
+                self._holds_seeded = True
             fresh = [p for p in parsed.problems if p not in self._said]
             if len(self._said) + len(fresh) > MAX_SAID:
                 self._said.clear()
@@ -56,10 +71,21 @@ class HealthVerdicts:
         for problem in fresh:
             log.warning("health override annotation: " + problem, extra={"annotation": override_key})
 
+    def see_gates(self, gates: Mapping[str, gate_mod.RecoveryGate]) -> None:
+        """uuid -> the recovery gate of the device's class (the plan's class table)."""
+        with self._lock:
+            self._gates = dict(gates)
+
     def judge(self, snapshot: NodeSnapshot) -> tuple[NodeSnapshot, Evaluation]:
         """The snapshot with each device's health the verdict, and the evaluation it was judged by."""
         with self._lock:
             self._state, verdicts = rules.step(self._state, snapshot, self.policy)
+            if self._gates or self._holds:
+                devices = {d.identity.uuid: d for d in snapshot.devices}
+                evidence, runner = self._evidence, self.gate_runner
+                verdicts, self._holds = gate_mod.step(
+                    verdicts, self._holds, devices, self._gates,
+                    lambda d, g, h: gate_mod.checks(g, d, h, runner, evidence, snapshot.time), snapshot.time)
             notes = self._overrides.notes
             verdicts = override_mod.apply(verdicts, notes, snapshot.time)
             self._verdicts = verdicts
@@ -69,7 +95,7 @@ class HealthVerdicts:
         with self._lock:
             self._node = node
             evaluation = Evaluation(out.time, verdicts, node, rules.sticky_faults(self._state),
-                                    overrides=override_mod.current(notes, out.time),
+                                    overrides=override_mod.current(notes, out.time), holds=dict(self._holds),
                                     occurrences=rules.occurrences(self._state), promotions=dict(self._state.promotions))
         return out, evaluation
 

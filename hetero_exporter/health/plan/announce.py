@@ -13,6 +13,7 @@ from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, StickyFault, Verdict
 from hetero_exporter.health.plan.records import AnnouncedDevice, OutboxEvent
 from hetero_exporter.model import DeviceSample, NodeSnapshot, episodes
+from hetero_exporter.model.evaluation import GATE_CODE
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,9 @@ def _fault(name: str, d: DeviceSample, v: Verdict, announced: Optional[Announced
 
 def _recovery(name: str, d: DeviceSample, v: Verdict, announced: AnnouncedDevice,
               now: float) -> tuple[OutboxEvent, str]:
-    why = f" (cleared by evidence: {', '.join(v.cleared)})" if v.cleared else ""
+    # the recovery gate's result is said with it (health/detect/gate.py)
+    said = [f"{c}: {v.cleared_by[c]}" if c == GATE_CODE and c in v.cleared_by else c for c in v.cleared]
+    why = f" (cleared by evidence: {', '.join(said)})" if v.cleared else ""
     text = f"{device_name(d)} recovered from {', '.join(announced['codes'])}{why}"
     event = OutboxEvent(id=event_id(name, d.identity.uuid, "recovered", announced["since"]), type="Normal",
                         reason="AcceleratorRecovered", message=text, action="Recover", time=now)

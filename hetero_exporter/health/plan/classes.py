@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
 from hetero_exporter import validate as v
+from hetero_exporter.health.detect.gate import RecoveryGate, parse as parse_gate
 from hetero_exporter.model import DeviceSample, NodeSnapshot
 
 EFFECTS = ("NoSchedule", "NoExecute", "None")
@@ -40,7 +41,8 @@ CLASS_NAME = r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?"  # a DNS label of at most 40:
 MAX_CLASSES = 64
 MAX_NODE_LABELS = 32
 MATCH_KEYS = ("vendor", "model", "kind", "profile", "pool", "resource", "node_labels")
-CLASS_KEYS = ("name", "match", "device_taint_effect", "node_taint", "cordon", "evict_pods", "budget_share")
+CLASS_KEYS = ("name", "match", "device_taint_effect", "node_taint", "cordon", "evict_pods", "budget_share",
+              "recovery_gate")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class DeviceClass:
     cordon: Optional[bool] = None
     evict_pods: Optional[bool] = None
     budget_share: Optional[float] = None
+    recovery_gate: Optional[RecoveryGate] = None  # the check a failed device passes before it is cleared
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class DevicePolicy:
     cordon: bool = False
     evict_pods: bool = False
     budget_share: Optional[float] = None
+    recovery_gate: Optional[RecoveryGate] = None  # its class's (health/detect/gate.py)
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,10 @@ class ClassTable:
     def names(self, uuids: Iterable[str]) -> list[str]:
         return sorted({self.of(u).device_class for u in uuids} - {""})
 
+    def gates(self) -> dict[str, RecoveryGate]:
+        """uuid -> its class's recovery gate, where the class has one (the judge holds those devices)."""
+        return {u: p.recovery_gate for u, p in self.devices.items() if p.recovery_gate is not None}
+
 
 # --------------------------------------------------------------------------- the config
 
@@ -169,7 +177,8 @@ def _entry(path: str, value: Any) -> DeviceClass:
         node_taint=v.optional(doc, path, "node_taint", v.boolean),
         cordon=v.optional(doc, path, "cordon", v.boolean),
         evict_pods=v.optional(doc, path, "evict_pods", v.boolean),
-        budget_share=v.optional(doc, path, "budget_share", v.number, minimum=0, maximum=1))
+        budget_share=v.optional(doc, path, "budget_share", v.number, minimum=0, maximum=1),
+        recovery_gate=v.optional(doc, path, "recovery_gate", parse_gate))
 
 
 def parse(path: str, value: Any) -> tuple[DeviceClass, ...]:
@@ -216,7 +225,8 @@ def _policy(c: DeviceClass, base: DevicePolicy) -> DevicePolicy:
     def pick(mine: Any, theirs: Any) -> Any:
         return theirs if mine is None else mine
     return DevicePolicy(c.name, pick(c.device_taint_effect, base.device_taint_effect), c.node_taint,
-                        pick(c.cordon, base.cordon), pick(c.evict_pods, base.evict_pods), c.budget_share)
+                        pick(c.cordon, base.cordon), pick(c.evict_pods, base.evict_pods), c.budget_share,
+                        c.recovery_gate)
 
 
 def assign(snapshot: NodeSnapshot, classes: tuple[DeviceClass, ...], base: DevicePolicy,

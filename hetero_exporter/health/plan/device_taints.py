@@ -216,6 +216,8 @@ def _want(verdict: Optional[Verdict], cfg: DeviceTaintSettings) -> Optional[str]
     if state == "failed":
         return cfg.effects.get(verdict.uuid) if verdict is not None and verdict.uuid in cfg.effects else (
             "NoExecute" if cfg.no_execute else "NoSchedule")
+    if state == "recovering":  # its recovery gate has not passed: no new work, nothing evicted
+        return "NoSchedule"
     if state == "degraded" and cfg.degraded:
         return "None"
     return None

@@ -61,7 +61,7 @@ class AnnotationPlan:
 
 def _failed(verdicts: Mapping[str, Verdict], devices: Mapping[str, DeviceSample]) -> dict[str, DeviceSample]:
     return {u: d for u, d in list(devices.items())[:MAX_DEVICES]
-            if (v := verdicts.get(u)) is not None and v.state == "failed"}
+            if (v := verdicts.get(u)) is not None and v.state in ("failed", "recovering")}
 
 
 def _volcano_indexed(vendor: str) -> bool:
