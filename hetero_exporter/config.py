@@ -30,6 +30,9 @@ Example (every key optional)::
       socket: /var/run/nvsentinel.sock   # its platform connector (any key turns the bridge on; enabled: false off)
       timeout: 5            # seconds per send; retry_min_seconds: 1 .. retry_max_seconds: 60 while it is down
       max_outbox: 1024      # unsent events kept (in kernel_log.state_dir); the oldest dropped beyond
+    health_stream:          # opt-in: every device's verdict and fault episodes over a local gRPC socket
+      socket: /var/run/hetero-exporter/health.sock   # any key turns it on; enabled: false off
+      max_clients: 16       # socket_mode: 0660, max_message_bytes, max_queue, stall_seconds (docs/health-stream.md)
     finops:                 # prices for accelerator_price_per_hour (docs/cost.md)
       currency: USD
       reference: A100-SXM4-80GB   # a profile model; it must have a price below
@@ -309,6 +312,22 @@ def _nvsentinel(path: str, value: Any) -> dict:
     return doc
 
 
+def _socket_mode(path: str, value: Any) -> int:
+    """Permission bits: an integer (YAML reads 0660 as octal) or a string of octal digits."""
+    if isinstance(value, str):
+        return int(v.string(path, value, pattern=r"0?[0-7]{3}"), 8)
+    return int(v.number(path, value, minimum=0, maximum=0o777, integer=True))
+
+
+# health_stream (opt-in): the local health stream (health/act/stream/settings.py
+# HealthStreamSettings: the same keys, typed, with their defaults)
+HEALTH_STREAM: dict[str, Check] = {
+    "enabled": v.boolean, "socket": _unix_socket, "socket_mode": _socket_mode,
+    "max_clients": _integer(1, 1024), "max_message_bytes": _integer(64 << 10, 64 << 20),
+    "max_queue": _integer(1, 65536), "stall_seconds": _seconds(3600.0, 1.0),
+}
+
+
 def _scoring(path: str, value: Any) -> dict:
     # the extender and `score` take their settings from flags; nothing is read here yet
     return v.mapping(path, value, ())
@@ -326,6 +345,7 @@ TOP: dict[str, Check] = {
     "metrics": lambda p, x: _section(p, x, METRICS),
     "otlp": _otlp,
     "nvsentinel": _nvsentinel,
+    "health_stream": lambda p, x: _section(p, x, HEALTH_STREAM),
 }
 KNOWN_KEYS = set(TOP)
 
@@ -350,6 +370,7 @@ class Config:
     metrics: Mapping[str, Any] = field(default_factory=dict)  # profile / include / exclude (exposition.selection)
     otlp: Mapping[str, Any] = field(default_factory=dict)  # empty: no OTLP export
     nvsentinel: Mapping[str, Any] = field(default_factory=dict)  # empty: no NVSentinel bridge
+    health_stream: Mapping[str, Any] = field(default_factory=dict)  # empty: no local health stream
     finops: finops_mod.FinOps = field(default_factory=finops_mod.FinOps)
 
     def collector_settings(self, name: str) -> Mapping[str, Any]:

@@ -86,9 +86,23 @@ def _exporters(agent: Agent, reg: Any, store: Any, health: Any) -> None:
         bridge = NvSentinelBridge(nvsentinel, agent.node, agent.settings.health.remedy.mode, agent.state_dir,
                                   failures, condition_reason=policy.condition_reason,
                                   fault_text=lambda vendor, fault, uuid: texts.fault_text(vendor, fault, policy, uuid),
-                                  ready=lambda: health.remedy.restored)  # as the health loop: after the Node's sticky faults
+                                  ready=lambda: health.remedy.restored,  # as the health loop: after the Node's sticky faults
+                                  catalogue=policy.catalogue)
         agent.services.start("nvsentinel", bridge.start, bridge.close)
         store.subscribe(bridge.offer)
+
+
+def _health_stream(agent: Agent, reg: Any, store: Any, health: Any) -> None:
+    """The local health stream (``health_stream``), served on its own thread; nothing of it (grpc
+    included) is imported where it is not configured."""
+    settings = agent.settings.health_stream
+    if settings is None:
+        return
+    from hetero_exporter.health.act.stream import HealthStream
+    stream = HealthStream(settings, agent.node, ready=lambda: health.remedy.restored)  # as the bridge
+    reg.register(stream.metrics)
+    agent.services.start("health-stream", stream.start, stream.close)
+    store.subscribe(stream.offer)
 
 
 def run(options: Options, web_config_file: Optional[str]) -> int:
@@ -113,6 +127,7 @@ def run(options: Options, web_config_file: Optional[str]) -> int:
         store.subscribe(health.loop.offer)
         agent.services.start("health-loop", health.loop.start, health.loop.stop)
         _exporters(agent, reg, store, health.loop)
+        _health_stream(agent, reg, store, health.loop)
         host, port = server.address
         log.info("serving", extra={"listen": f"{host}:{port}", "node": agent.node,
                                    "collectors": ",".join(sampler.collector_names) or "none",

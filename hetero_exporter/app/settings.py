@@ -17,6 +17,7 @@ from hetero_exporter.sdk.contract import HostPaths
 
 if TYPE_CHECKING:
     from hetero_exporter.health.act.nvsentinel.settings import NvSentinelSettings
+    from hetero_exporter.health.act.stream.settings import HealthStreamSettings
     from hetero_exporter.health.detect.policy import Policy
     from hetero_exporter.health.plan import RemedyConfig
 
@@ -128,6 +129,13 @@ def _nvsentinel(raw: Mapping[str, Any]) -> "Optional[NvSentinelSettings]":
     return NvSentinelSettings.parse(raw)
 
 
+def _health_stream(raw: Mapping[str, Any]) -> "Optional[HealthStreamSettings]":
+    if not raw:
+        return None
+    from hetero_exporter.health.act.stream.settings import HealthStreamSettings
+    return HealthStreamSettings.parse(raw)
+
+
 @dataclass(frozen=True)
 class CollectorSection:
     """``collectors.NAME``: the agent's keys of a collector's section (config.COLLECTOR_SETTINGS:
@@ -162,6 +170,7 @@ class Settings:
     health: HealthSettings
     otlp: Optional[OtlpSettings] = None
     nvsentinel: "Optional[NvSentinelSettings]" = None  # None: no bridge
+    health_stream: "Optional[HealthStreamSettings]" = None  # None: no local health stream
     collectors: Mapping[str, CollectorSection] = field(default_factory=dict)
 
     @classmethod
@@ -171,6 +180,7 @@ class Settings:
                    attribution=_typed(AttributionSettings, cfg.attribution),
                    health=HealthSettings.parse(cfg.health, health_mode),
                    otlp=OtlpSettings.parse(cfg.otlp), nvsentinel=_nvsentinel(cfg.nvsentinel),
+                   health_stream=_health_stream(cfg.health_stream),
                    collectors={name: CollectorSection.parse(raw) for name, raw in cfg.collectors.items()})
 
     def collector(self, name: str) -> CollectorSection:

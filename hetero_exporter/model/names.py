@@ -57,7 +57,7 @@ MEMORY_TOTAL = Metric("accelerator_memory_total_bytes", "gauge", "Device memory 
 TEMPERATURE = Metric("accelerator_temperature_celsius", "gauge",
                      "Temperature by sensor (core, memory, board), degrees Celsius.", DEV + ("sensor",), profile=FLEET)
 POWER = Metric("accelerator_power_watts", "gauge", "Power draw, watts.", DEV, profile=FLEET)
-POWER_LIMIT = Metric("accelerator_power_limit_watts", "gauge", "Enforced power limit, watts.", DEV, profile=FLEET)
+POWER_LIMIT = Metric("accelerator_power_limit_watts", "gauge", "Enforced power limit, watts.", DEV)
 ENERGY = Metric("accelerator_energy_joules_total", "counter",
                 "Energy consumed since the driver loaded, joules.", DEV, profile=FLEET)
 CLOCK = Metric("accelerator_clock_hertz", "gauge", "Current clock (compute, memory), hertz.", DEV + ("clock",))
@@ -153,6 +153,21 @@ TLS_CERTIFICATE_EXPIRY = Metric("accelerator_tls_certificate_expiry_timestamp_se
 EXPORT_FAILURES = Metric("accelerator_export_failures_total", "counter",
                          "Exports to a pipeline (otlp, nvsentinel) that failed or were dropped; 0 from the start "
                          "for each configured exporter.", ("exporter",), profile=FLEET)
+# The local health stream (issue 38 §5, health/act/stream/, config health_stream)
+HEALTH_STREAM_CLIENTS = Metric("accelerator_health_stream_clients", "gauge",
+                               "Clients watching the local health stream, by stream (health: WatchDeviceHealth, "
+                               "events: WatchDeviceEvents).", ("stream",), profile=FLEET)
+HEALTH_STREAM_MESSAGES_DROPPED = Metric(
+    "accelerator_health_stream_messages_dropped_total", "counter",
+    "Updates of the local health stream a client did not get, by stream and reason: superseded (a slow reader "
+    "got the device's later state instead), slow-reader (queued for a client dropped for falling behind), "
+    "stalled (queued for a client dropped for reading nothing), untracked (episodes past the bound).",
+    ("stream", "reason"), profile=FLEET)
+HEALTH_STREAM_CLIENTS_DROPPED = Metric(
+    "accelerator_health_stream_clients_dropped_total", "counter",
+    "Clients of the local health stream dropped or refused, by stream and reason: slow-reader (its event "
+    "queue overflowed), stalled (read nothing for stall_seconds), refused (past max_clients).",
+    ("stream", "reason"), profile=FLEET)
 SNAPSHOT_AGE = Metric("accelerator_snapshot_age_seconds", "gauge",
                       "Seconds since the snapshot being served was taken.", (), profile=FLEET)
 HEALTH_ACTIONS = Metric("accelerator_health_actions_total", "counter",
