@@ -145,6 +145,7 @@ def config_schema() -> dict[str, Any]:
     value again at start; this catches a misspelt key or a wrong type at `helm install`)."""
     from hetero_exporter import config as C
     from hetero_exporter.health.plan import MODES, RemedyConfig
+    from hetero_exporter.model import names as N
     from hetero_exporter.sdk import host_tools
     types = {"bool": {"type": "boolean"}, "str": {"type": "string"}, "int": {"type": "number"},
              "float": {"type": "number"}}
@@ -165,7 +166,8 @@ def config_schema() -> dict[str, Any]:
         health=closed(health, "docs/health.md: Settings"),
         kernel_log=closed({k: {} for k in C.KERNEL_LOG_KEYS}, "docs/health.md: Kernel log"),
         attribution=closed({k: {} for k in C.ATTRIBUTION}, "docs/metrics-guide.md: Attribution"),
-        metrics=closed({k: {"type": "array", "items": {"type": "string"}} for k in C.METRICS},
+        metrics=closed({k: {"enum": list(N.PROFILES)} if k == "profile" else
+                        {"type": "array", "items": {"type": "string"}} for k in C.METRICS},
                        "docs/metrics-guide.md: Choosing what /metrics serves"),
         **{k: {"type": "object"} for k in ("collectors", "finops", "otlp", "nvsentinel", "scoring")},
         **{k: {"type": "string"} for k in ("listen", "node_name", "log_format", "sysfs_root", "proc_root",

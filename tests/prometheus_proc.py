@@ -32,10 +32,13 @@ class PromError(RuntimeError):
 
 class Prometheus:
     """``targets`` maps a node name to the agent's HOST:PORT; the node becomes the ``node`` target
-    label, as deploy/base/servicemonitor.yaml relabels it from the pod's node name."""
+    label, as deploy/base/servicemonitor.yaml relabels it from the pod's node name. ``features``:
+    ``--enable-feature`` names (``exemplar-storage``; a name this version does not know is a warning
+    in its log, not an error)."""
 
     def __init__(self, binary: str, targets: dict[str, str], rule_files: Sequence[Path] = (),
-                 job: str = "hetero-exporter", interval: str = "1s", start_timeout: float = 60):
+                 job: str = "hetero-exporter", interval: str = "1s", start_timeout: float = 60,
+                 features: Sequence[str] = ()):
         self.dir = Path(tempfile.mkdtemp(prefix="hetero-prom-"))
         self.proc: Optional[subprocess.Popen] = None
         config = {
@@ -55,7 +58,7 @@ class Prometheus:
                 self.proc = subprocess.Popen(
                     [binary, f"--config.file={self.dir / 'prometheus.yml'}",
                      f"--storage.tsdb.path={self.dir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-                     "--log.level=warn"],
+                     "--log.level=warn", *([f"--enable-feature={','.join(features)}"] if features else [])],
                     stdout=self._log, stderr=subprocess.STDOUT, cwd=self.dir)
                 if self._wait_ready(start_timeout):
                     return

@@ -28,7 +28,7 @@ from hetero_exporter.exposition.collector import build_families  # noqa: E402
 from hetero_exporter.exposition.export import ExportFailures  # noqa: E402
 from hetero_exporter.exposition.export import otlp_map  # noqa: E402
 from hetero_exporter.exposition.export.otlp import OtlpExporter, http_endpoint  # noqa: E402
-from hetero_exporter.model import names as N  # noqa: E402
+from hetero_exporter.model import HEALTH_STATES, names as N  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL_VENDORS = ROOT / "fixtures" / "scenarios" / "all-vendors.yaml"
@@ -100,7 +100,7 @@ def test_points_carry_hw_identity_quality_and_the_conventions_attributes(snapsho
         assert p.attributes["hw.vendor"] and p.attributes["hw.model"]
         assert p.attributes["accelerator.quality.status"] == "ok" and p.attributes["accelerator.quality.method"]
     assert {p.attributes["hw.type"] for p in general} >= {"gpu", "npu", "mlu", "dcu", "gcu", "xpu"}
-    assert {p.attributes["hw.state"] for p in pts["hw.status"]} == {"ok", "degraded", "failed", "unknown"}
+    assert {p.attributes["hw.state"] for p in pts["hw.status"]} == set(HEALTH_STATES)
     assert {p.attributes["hw.sensor_location"] for p in pts["hw.temperature"]} >= {"core"}
     assert all(p.attributes["error.type"] in ("ecc_corrected", "ecc_uncorrected") for p in pts["hw.errors"])
     # the engines the conventions have no task for stay apart, with the engine named

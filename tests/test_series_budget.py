@@ -1,6 +1,8 @@
 """The series budget (issue 27), a contract: at most 12 labels on any series; on an 8-GPU H100 node
 with GPM on and 16 processes per GPU, at most 110 series per device plus 3 per process; two
-scrapes of an unchanged simulated node have identical series sets (no label value churns)."""
+scrapes of an unchanged simulated node have identical series sets (no label value churns). The
+fleet profile (issue 39) on the same node: at most 32 series per GPU, 9 labels, no process series
+(every vendor's budget per profile: tests/test_profiles_fleet.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ pytest.importorskip("pynvml")
 from conftest import ROOT  # noqa: E402
 from hetero_exporter.collectors.nvidia.nvml import collector as nvml  # noqa: E402
 from hetero_exporter.exposition.collector import build_families  # noqa: E402
+from hetero_exporter.exposition.selection import Selection  # noqa: E402
 from hetero_exporter.model import NodeSnapshot  # noqa: E402
 from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
 from hetero_exporter.simulate import ManualClock, load  # noqa: E402
@@ -59,7 +62,7 @@ def scrapes(tmp_path_factory):
     try:
         for _ in range(3):
             devices = c.collect()
-            out.append(build_families(NodeSnapshot(node="n", time=clock(), devices=tuple(devices))))
+            out.append(NodeSnapshot(node="n", time=clock(), devices=tuple(devices)))
             clock.advance(10)
             mono.now += 10
     finally:
@@ -67,8 +70,9 @@ def scrapes(tmp_path_factory):
     return out
 
 
-def _series(families) -> set:
-    return {(s.name, tuple(sorted(s.labels.items()))) for fam in families for s in fam.samples}
+def _series(snap, selection: Selection = Selection()) -> set:
+    return {(s.name, tuple(sorted(s.labels.items()))) for fam in build_families(snap, selection=selection)
+            for s in fam.samples}
 
 
 def test_no_series_has_more_than_twelve_labels(scrapes):
@@ -96,3 +100,14 @@ def test_series_per_device_and_per_process_within_the_budget(scrapes):
 def test_two_scrapes_of_an_unchanged_node_have_the_same_series(scrapes):
     second, third = _series(scrapes[1]), _series(scrapes[2])
     assert second == third, sorted(second ^ third)[:10]
+
+
+def test_the_fleet_profile_keeps_32_series_per_gpu_and_no_process_series(scrapes):
+    fleet = _series(scrapes[-1], Selection(profile="fleet"))
+    per_device: dict[str, int] = {}
+    for _, labels in fleet:
+        lb = dict(labels)
+        assert "pid" not in lb and len(lb) <= 9
+        if "uuid" in lb:
+            per_device[lb["uuid"]] = per_device.get(lb["uuid"], 0) + 1
+    assert len(per_device) == 8 and max(per_device.values()) <= 32, per_device

@@ -7,7 +7,10 @@ the families at the age gauge: the part before it (the snapshot's) is rendered o
 bytes reused while the same family objects come back; the age gauge and the extras are
 rendered per scrape and appended. Gzip likewise: the snapshot part is deflated once with a sync
 flush and the compressor state kept; a scrape copies that state and deflates only the extras,
-giving one valid gzip member. OpenMetrics' single ``# EOF`` ends the whole body.
+giving one valid gzip member. OpenMetrics' single ``# EOF`` ends the whole body. An OpenMetrics
+scrape collects inside ``openmetrics.rendering(True)``, so the snapshot collector yields its
+counters with ``_created`` and exemplars: each format has its own family objects and its own
+cached bytes, and the text format's are what they were before OpenMetrics carried more.
 
 Assumes, as prometheus_client's own collectors do, that a family object yielded again has not
 been changed in place.
@@ -23,6 +26,7 @@ from typing import Any, Callable, Iterable, Optional
 from prometheus_client import exposition as _prom
 from prometheus_client.exposition import choose_encoder, generate_latest
 
+from hetero_exporter.exposition import openmetrics as om
 from hetero_exporter.model import names as N
 
 _AGE = N.SNAPSHOT_AGE.family
@@ -115,7 +119,8 @@ class Exposition:
         body is over gzip_min bytes."""
         encoder, ctype = negotiate(accept)
         openmetrics = ctype.startswith(_OPENMETRICS)
-        families = list(self._registry.collect())
+        with om.rendering(openmetrics):  # the snapshot's counters with created samples and exemplars, or not
+            families = list(self._registry.collect())
         cut = next((i for i, f in enumerate(families) if f.name == _AGE), 0)
         prefix = self._prefix(ctype, encoder, families[:cut], openmetrics)
         tail = encoder(_Families(families[cut:]))

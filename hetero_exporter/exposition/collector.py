@@ -13,13 +13,14 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric as PromMetric
-from prometheus_client.samples import Sample
+from prometheus_client.samples import Exemplar, Sample
 
 from hetero_exporter.model import fields as F
 from hetero_exporter import finops as finops_mod
 from hetero_exporter.model import names as N
-from hetero_exporter.model import HEALTH_STATES, DeviceSample, NodeSnapshot
+from hetero_exporter.model import HEALTH_STATES, RECOVERING, DeviceSample, NodeSnapshot
 from hetero_exporter.model.evaluation import OVERRIDE_CODE
+from hetero_exporter.exposition import openmetrics as om
 from hetero_exporter.exposition.selection import EVERYTHING, Selection
 
 _EMPTY = ""
@@ -40,40 +41,68 @@ def _fmt_num(v: Optional[float]) -> str:
 
 
 class _Families:
-    """Lazily created families, in the order of names.ALL.
+    """Lazily created families, in the order of names.ALL; only those the selection's profile serves.
 
     Samples are appended directly with ready-made label dicts (not through
     ``add_metric``): with ~2,000 series per scrape the generic path costs about a fifth of
-    the rendering itself, and a scrape after a new snapshot pays it."""
+    the rendering itself, and a scrape after a new snapshot pays it. With ``starts``, each counter
+    also gets an OpenMetrics twin with its created samples and exemplars (``openmetrics.py``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, selection: Selection = EVERYTHING, starts: Optional[om.CounterStarts] = None) -> None:
+        self.selection, self.starts = selection, starts
         self._by_name: dict[str, PromMetric] = {}
+        self._openmetrics: dict[str, PromMetric] = {}  # counter name -> its twin with created samples
 
-    def sink(self, m: N.Metric) -> Callable[[dict, float], None]:
-        """``add(labels, value)`` for metric ``m``; the family appears on first use."""
+    def sink(self, m: N.Metric) -> Callable[..., None]:
+        """``add(labels, value, exemplar=None)`` for metric ``m``; the family appears on first use."""
+        if not self.selection.serves(m):
+            return _ignore
         state: list = []
+        starts = self.starts if m.type == "counter" else None
 
-        def add(labels: dict, value: float) -> None:
+        def add(labels: dict, value: float, exemplar: Optional[Exemplar] = None) -> None:
             if not state:
                 fam = self._by_name.get(m.name)
                 if fam is None:
                     cls = CounterMetricFamily if m.type == "counter" else GaugeMetricFamily
                     fam = self._by_name[m.name] = cls(m.family, m.help, labels=m.labels)
                 state.append(fam.samples.append)
+                if starts is not None:
+                    twin = self._openmetrics.get(m.name)
+                    if twin is None:
+                        twin = self._openmetrics[m.name] = CounterMetricFamily(m.family, m.help, labels=m.labels)
+                    state.append(twin.samples.append)
             # a counter's sample is named <family>_total, which is m.name
             state[0](Sample(m.name, labels, value))
+            if starts is not None:
+                state[1](Sample(m.name, labels, value, None, exemplar))
+                created = starts.created(m, labels, value)
+                if created is not None:  # right after its sample: the parsers look there
+                    state[1](Sample(m.family + "_created", labels, created))
         return add
 
-    def ordered(self) -> list[PromMetric]:
-        return [self._by_name[m.name] for m in N.ALL if m.name in self._by_name]
+    def ordered(self, openmetrics: bool = False) -> list[PromMetric]:
+        twins = self._openmetrics if openmetrics else {}
+        return [twins.get(m.name) or self._by_name[m.name] for m in N.ALL if m.name in self._by_name]
+
+
+def _ignore(labels: dict, value: float, exemplar: Optional[Exemplar] = None) -> None:
+    """The sink of a family the profile does not serve."""
 
 
 def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = None,
                    selection: Selection = EVERYTHING) -> list[PromMetric]:
-    """Every family of DESIGN.md's table that the snapshot has data for; the FinOps families
-    (prices, shares) only with ``finops`` settings; readings as ``selection`` says. Families come
-    out in the order their sinks are made (the device families first, reading families as first met)."""
-    fam = _Families()
+    """Every family of DESIGN.md's table that the snapshot has data for and the selection's profile
+    serves; the FinOps families (prices, shares) only with ``finops`` settings; readings as
+    ``selection`` says. Families come out in the order of names.ALL."""
+    return _build(snap, finops, selection, None).ordered()
+
+
+def _build(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps], selection: Selection,
+           starts: Optional[om.CounterStarts]) -> _Families:
+    if starts is not None:
+        starts.begin(snap)
+    fam = _Families(selection, starts)
     devices = _DeviceFamilies(fam, selection)
     for d in snap.devices:
         devices.add(d)
@@ -82,7 +111,7 @@ def build_families(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps] = Non
     if finops is not None:
         _finops_families(fam, snap, finops)
     _attribution_families(fam, snap)
-    return fam.ordered()
+    return fam
 
 
 class _DeviceFamilies:
@@ -146,7 +175,8 @@ class _DeviceFamilies:
 
     def _health(self, d: DeviceSample) -> None:
         vendor, uuid = d.identity.vendor, d.identity.uuid
-        for s in HEALTH_STATES:
+        # the four states always; recovering (a recovery gate's, opt-in) only while the device is in it
+        for s in HEALTH_STATES + ((RECOVERING,) if d.health.state == RECOVERING else ()):
             self.health({"vendor": vendor, "uuid": uuid, "state": s}, 1.0 if s == d.health.state else 0.0)
         for r in d.health.reasons:
             self.reason({"vendor": vendor, "uuid": uuid, "code": r.code, "reason": r.message or r.fault_class}, 1)
@@ -154,7 +184,7 @@ class _DeviceFamilies:
                 self.override_until({"vendor": vendor, "uuid": uuid, "state": d.health.state}, r.last_seen)
         for f in d.faults:
             labels = {"vendor": vendor, "uuid": uuid, "code": f.code, "action": f.action}
-            self.fault_events(labels, f.count)
+            self.fault_events(labels, f.count, om.fault_exemplar(f) if self.fam.starts else None)
             if f.last_seen is not None:
                 self.fault_last(labels, f.last_seen)
 
@@ -188,8 +218,10 @@ def _inventory_families(fam: "_Families", snap: NodeSnapshot) -> None:
             expected({"vendor": vendor}, snap.expected[vendor])
         present({"vendor": vendor}, seen.get(vendor, 0))
     removed = fam.sink(N.DEVICES_REMOVED)
+    last = fam.starts.removed if fam.starts else {}
     for vendor in sorted(set(snap.expected) | set(seen) | set(snap.removed_total)):
-        removed({"vendor": vendor}, snap.removed_total.get(vendor, 0))
+        gone = last.get(vendor)
+        removed({"vendor": vendor}, snap.removed_total.get(vendor, 0), om.removed_exemplar(*gone) if gone else None)
 
 
 def _collector_families(fam: "_Families", snap: NodeSnapshot) -> None:
@@ -240,18 +272,24 @@ def _finops_families(fam: _Families, snap: NodeSnapshot, fin: finops_mod.FinOps)
 
 
 class SnapshotCollector:
-    """Register with a CollectorRegistry; reads ``latest()`` at every scrape."""
+    """Register with a CollectorRegistry; reads ``latest()`` at every scrape. Each snapshot's
+    families are built once, for both formats (``openmetrics.wanted()`` picks the counters with
+    created samples and exemplars); ``started`` / ``boot`` (Unix seconds) default to this
+    process's start and the host's boot."""
 
     def __init__(self, latest: Callable[[], Optional[NodeSnapshot]],
                  clock: Callable[[], float] = time.time,
-                 finops: Optional[finops_mod.FinOps] = None, selection: Selection = EVERYTHING):
+                 finops: Optional[finops_mod.FinOps] = None, selection: Selection = EVERYTHING,
+                 started: Optional[float] = None, boot: Optional[float] = None):
         self._latest = latest
         self._finops = finops
         self._selection = selection
         self._clock = clock
         self._lock = threading.Lock()
         self._cached_for: Optional[NodeSnapshot] = None
-        self._cached: list[PromMetric] = []
+        self._cached: tuple[list[PromMetric], list[PromMetric]] = ([], [])
+        boot = om.boot_time() if boot is None else boot
+        self._starts = om.CounterStarts(om.process_start(boot) if started is None else started, boot)
 
     def describe(self) -> Iterable[PromMetric]:
         return []  # families vary with the snapshot; no pre-registration checks
@@ -262,9 +300,10 @@ class SnapshotCollector:
             return
         with self._lock:
             if self._cached_for is not snap:
-                self._cached = build_families(snap, self._finops, self._selection)
+                built = _build(snap, self._finops, self._selection, self._starts)
+                self._cached = (built.ordered(), built.ordered(openmetrics=True))
                 self._cached_for = snap
-            families = self._cached
+            families = self._cached[1 if om.wanted() else 0]
         yield from families
         age = GaugeMetricFamily(N.SNAPSHOT_AGE.family, N.SNAPSHOT_AGE.help)
         age.add_metric([], max(0.0, self._clock() - snap.time))
@@ -275,15 +314,16 @@ class ToolProcessesCollector:
     """Vendor-tool calls' leftovers killed past their deadline; ``killed()`` is sdk.runner's
     ``killed_total`` (injected: exposition sees no sdk). Exported at 0 from the start."""
 
-    def __init__(self, killed: Callable[[], int]):
+    def __init__(self, killed: Callable[[], int], started: Optional[float] = None):
         self._killed = killed
+        self._started = om.process_start() if started is None else started  # sdk.runner counts from then
 
     def describe(self) -> Iterable[PromMetric]:
         return []
 
     def collect(self) -> Iterator[PromMetric]:
         yield CounterMetricFamily(N.TOOL_PROCESSES_KILLED.family, N.TOOL_PROCESSES_KILLED.help,
-                                  value=float(self._killed()))
+                                  value=float(self._killed()), created=self._started if om.wanted() else None)
 
 
 class TlsCertificateCollector:
@@ -306,8 +346,9 @@ class KernelLogCollector:
     """The kernel log follower's self-metrics; ``status()`` is ``kernel_log.Follower.status``
     (a plain mapping: up, records, events {(vendor, code): n}, dropped {reason: n}, lag_seconds)."""
 
-    def __init__(self, status: Callable[[], Optional[Mapping[str, Any]]]):
+    def __init__(self, status: Callable[[], Optional[Mapping[str, Any]]], started: Optional[float] = None):
         self._status = status
+        self._started = om.process_start() if started is None else started  # the follower counts from then
 
     def describe(self) -> Iterable[PromMetric]:
         return []
@@ -316,16 +357,17 @@ class KernelLogCollector:
         st = self._status()
         if st is None:
             return
+        created = self._started if om.wanted() else None
         yield GaugeMetricFamily(N.KERNEL_LOG_UP.name, N.KERNEL_LOG_UP.help, value=1.0 if st.get("up") else 0.0)
         yield CounterMetricFamily(N.KERNEL_LOG_RECORDS.family, N.KERNEL_LOG_RECORDS.help,
-                                  value=float(st.get("records", 0)))
+                                  value=float(st.get("records", 0)), created=created)
         ev = CounterMetricFamily(N.KERNEL_LOG_EVENTS.family, N.KERNEL_LOG_EVENTS.help, labels=N.KERNEL_LOG_EVENTS.labels)
         for (vendor, code), n in sorted((st.get("events") or {}).items()):
-            ev.add_metric([vendor, code], n)
+            ev.add_metric([vendor, code], n, created=created)
         yield ev
         dropped = CounterMetricFamily(N.KERNEL_LOG_DROPPED.family, N.KERNEL_LOG_DROPPED.help,
                                       labels=N.KERNEL_LOG_DROPPED.labels)
         for reason, n in sorted((st.get("dropped") or {}).items()):
-            dropped.add_metric([reason], n)
+            dropped.add_metric([reason], n, created=created)
         yield dropped
         yield GaugeMetricFamily(N.KERNEL_LOG_LAG.name, N.KERNEL_LOG_LAG.help, value=float(st.get("lag_seconds", 0.0)))
