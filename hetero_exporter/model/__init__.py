@@ -40,6 +40,8 @@ from hetero_exporter.model.types import (  # noqa: F401
     CollectorStatus,
     SourceStatus,
     NodeSnapshot,
+    ContainerEnergy,
+    EnergySplit,
     SCHEMA_VERSION,
     KINDS,
     METHODS,

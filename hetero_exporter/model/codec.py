@@ -259,6 +259,7 @@ def compact_document(snapshot: NodeSnapshot) -> dict:
     doc = {"schema": SCHEMA_VERSION, **to_dict(snapshot)}
     doc.pop("boot_id", None)
     doc.pop("attribution_sources", None)  # agent internals; would churn the annotation
+    doc.pop("energy", None)  # per-container joules grow every cycle: /metrics' business, not the scheduler's
     for c in doc.get("collectors", []):
         c.pop("errors_total", None)
     for d, dev in zip(doc.get("devices", []), snapshot.devices):

@@ -264,6 +264,29 @@ class SourceStatus:
 
 
 @dataclass(frozen=True)
+class ContainerEnergy:
+    """Joules of one device charged to one container since the device's energy run began
+    (sources/energy.py: the device's energy increments split by its allocation shares)."""
+
+    namespace: str
+    pod: str
+    container: str
+    joules: float
+
+
+@dataclass(frozen=True)
+class EnergySplit:
+    """One device's energy split: ``containers`` (what their allocation shares explain) and
+    ``unattributed_joules`` (the rest: idle, host processes, the time before the agent saw it);
+    together they equal the device's ``energy_joules_total`` as the agent counts it."""
+
+    vendor: str
+    uuid: str
+    unattributed_joules: float
+    containers: tuple[ContainerEnergy, ...] = ()
+
+
+@dataclass(frozen=True)
 class NodeSnapshot:
     node: str
     time: float
@@ -277,6 +300,7 @@ class NodeSnapshot:
     # event), ``removed_total`` per vendor since the agent started (a counter)
     removed: tuple[DeviceIdentity, ...] = ()
     removed_total: Mapping[str, int] = field(default_factory=dict)
+    energy: tuple[EnergySplit, ...] = ()  # per top-level device with an energy run (sources/energy.py)
 
     def present(self) -> dict[str, int]:
         """Devices the vendor tools really see, per vendor (top-level devices only).
