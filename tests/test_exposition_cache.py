@@ -139,3 +139,33 @@ def test_gzip_prefix_is_one_valid_member():
     for tail in (b"", b"tail\n", b"x" * 70000):
         member = b"".join(prefix.finish(tail))
         assert gzip.decompress(member) == b"a" * 5000 + b"b" * 100 + tail
+
+
+def test_the_server_negotiates_openmetrics_and_gzips_both_formats(node):
+    """Prometheus' Accept gets OpenMetrics (gzipped when asked), no Accept the text format; each
+    format's snapshot part is rendered once however the scrapes interleave."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    state, reg, _ = node
+    srv = MetricsServer("127.0.0.1:0", reg, lambda: state["snap"]).start()
+    try:
+        conn = http.client.HTTPConnection(*srv.address, timeout=10)
+        got = {}
+        for accept in (None, OPENMETRICS, None, OPENMETRICS):
+            for encoding in ("identity", "gzip"):
+                headers = {"Accept-Encoding": encoding, **({"Accept": accept} if accept else {})}
+                conn.request("GET", "/metrics", headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                assert (r.getheader("Content-Encoding") == "gzip") == (encoding == "gzip")
+                assert "Accept" in r.getheader("Vary")
+                got.setdefault(r.getheader("Content-Type"), set()).add(
+                    gzip.decompress(data) if encoding == "gzip" else data)
+        kinds = {ctype.split(";")[0]: bodies for ctype, bodies in got.items()}
+        assert sorted(kinds) == ["application/openmetrics-text", "text/plain"]
+        assert all(len(bodies) == 1 for bodies in got.values()) and srv.exposition.renders == 2
+        om = kinds["application/openmetrics-text"].pop()
+        assert om.endswith(b"# EOF\n") and om.count(b"# EOF") == 1 and b"_created" in om
+        assert list(text_string_to_metric_families(om.decode()))  # strict parser: a valid exposition
+        assert b"_created" not in kinds["text/plain"].pop()
+    finally:
+        srv.stop()

@@ -212,3 +212,52 @@ def test_process_start_is_before_now_and_after_the_boot():
     assert boot is not None
     import time
     assert boot <= om.process_start(boot) <= time.time()
+
+
+def test_every_counter_of_the_catalogue_says_where_its_created_time_comes_from():
+    """A new counter family must be put in one of the three (the module's docstring says why)."""
+    counters = {m.name for m in N.ALL if m.type == "counter"}
+    sets = (om.AGENT_COUNTERS, om.DRIVER_COUNTERS, om.UNKNOWN_START)
+    assert set().union(*sets) == counters
+    assert sum(len(s) for s in sets) == len(counters)  # no counter in two
+
+
+def test_the_agents_counters_other_modules_render_get_the_process_start():
+    """Health actions and promotions (health/act/metrics.py) and the like yield no created time
+    of their own: the cache gives them this process's start, in OpenMetrics only, and the
+    snapshot part is still rendered once per format."""
+    from hetero_exporter.health.act.metrics import HealthMetrics
+    health = HealthMetrics()
+    health.action("taint", "ok")
+    health.promotions({("nvidia", "13", "failed"): 2})
+    reg = CollectorRegistry(auto_describe=False)
+    snap = _snap(T0, _gpu(T0, 1000.0))
+    reg.register(SnapshotCollector(lambda: snap, clock=lambda: T0, started=STARTED, boot=BOOT))
+    reg.register(health)
+    expo = Exposition(reg, started=STARTED)
+    for _ in range(2):
+        text = b"".join(expo.render(None, True, gzip_min=0)[0])
+        body = b"".join(expo.render(OPENMETRICS, False)[0]).decode()
+    assert b"_created" not in __import__("gzip").decompress(text)
+    samples = [s for f in text_string_to_metric_families(body) for s in f.samples]
+    actions = [s for s in samples if s.name == "accelerator_health_actions_total"]
+    created = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples if s.name.endswith("_created")}
+    assert actions and all(created[("accelerator_health_actions_created", tuple(sorted(s.labels.items())))] == STARTED
+                           for s in actions)
+    assert created[("accelerator_health_promotions_created",
+                    (("code", "13"), ("to", "failed"), ("vendor", "nvidia")))] == STARTED
+    assert expo.renders == 2
+    # a family stamped is a copy: the collector's own object is left as it was
+    assert not any(s.name.endswith("_created") for f in health.collect() for s in f.samples)
+
+
+def test_the_snapshots_counters_need_no_stamp_so_the_cache_keeps_them():
+    snap = _snap(T0, _gpu(T0, 1000.0), removed=(DeviceIdentity("nvidia", "gpu", 3, "GPU-gone"),))
+    collector = SnapshotCollector(lambda: snap, clock=lambda: T0, started=STARTED, boot=BOOT)
+    with om.rendering(True):
+        families = list(collector.collect())
+    assert any(f.name == "accelerator_devices_removed" for f in families)
+    assert all(a is b for a, b in zip(om.stamp(families, STARTED), families))
+    stamped = om.stamp(build_families(snap), STARTED)  # the text format's families: copies with created
+    assert [s.value for f in stamped if f.name == "accelerator_devices_removed"
+            for s in f.samples if s.name.endswith("_created")] == [STARTED]

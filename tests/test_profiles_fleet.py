@@ -146,3 +146,30 @@ def test_the_charts_schema_takes_the_profile():
     schema = json.loads((ROOT / "charts/hetero-exporter/values.schema.json").read_text())
     metrics = schema["properties"]["config"]["properties"]["metrics"]["properties"]
     assert metrics["profile"] == {"enum": list(N.PROFILES)}
+
+
+def test_full_serves_every_reading_the_catalogue_exports(snap):
+    """full = everything the catalogue has: every family of names.ALL, every reading unfiltered, so
+    its series are those of build_families with no selection (which tests/test_catalogue.py holds
+    to every reading with a family)."""
+    full = Selection(profile=N.FULL)
+    assert full.everything and all(full.serves(m) for m in N.ALL)
+    assert all(full.allows(field, None) for d in snap.devices for field in d.readings)
+    key = lambda s: (s.name, tuple(sorted(s.labels.items())))  # noqa: E731
+    assert {key(s) for s in _series(snap, full)} == {key(s) for fam in build_families(snap) for s in fam.samples}
+
+
+@pytest.mark.parametrize("profile", N.PROFILES)
+def test_include_and_exclude_refine_every_profile(snap, profile):
+    base = {s.name for s in _series(snap, Selection(profile=profile))}
+    less = {s.name for s in _series(snap, Selection.of({"profile": profile, "exclude": [N.POWER.name, "energy_joules_total"]}))}
+    assert base - less == {N.POWER.name, N.ENERGY.name}
+    only = {s.name for s in _series(snap, Selection.of({"profile": profile, "include": ["temperature_{sensor}_celsius"]}))}
+    assert N.TEMPERATURE.name in only and N.UTILIZATION.name not in only and N.DEVICE_INFO.name in only
+
+
+def test_a_profile_is_read_from_the_config_file(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("metrics:\n  profile: fleet\n")
+    loaded = config_mod.load(str(cfg))
+    assert Selection.of(loaded.metrics) == Selection(profile=N.FLEET)

@@ -9,8 +9,9 @@ rendered per scrape and appended. Gzip likewise: the snapshot part is deflated o
 flush and the compressor state kept; a scrape copies that state and deflates only the extras,
 giving one valid gzip member. OpenMetrics' single ``# EOF`` ends the whole body. An OpenMetrics
 scrape collects inside ``openmetrics.rendering(True)``, so the snapshot collector yields its
-counters with ``_created`` and exemplars: each format has its own family objects and its own
-cached bytes, and the text format's are what they were before OpenMetrics carried more.
+counters with ``_created`` and exemplars, and the agent's counters other collectors yield get
+theirs (``openmetrics.stamp``): each format has its own family objects and its own cached bytes,
+and the text format's are what they were before OpenMetrics carried more.
 
 Assumes, as prometheus_client's own collectors do, that a family object yielded again has not
 been changed in place.
@@ -106,10 +107,12 @@ def _same(a: tuple, b: list) -> bool:
 
 class Exposition:
     """Renders a registry for one Accept header, reusing the snapshot part (see the module).
-    ``renders`` counts renders of a snapshot part (a test hook)."""
+    ``started`` (Unix seconds, default this process's start) is the created time of the agent's
+    counters that carry none; ``renders`` counts renders of a snapshot part (a test hook)."""
 
-    def __init__(self, registry: Any):
+    def __init__(self, registry: Any, started: Optional[float] = None):
         self._registry = registry
+        self._started = om.process_start() if started is None else started  # the agent's counters' created time
         self._lock = threading.Lock()
         self._entries: dict[str, _Prefix] = {}
         self.renders = 0
@@ -121,6 +124,8 @@ class Exposition:
         openmetrics = ctype.startswith(_OPENMETRICS)
         with om.rendering(openmetrics):  # the snapshot's counters with created samples and exemplars, or not
             families = list(self._registry.collect())
+        if openmetrics:  # the agent's counters other modules render: created at this process's start
+            families = om.stamp(families, self._started)
         cut = next((i for i, f in enumerate(families) if f.name == _AGE), 0)
         prefix = self._prefix(ctype, encoder, families[:cut], openmetrics)
         tail = encoder(_Families(families[cut:]))

@@ -1,19 +1,27 @@
 """What an OpenMetrics scrape carries beyond the text format: ``_created`` on counters and
-exemplars on the fault counters (docs/metrics-guide.md: OpenMetrics).
+exemplars on the fault counters (docs/metrics-guide.md: OpenMetrics and exemplars).
 
 A counter's created time is when its current run began counting, as far as the agent has evidence:
 
-- the agent's own counters (fault events, removed devices, collector errors, the kernel log's,
-  killed tool processes, export failures): this process's start, since they start at 0 with it;
+- the agent's own counters (``AGENT_COUNTERS``: fault events, removed devices, collector errors,
+  the kernel log's, killed tool processes, export failures, health actions and promotions, the
+  health stream's drops): this process's start, since they start at 0 with it;
 - counters the driver keeps since it loaded (energy, volatile ECC: ``DRIVER_COUNTERS``): the
   boot, or the device's latest restart the agent saw, whichever is later. A restart is a changed
   ``driver_version`` (a reload), a reset fault counted again (``RESET_CODES``: the kernel log's
   "GPU reset succeeded", amdsmi's post-reset event), or one of these counters going backwards;
-- every other counter (lifetime ECC kept in the device's InfoROM, link counters): none until the
-  series itself goes backwards, then the snapshot that showed it.
+- every other counter (``UNKNOWN_START``: lifetime ECC kept in NVIDIA's InfoROM, PCIe and link
+  counters whose vendors do not say since when they count): none until the series itself goes
+  backwards, then the snapshot that showed it. Any time given before would be invented, and one
+  after a sample Prometheus already holds (an agent restart, a reboot) is a reset to it:
+  ``increase()`` would count the whole lifetime count again and an ECC alert would fire.
 And any counter whose value goes backwards starts a new run at that snapshot. The time is never
 later than the truth by more than a cycle and never invented: with created-timestamp ingestion a
 created time after the previous sample is a reset to the TSDB, so a guess could only fake one.
+
+The agent's counters that other modules render (health actions and promotions, the health
+stream's drops, export failures) get theirs from the exposition cache (``stamp``), so every
+counter of ``AGENT_COUNTERS`` has one wherever it is collected.
 
 The families are the same objects for both formats but the counters: ``collector`` builds a
 second family for each counter with the created samples and exemplars, served only while
@@ -25,25 +33,34 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Optional
+from typing import Iterable, Iterator, Mapping, Optional
 
-from prometheus_client.samples import Exemplar
+from prometheus_client.core import Metric as PromMetric
+from prometheus_client.samples import Exemplar, Sample
 
 from hetero_exporter.model import fields as F
 from hetero_exporter.model import names as N
 from hetero_exporter.model import DeviceIdentity, Fault, NodeSnapshot
 
+# counters this process keeps, from 0 at its start
 AGENT_COUNTERS = frozenset(m.name for m in (
     N.FAULT_EVENTS, N.DEVICES_REMOVED, N.COLLECTOR_ERRORS, N.KERNEL_LOG_RECORDS, N.KERNEL_LOG_EVENTS,
-    N.KERNEL_LOG_DROPPED, N.TOOL_PROCESSES_KILLED, N.EXPORT_FAILURES, N.HEALTH_ACTIONS))
+    N.KERNEL_LOG_DROPPED, N.TOOL_PROCESSES_KILLED, N.EXPORT_FAILURES, N.HEALTH_ACTIONS, N.HEALTH_PROMOTIONS,
+    N.HEALTH_STREAM_MESSAGES_DROPPED, N.HEALTH_STREAM_CLIENTS_DROPPED))
 # families the driver counts since it loaded (their help says so); the health policy's
 # reset_counters are their fields (tests/test_openmetrics.py keeps the two together)
 DRIVER_COUNTERS = frozenset({N.ENERGY.name, N.ECC_VOLATILE_ERRORS.name})
 DRIVER_FIELDS = (F.ENERGY, "ecc_corrected_volatile_total", "ecc_uncorrected_volatile_total")
+# counters whose vendors do not say since when they count (see the module); every counter of
+# names.ALL is in exactly one of the three sets (tests/test_openmetrics.py)
+UNKNOWN_START = frozenset(m.name for m in (
+    N.ECC_ERRORS, N.INTERCONNECT, N.PCIE_REPLAYS, N.PCIE_REPLAY_ROLLOVERS, N.PCIE_NAKS, N.PCIE_RECOVERIES,
+    N.ECC_DEFERRED, N.ECC_BLOCK_ERRORS))
 # fault codes recorded for a reset that happened (sources/kernel_log.RESET_CODES, the policy's reset_codes)
 RESET_CODES = frozenset({"reset", "device-reset", "gpu-reset"})
 EXEMPLAR_RUNES = 128  # OpenMetrics: label names and values of an exemplar together
@@ -104,6 +121,26 @@ def _fit(labels: Mapping[str, str]) -> dict[str, str]:
             text = text[:room - 1].rstrip() + "…"
         out[name] = text
         left -= len(name) + len(text)
+    return out
+
+
+def stamp(families: Iterable[PromMetric], started: float) -> list[PromMetric]:
+    """``families`` with ``started`` as the created time of each sample of an ``AGENT_COUNTERS``
+    family that has none (those other modules render); a family needing none is the same object
+    (the cache reuses what it rendered by identity), one that does a copy (never changed in place)."""
+    out: list[PromMetric] = []
+    for fam in families:
+        if fam.type != "counter" or fam.name + "_total" not in AGENT_COUNTERS \
+                or any(s.name.endswith("_created") for s in fam.samples):
+            out.append(fam)
+            continue
+        twin = copy.copy(fam)
+        twin.samples = []
+        for s in fam.samples:
+            twin.samples.append(s)
+            if s.name.endswith("_total"):  # right after its sample, with its labels
+                twin.samples.append(Sample(fam.name + "_created", s.labels, started))
+        out.append(twin)
     return out
 
 
