@@ -53,6 +53,7 @@ SPEC = VendorSpec(
                                       "health state and error codes as faults; HBM bandwidth, AI CPU/ctrl CPU usage, "
                                       "AI core and HBM clocks, HBM temperature, ECC counts at a slower cadence; 310, "
                                       "310P (several chips per card), 910A/910B and the newer layout")),),
+    kernel_log="kernel_log.yaml",
     parsers={"npu-smi": "hetero_exporter.collectors.ascend.npu_smi.collector:parse_any"},
     versions="hetero_exporter.collectors.ascend.versions:discover",
     unsupported={
