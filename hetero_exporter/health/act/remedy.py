@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ def empty_node(name: str) -> dict:
 
 
 HAMI_RESYNC_SECONDS = 10.0
+RESYNC_JITTER = 0.5  # the share of resync_seconds the first resync may come late by (random)
 # the cluster-side actions, counted when they are applied (remedy_cluster), not with the Node patch
 CLUSTER_ACTIONS = frozenset({"device-taint", "pod-condition", "evict", "nodefeature"})
 
@@ -102,13 +104,14 @@ class Remedy:
     """``resource_of``: the extended resource a device is allocated as (``nvidia.com/gpu``; ''
     when none), from the vendor specs (cli wires it); ``slices``: a started SliceCache of this
     node (else the ResourceSlices are listed when needed); ``failed_pods``: the pod cache's
-    watched failed pods (else listed per reconcile); ``environ``: for POD_NAMESPACE."""
+    watched failed pods (else listed per reconcile); ``environ``: for POD_NAMESPACE; ``rng``:
+    the resyncs' random phase (seedable; RESYNC_JITTER)."""
 
     def __init__(self, cluster: Optional[Cluster], node_name: str, policy: Policy, cfg: RemedyConfig,
                  metrics: Optional[HealthMetrics] = None, *, clock: Callable[[], float] = time.time,
                  resource_of: Callable[[DeviceSample], str] = no_resource, slices: Any = None,
                  failed_pods: Optional[Callable[[], Optional[list]]] = None,
-                 environ: Optional[Mapping[str, str]] = None):
+                 environ: Optional[Mapping[str, str]] = None, rng: Optional[random.Random] = None):
         self.node = node_name
         self.policy = policy
         self.cfg = cfg
@@ -144,6 +147,9 @@ class Remedy:
         # complete reconcile, up to resync_seconds (then re-read: someone may have changed the Node)
         self._last_sig: Optional[tuple] = None
         self._last_full = float("-inf")
+        # the first resync comes after resync_seconds x uniform(1, 1 + RESYNC_JITTER) (rng: seedable), so
+        # agents started together do not re-read their Nodes in the same second ever after
+        self._resync_offset = (rng or random).random() * RESYNC_JITTER * cfg.resync_seconds
 
     @property
     def writes(self) -> bool:
@@ -305,8 +311,8 @@ class Remedy:
         deferred = out.plan is not None and out.plan.pod_signals is not None and out.plan.pod_signals.deferred
         complete = out.error is None and out.plan is not None and not out.undelivered and not deferred
         self._last_sig = sig if complete else None
-        if complete:
-            self._last_full = now
+        if complete:  # the first one is dated forward by the jitter: the resyncs' phase
+            self._last_full = now + self._resync_offset if self._last_full == float("-inf") else now
         return out
 
     def _reconcile(self, api: _Api, snapshot: NodeSnapshot, ev: Evaluation, now: float) -> Outcome:
