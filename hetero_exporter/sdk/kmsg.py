@@ -7,8 +7,13 @@ follower, the health integration and the CLI live in ``hetero_exporter/sources/k
 Capture formats (``split_record`` strips their prefix; never raises):
 
 * raw /dev/kmsg ``pri,seq,usec,flags[,...];message`` (continuation lines `` KEY=VALUE`` -> None)
-* dmesg ``[  12.345678] message``; dmesg -T ``[Sun Feb 23 16:24:18 2025] message``
-* dmesg --decode ``kern  :warn  : <time> message`` (time ``[  12.34]``, ISO 8601 or none)
+* dmesg ``[  12.345678] message``; dmesg -T ``[Sun Feb 23 16:24:18 2025] message``; dmesg -e
+  ``[Jan25 10:34] message`` / ``[  +0.000123] message``; dmesg -d ``[  12.34 <  0.0001>] message``;
+  dmesg --time-format=iso ``2025-01-25T10:34:54,859532+00:00 message`` (util-linux prints the
+  fraction after a comma, syslog after a dot: that tells the two apart)
+* dmesg -x / --decode ``kern  :err   : <time> message`` (any of the times above or none); a
+  facility other than ``kern`` is user space (never a fault)
+* dmesg -r / /proc/kmsg ``<3>[  12.34] message`` (facility 0 the kernel's, as /dev/kmsg)
 * journalctl -k / syslog ``Nov 01 16:52:04 host kernel: message`` (also ``Nov  1`` and
   ``2025-01-21T04:41:44.283302+00:00 host kernel: message``), with or without an inner
   ``[  12.345]`` stamp
@@ -19,6 +24,10 @@ Rules file (``collectors/<vendor>/kernel_log.yaml``)::
     vendor: nvidia
     source: "where the message formats come from"
     needles: ["NVRM", "nvswitch"]    # optional: a record without any of these is not this vendor's
+    ignore:                          # optional: lines decided to state no fault, each with its reason;
+      - name: bad-register-read      # a record one of them finds is none of the vendor's rules'
+        match: 'gpuHandleSanityCheckRegReadError_\\w+: Possible bad register read'
+        reason: "why this line is no fault"
     devices:                         # optional: regexes whose (?P<pci>) groups name a device of the vendor
       - 'amdgpu (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7])'
     rules:
@@ -35,6 +44,8 @@ Rules file (``collectors/<vendor>/kernel_log.yaml``)::
         learn: uuid             # this record maps (?P<pci>) to (?P<uuid>); it is no event
         pci: only-device        # no address on the line: the vendor's only device seen so far, if one
         duplicate_within: 16    # no event when the same vendor/address/code was emitted within N lines
+        after: 'NVRM: The NVIDIA GPU (?P<pci>...)$'  # the line continues a record this regex found
+                                # at most AFTER_LINES lines before: its (?P<pci>) names the device
 
 Severity, class and action come from the vendor's fault table (``sdk.faults.table``);
 codes the table does not know get the row named by ``fallback`` or the table's default.
@@ -60,9 +71,9 @@ from hetero_exporter.model.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Record", "Event", "Matcher", "Rule", "VendorRules", "RulesError", "split_record", "kmsg_record",
+__all__ = ["Record", "Event", "Matcher", "Rule", "VendorRules", "Ignored", "RulesError", "split_record", "kmsg_record",
            "parse_lines", "parse_text", "load_rules", "decode_smca_status", "MAX_LINE_CHARS", "NO_EVENT",
-           "BENIGN", "URGENT"]
+           "BENIGN", "URGENT", "AFTER_LINES"]
 
 # Matcher.triage: what the rules would make of a text, told by their regexes alone
 NO_EVENT, BENIGN, URGENT = "no-event", "benign", "urgent"
@@ -101,7 +112,12 @@ class Record:
 
 _KMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),[^;,]*(?:,[^;]*)?;(.*)", re.S)
 _CONT = re.compile(r" [A-Za-z0-9_+.\-]+=")
-_DMESG = re.compile(r"\[\s*(\d+\.\d+)\]\s?(.*)", re.S)
+# dmesg seconds, with -d's delta ("[  12.3 <  0.1>]"), and -e's ("[Jan25 10:34]", "[  +0.000123]")
+_DMESG = re.compile(r"\[\s*(\+?\d+\.\d+)(?:\s*<\s*\d+\.\d+>)?\]\s?(.*)", re.S)
+_DMESG_E = re.compile(r"\[((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[ \d]?\d \d\d:\d\d)\]\s?(.*)", re.S)
+# dmesg --time-format=iso: util-linux prints "%Y-%m-%dT%H:%M:%S,%06ld%+03d:%02d" (a comma)
+_DMESG_ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}[+-]\d\d:\d\d) (.*)", re.S)
+_RAW_PRI = re.compile(r"<(\d{1,3})>(.*)", re.S)  # dmesg -r, /proc/kmsg: <facility * 8 + level>
 _DMESG_T = re.compile(r"\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(.*)", re.S)
 _ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _DECODE = re.compile(r"([a-z0-9]+)\s*:\s*(emerg|alert|crit|err|warn|notice|info|debug)\s*: ?(.*)", re.S)
@@ -140,6 +156,18 @@ def kmsg_record(line: int, seq: int, usec: str, priority: int, message: str) -> 
     return Record(line=line, text=message[:MAX_LINE_CHARS].rstrip("\r\n"), time=usec, seq=seq, priority=priority & 7, kernel=priority >> 3 == 0)
 
 
+_STAMPS = (_DMESG, _DMESG_T, _DMESG_E, _DMESG_ISO)  # dmesg's time prefixes: (time, message)
+
+
+def _stamp(rest: str, more: tuple[re.Pattern, ...] = ()) -> tuple[Optional[str], str]:
+    """(time, message) of a text after a dmesg -x / -r prefix: any dmesg time, or none."""
+    for pat in (*more, *_STAMPS):
+        m = pat.fullmatch(rest)
+        if m:
+            return m.group(1), m.group(2)
+    return None, rest
+
+
 def _split(raw: str, line: int) -> Optional[Record]:
     if not isinstance(raw, str):
         raw = str(raw)
@@ -151,12 +179,15 @@ def _split(raw: str, line: int) -> Optional[Record]:
     m = _KMSG.fullmatch(raw)
     if m:
         return kmsg_record(line, int(m.group(2)), m.group(3), int(m.group(1)), m.group(4))
-    m = _DMESG.fullmatch(raw)
+    for pat in _STAMPS:
+        m = pat.fullmatch(raw)
+        if m:
+            return Record(line=line, text=m.group(2), time=m.group(1))
+    m = _RAW_PRI.fullmatch(raw)
     if m:
-        return Record(line=line, text=m.group(2), time=m.group(1))
-    m = _DMESG_T.fullmatch(raw)
-    if m:
-        return Record(line=line, text=m.group(2), time=m.group(1))
+        prio, rest = int(m.group(1)), m.group(2)
+        t, rest = _stamp(rest)
+        return Record(line=line, text=rest, time=t, priority=prio & 7, kernel=prio >> 3 == 0)
     m = _JOURNAL.fullmatch(raw) or _JOURNAL_ISO.fullmatch(raw)
     if m:
         return Record(line=line, text=_inner_stamp(m.group(2)), time=m.group(1))
@@ -166,13 +197,7 @@ def _split(raw: str, line: int) -> Optional[Record]:
     m = _DECODE.fullmatch(raw)
     if m:
         priority = _LEVELS.get(m.group(2))
-        rest = m.group(3)
-        t: Optional[str] = None
-        for pat in (_DECODE_ISO, _DMESG, _DMESG_T):
-            mm = pat.fullmatch(rest)
-            if mm:
-                t, rest = mm.group(1), mm.group(2)
-                break
+        t, rest = _stamp(m.group(3), (_DECODE_ISO,))
         return Record(line=line, text=rest, time=t, priority=priority, kernel=m.group(1) == "kern")
     return Record(line=line, text=raw.strip() if raw[:1].isspace() else raw)
 
@@ -285,6 +310,16 @@ class Rule:
     learn: Optional[str] = None
     pci: Optional[str] = None
     duplicate_within: int = 0
+    after: Optional[re.Pattern] = None  # the record this one continues (its (?P<pci>) names the device)
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A line decided to state no fault, and why (a rules file's ``ignore`` entry)."""
+
+    name: str
+    match: re.Pattern
+    reason: str
 
 
 def _key_groups(rule: Rule) -> tuple[str, ...]:
@@ -317,13 +352,20 @@ class VendorRules:
     rules: tuple[Rule, ...]
     needles: tuple[str, ...] = ()
     devices: tuple[re.Pattern, ...] = ()
+    ignored: tuple[Ignored, ...] = ()
 
     def wants(self, text: str) -> bool:
         return not self.needles or any(n in text for n in self.needles)
 
+    def ignoring(self, text: str) -> Optional[Ignored]:
+        """The ``ignore`` entry that decides this text states no fault, if one does."""
+        return next((i for i in self.ignored if i.match.search(text)), None)
+
 
 _RULE_KEYS = {"name", "match", "code", "unless", "decode", "nonzero", "fallback", "message",
-              "node_level", "recovery", "learn", "pci", "duplicate_within"}
+              "node_level", "recovery", "learn", "pci", "duplicate_within", "after"}
+_IGNORE_KEYS = {"name", "match", "reason"}
+AFTER_LINES = 4  # a continued record's header is at most this many lines before (dmesg's indented lines)
 
 
 def _compile(pattern: Any, where: str) -> re.Pattern:
@@ -368,6 +410,9 @@ def parse_rules(doc: Any, where: str) -> VendorRules:
         for g in (*nonzero, *decode):
             if g not in match.groupindex:
                 raise RulesError(f"{w}: group {g!r} is not in the match regex")
+        after = _compile(raw["after"], f"{w}: after") if raw.get("after") is not None else None
+        if after is not None and "pci" not in after.groupindex:
+            raise RulesError(f"{w}: after needs a (?P<pci>) group")
         out.append(Rule(
             name=name, vendor=vendor, match=match, code=str(raw.get("code") or ""),
             unless=_compile(raw["unless"], f"{w}: unless") if raw.get("unless") else None,
@@ -375,13 +420,33 @@ def parse_rules(doc: Any, where: str) -> VendorRules:
             fallback=str(raw["fallback"]) if raw.get("fallback") else None,
             message=str(raw["message"]) if raw.get("message") else None,
             node_level=bool(raw.get("node_level", False)), recovery=bool(raw.get("recovery", False)),
-            learn=learn, pci=raw.get("pci"), duplicate_within=int(raw.get("duplicate_within") or 0)))
+            learn=learn, pci=raw.get("pci"), duplicate_within=int(raw.get("duplicate_within") or 0),
+            after=after))
     devices = tuple(_compile(p, f"{where}: devices") for p in (doc.get("devices") or ()))
     for p in devices:
         if "pci" not in p.groupindex:
             raise RulesError(f"{where}: devices regex {p.pattern!r} needs a (?P<pci>) group")
     needles = tuple(str(n) for n in (doc.get("needles") or ()))
-    return VendorRules(vendor, str(doc.get("source", "")), tuple(out), needles, devices)
+    return VendorRules(vendor, str(doc.get("source", "")), tuple(out), needles, devices,
+                       _parse_ignored(doc.get("ignore"), where))
+
+
+def _parse_ignored(raw: Any, where: str) -> tuple[Ignored, ...]:
+    """A rules document's ``ignore`` list: each entry names its line and says why it is no fault."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise RulesError(f"{where}: 'ignore' must be a list")
+    out = []
+    for i, entry in enumerate(raw):
+        w = f"{where}: ignore {i}"
+        if not isinstance(entry, Mapping) or set(entry) - _IGNORE_KEYS:
+            raise RulesError(f"{w}: a mapping of {sorted(_IGNORE_KEYS)} is needed")
+        reason = str(entry.get("reason") or "").strip()
+        if not entry.get("name") or not reason:
+            raise RulesError(f"{w}: 'name' and 'reason' are needed")
+        out.append(Ignored(str(entry["name"]), _compile(entry.get("match"), f"{w}: match"), reason))
+    return tuple(out)
 
 
 _cache: dict[tuple[str, str, int], VendorRules] = {}
@@ -447,6 +512,9 @@ class Matcher:
         self._tracked = frozenset(vr.vendor for vr in self.vendor_rules
                                   if any(r.pci == "only-device" for r in vr.rules))
         self._uuids: OrderedDict[str, str] = OrderedDict()  # pci -> uuid
+        # rules that continue an earlier record (after:): id(rule) -> (line, pci) of its last header
+        self._continued = tuple(r for vr in self.vendor_rules for r in vr.rules if r.after is not None)
+        self._heads: dict[int, tuple[int, str]] = {}
         self._devices: dict[str, OrderedDict[str, None]] = {}  # vendor -> pci addresses seen
         self._recent: deque[tuple[int, str, Optional[str], str]] = deque(maxlen=256)
         # text -> what its rules made; None marks a text whose verdict depends on the matcher's
@@ -495,10 +563,13 @@ class Matcher:
         out: list[tuple[Rule, Event]] = []
         self._stateful = False
         for vr in wanted:
+            if vr.ignored and vr.ignoring(text) is not None:
+                continue  # decided to state no fault (the rules file says why)
             for pat in vr.devices:
                 m = pat.search(text)
                 if m:
                     self._remember(vr.vendor, pciaddr.normalize(m.group("pci")))
+            self._note_heads(vr.vendor, record.line, text)
             for rule in vr.rules:
                 ev = self._apply(rule, record)
                 if ev is not None:
@@ -509,6 +580,24 @@ class Matcher:
             if len(self._memo) > _MEMO_ENTRIES:
                 self._memo.popitem(last=False)
         return [ev for _rule, ev in out]
+
+    def _note_heads(self, vendor: str, line: int, text: str) -> None:
+        """Remember where a record that a later line continues (a rule's ``after``) named its
+        device. Such a text is never replayed from the memo: its line number matters."""
+        for rule in self._continued:
+            if rule.vendor != vendor or rule.after is None:
+                continue
+            m = rule.after.search(text)
+            if m:
+                self._stateful = True
+                pci = pciaddr.normalize(m.group("pci"))
+                if pci:
+                    self._heads[id(rule)] = (line, pci)
+
+    def _head(self, rule: Rule, line: int) -> Optional[str]:
+        """The device a continued record's header named, if it was at most AFTER_LINES before."""
+        got = self._heads.get(id(rule))
+        return got[1] if got is not None and 0 < line - got[0] <= AFTER_LINES else None
 
     def replay(self, text: str, line: int, time: Optional[str]) -> Optional[list[Event]]:
         """``match`` of a kernel record with this text, answered from the memo; None when the
@@ -547,8 +636,11 @@ class Matcher:
         the matcher a uuid: run ``match`` on it). Not ``evaluated``; never raises on content."""
         out = NO_EVENT
         for vr in self.vendor_rules:
-            if not vr.wants(text):
+            if not vr.wants(text) or (vr.ignored and vr.ignoring(text) is not None):
                 continue
+            if any(r.vendor == vr.vendor and r.after is not None and r.after.search(text)
+                   for r in self._continued):
+                return URGENT  # a header a later line continues: match it, or that line loses its device
             tracked = vr.vendor in self._tracked
             if tracked:
                 for pat in vr.devices:
@@ -632,6 +724,9 @@ class Matcher:
                 self._learn_uuid(pci, uuid)
                 self._remember(rule.vendor, pci)
             return None
+        if pci is None and rule.after is not None:
+            self._stateful = True
+            pci = self._head(rule, record.line)
         if pci is None and rule.pci == "only-device":
             self._stateful = True
             seen: Mapping[str, None] = self._devices.get(rule.vendor) or {}
