@@ -111,3 +111,20 @@ def test_the_fleet_profile_keeps_32_series_per_gpu_and_no_process_series(scrapes
         if "uuid" in lb:
             per_device[lb["uuid"]] = per_device.get(lb["uuid"], 0) + 1
     assert len(per_device) == 8 and max(per_device.values()) <= 32, per_device
+
+
+def test_the_benchmark_prints_one_json_object_per_profile():
+    """benchmarks/series_budget.py --json (BENCHMARKS.md: Fleet scale: series profiles)."""
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks/series_budget.py"), "--json", "--vendor", "amd"],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    got = json.loads(out)
+    assert set(got["h100x8"]) == {"fleet", "standard", "full"} and set(got["vendors_x8"]) == {"amd"}
+    fleet, standard = got["h100x8"]["fleet"], got["h100x8"]["standard"]
+    assert fleet["series_per_gpu"] <= 32 < standard["series_per_gpu"] and fleet["labels_max"] <= 9
+    assert fleet["series_per_process"] == 0 and got["h100x8_16_processes"]["standard"]["series_per_process"] > 0
+    assert fleet["text_bytes"] < standard["text_bytes"] and fleet["text_gzip_bytes"] < fleet["text_bytes"]
+    assert fleet["vs_amd_exporter_bytes"] == round(fleet["text_bytes"] / 571_000, 3)
+    assert got["baselines"]["dcgm_exporter_default_series_per_gpu"] == 26
