@@ -52,6 +52,7 @@ from hetero_exporter.collectors.nvidia.nvml.funnel import (UNSUPPORTED, Failed, 
                                                            cuda_driver_version)
 # modules, not names: their QUALITY tables are this collector's too (docs/metrics.md)
 from hetero_exporter.collectors.nvidia.nvml import gpm, mig
+from hetero_exporter.collectors.nvidia.nvml.fabric import FabricReader
 from hetero_exporter.collectors.nvidia.nvml.processes import ProcessReader, RunningProcess, samples as process_samples
 from hetero_exporter.collectors.nvidia.nvml.topology import Topology, normalize_bus_id
 from hetero_exporter.sdk.identity import IdentityMemory
@@ -162,7 +163,8 @@ class NvmlCollector:
     def __init__(self, nvml: Any, clock: Callable[[], float], sysfs_root: str = "/sys", *,
                  wake: Callable[[], None] = lambda: None, events: bool = True,
                  event_wait_ms: int = 1000, event_hold_seconds: float = 10.0,
-                 identities: Optional[IdentityMemory] = None, profiling: bool = True, interval: float = 10.0):
+                 identities: Optional[IdentityMemory] = None, profiling: bool = True, interval: float = 10.0,
+                 proc_root: Optional[str] = None):
         self._nv = nvml
         self._f = Funnel(nvml)
         self._clock = clock
@@ -186,6 +188,7 @@ class NvmlCollector:
         self._names: dict[int, Optional[str]] = {}
         self._mig = mig.MigReader(nvml, self._f)
         self._topology = Topology(nvml, self._f)
+        self._fabric = FabricReader(nvml, self._f, proc_root)  # NVSwitch fabric registration (nvml/fabric.py)
         self._gpm = gpm.GpmReader(nvml, self._f, interval=interval) if profiling else None  # NVML GPM: profiling (nvml/gpm.py)
         self._nvlink_states: dict[str, Optional[list[bool]]] = {}
         self._specs: dict[str, list[tuple[str, Any]]] = {}  # uuid -> batched field-value ids
@@ -593,6 +596,7 @@ class NvmlCollector:
                 handle = self._handle(index, pinned)
                 ident = self._identity(index, handle)
                 readings = self._readings(ident, handle)
+                self._fabric.read(ident.uuid, handle, now)
                 st = self._nvlink_states.get(ident.uuid)
                 running = self._procs.running(ident.uuid, handle)
                 util, util_q = self._procs.utilization(ident.uuid, handle)
@@ -614,6 +618,7 @@ class NvmlCollector:
             seen_pids.update(p.pid for p in running or ())
             results.append((ident, readings, running, util, util_q, mig_samples))
         self._names = {pid: n for pid, n in self._names.items() if pid in seen_pids}
+        self._fabric.scan(now)
         self._profile(results, live)
         self._drain_events(first)
         self._ensure_watcher([(i.uuid, h) for i, h in live])
@@ -651,7 +656,8 @@ class NvmlCollector:
 
     def _build(self, parts: tuple, now: float, links: tuple) -> list[DeviceSample]:
         ident, readings, running, util, util_q, mig_samples = parts
-        conditions = self._conditions.update(ident.uuid, C.conditions(readings), now)
+        found = C.conditions(readings) + self._fabric.conditions(ident.uuid)
+        conditions = self._conditions.update(ident.uuid, found, now)
         health = C.health_of(conditions + self._event_reasons(ident.uuid, now))
         by_instance = {(m.gpu_instance, m.compute_instance): m.identity.uuid for m, _ in mig_samples}
         by_gi = {m.gpu_instance: m.identity.uuid for m, _ in mig_samples}
@@ -724,7 +730,7 @@ def _settings(options: CollectorOptions) -> dict[str, Any]:
     hold = s.event_hold_seconds
     return {"sysfs_root": options.host.sysfs, "wake": options.wake, "events": s.events,
             "event_wait_ms": s.event_wait_ms, "identities": options.identity_memory(NvmlCollector.name),
-            "profiling": s.profiling, "interval": options.interval_seconds,
+            "profiling": s.profiling, "interval": options.interval_seconds, "proc_root": options.host.proc,
             "event_hold_seconds": options.interval_seconds if hold is None else hold}
 
 
@@ -739,7 +745,9 @@ def create(options: CollectorOptions) -> Any:
         except ImportError as e:
             raise Unavailable(f"simulating NVIDIA GPUs needs nvidia-ml-py ({e}); "
                               "pip install 'hetero-exporter[nvidia]' (or '.[all]')") from None
-        return NvmlCollector(FakeNvml(options.scenario, options.clock), options.clock, **_settings(options))
+        # a simulated node has no host process table of its own: the fabric processes are not checked
+        return NvmlCollector(FakeNvml(options.scenario, options.clock), options.clock,
+                             **{**_settings(options), "proc_root": None})
     try:
         import pynvml
     except ImportError as e:

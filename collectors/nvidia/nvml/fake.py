@@ -50,6 +50,12 @@ Scenario hooks (vendor ``nvidia``):
   call the "driver" has), ``process_utilization_api: info|samples|none``,
   ``clock_reasons_api: event|throttle``, ``memory_api: v2|v1``, ``nvlink_state_field: false``
   (no NVML_FI_DEV_NVLINK_GET_STATE: link states by nvmlDeviceGetNvLinkState only).
+- NVSwitch fabric (nvml/fabric.py): device ``extra: {fabric: {state: completed, status: Success}}``
+  (state ``not-supported`` (the default: no fabric), ``not-started``, ``in-progress``,
+  ``completed``; status an NVML error name, or Success) answers nvmlDeviceGetGpuFabricInfoV and
+  nvmlDeviceGetGpuFabricInfo; fault kind ``fabric`` (code: the status name, default Unknown;
+  param ``state``, default completed) holds from ``at`` to ``until``; settings ``nvidia:
+  fabric_api: legacy`` (no V call: FunctionNotFound) or ``none`` (neither).
 """
 
 from __future__ import annotations
@@ -123,6 +129,10 @@ _EVENT_KINDS = {
 _RECOVERY_NAMES = {"none": 0, "gpu-reset": 1, "reset": 1, "node-reboot": 2, "reboot": 2, "drain-p2p": 3,
                    "drain-and-reset": 4, "imex-domain": 5, "bus-reset": 6, "system-reboot": 7}
 _PROCESS_API_LEVEL = {"v1": 1, "v2": 2, "v3": 3}
+_FABRIC_STATES = {"not-supported": pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
+                  "not-started": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED,
+                  "in-progress": pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+                  "completed": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED}
 _NOT_MIG = 0xFFFFFFFF
 
 
@@ -203,6 +213,8 @@ class FakeNvml:
 
     NVMLError = pynvml.NVMLError
     c_nvmlGpmMetricsGet_t = GpmMetricsGet
+    c_nvmlGpuFabricInfoV_t = pynvml.c_nvmlGpuFabricInfoV_t
+    c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
 
     def __init__(self, scenario: Scenario, clock: Any):
         self._scenario = scenario
@@ -391,6 +403,38 @@ class FakeNvml:
         if not spec.firmware_version:
             raise _err("NotSupported")
         return spec.firmware_version
+
+    # ------------------------------------------------------------------ NVSwitch fabric
+    def _fabric(self, spec: DeviceSpec, t: float) -> tuple[int, int]:
+        """(state, status) of the GPU's fabric registration at scenario time ``t``."""
+        base = spec.extra.get("fabric") or {}
+        state, status = str(base.get("state", "not-supported")), str(base.get("status", "Success"))
+        for f in self._scenario.faults_of("nvidia", spec.index):
+            if f.kind == "fabric" and f.at <= t and (f.until is None or t < f.until):
+                state, status = str(f.params.get("state", "completed")), str(f.code or "Unknown")
+        code = 0 if status.lower() == "success" else int(_err(status).value)
+        return _FABRIC_STATES[state], code
+
+    def _fabric_info(self, h: Any, ref: Any, call: str) -> int:
+        spec, t = self._dev(h, call)
+        info = ref._obj  # ctypes.byref(struct): the struct the caller reads back
+        state, status = self._fabric(spec, t)
+        info.state, info.status, info.cliqueId = state, status, (1 if state else 0)
+        if hasattr(info, "healthMask"):
+            info.healthMask = 0
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfoV(self, h: Any, ref: Any) -> int:
+        if self._settings.get("fabric_api") in ("legacy", "none"):
+            self._check()
+            raise _err("FunctionNotFound")
+        return self._fabric_info(h, ref, "nvmlDeviceGetGpuFabricInfoV")
+
+    def nvmlDeviceGetGpuFabricInfo(self, h: Any, ref: Any) -> int:
+        if self._settings.get("fabric_api") == "none":
+            self._check()
+            raise _err("FunctionNotFound")
+        return self._fabric_info(h, ref, "nvmlDeviceGetGpuFabricInfo")
 
     # ------------------------------------------------------------------ readings
     def nvmlDeviceGetUtilizationRates(self, h: Any) -> SimpleNamespace:
