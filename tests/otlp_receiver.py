@@ -2,7 +2,7 @@
 OTLP/HTTP (protobuf, POST /v1/metrics), both from the opentelemetry-proto messages, on 127.0.0.1.
 
 It keeps every ExportMetricsServiceRequest it was sent and can hang (``hold``) or refuse
-(``refuse``) to play a slow or broken collector.
+(``refuse``) to play a slow or broken collector. ``exported_snapshot`` is what the OTLP tests send.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Optional
 
 import grpc
@@ -18,6 +19,20 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as svc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as svc_grpc
 
 MAX_BODY = 64 << 20
+
+
+def exported_snapshot(scenario: Path) -> Any:
+    """The second cycle of a simulated node (counters and rates have their values then)."""
+    from hetero_exporter import cli
+
+    args, extra = cli.build_parser().parse_known_args(["inspect", "--simulate", str(scenario)])
+    agent = cli.agent(args, extra)
+    try:
+        sampler = agent.start().sampler
+        sampler.collect()
+        return sampler.collect()
+    finally:
+        agent.close()
 
 
 def _value(v: Any) -> Any:

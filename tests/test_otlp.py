@@ -20,9 +20,9 @@ pytest.importorskip("opentelemetry.sdk.metrics", reason="the otlp extra (OpenTel
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc.metric_exporter")
 
 from agent_proc import Agent  # noqa: E402
-from otlp_receiver import Receiver  # noqa: E402
+from otlp_receiver import Receiver, exported_snapshot  # noqa: E402
 
-from hetero_exporter import cli, config as config_mod  # noqa: E402
+from hetero_exporter import config as config_mod  # noqa: E402
 from hetero_exporter.app.settings import OtlpSettings  # noqa: E402
 from hetero_exporter.exposition.collector import build_families  # noqa: E402
 from hetero_exporter.exposition.export import ExportFailures  # noqa: E402
@@ -34,19 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ALL_VENDORS = ROOT / "fixtures" / "scenarios" / "all-vendors.yaml"
 OTEL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-/]{0,254}$")  # the API's instrument-name rule
 HW_NAMES = {"hw.gpu.utilization", "hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.memory.utilization",
-            "hw.power", "hw.energy", "hw.temperature", "hw.errors", "hw.status"}
+            "hw.power", "hw.energy", "hw.temperature", "hw.errors", "hw.status", "hw.gpu.io"}
 
 
 @pytest.fixture(scope="module")
 def snapshot():
-    args, extra = cli.build_parser().parse_known_args(["inspect", "--simulate", str(ALL_VENDORS)])
-    agent = cli.agent(args, extra)
-    try:
-        sampler = agent.start().sampler
-        sampler.collect()
-        return sampler.collect()  # the second cycle: counters and rates have their values
-    finally:
-        agent.close()
+    return exported_snapshot(ALL_VENDORS)
 
 
 @pytest.fixture
@@ -74,7 +67,7 @@ def _export_once(snapshot, settings) -> ExportFailures:
 def test_every_family_has_a_valid_instrument_and_the_hw_names_follow_the_conventions():
     insts = {i.name: i for i in otlp_map.instruments()}
     assert all(OTEL_NAME.match(n) for n in insts), [n for n in insts if not OTEL_NAME.match(n)]
-    assert HW_NAMES | {"hw.gpu.io"} <= set(insts)
+    assert HW_NAMES <= set(insts)
     assert insts["hw.gpu.memory.usage"].kind == "updowncounter" and insts["hw.gpu.memory.usage"].unit == "By"
     assert insts["hw.energy"].kind == "counter" and insts["hw.energy"].unit == "J"
     assert insts["hw.temperature"].unit == "Cel" and insts["hw.status"].kind == "updowncounter"
@@ -94,17 +87,27 @@ def test_points_carry_hw_identity_quality_and_the_conventions_attributes(snapsho
     util = pts["hw.gpu.utilization"]
     kinds = {d.identity.uuid: d.identity.kind for d in snapshot.devices}
     general = [p for p in util if p.attributes["hw.gpu.task"] == "general"]
-    assert len(general) == sum(1 for d in snapshot.devices if d.value("utilization_ratio") is not None)
+    gpus = [d for d in snapshot.devices if d.identity.kind == "gpu"]
+    assert len(general) == sum(1 for d in gpus if d.value("utilization_ratio") is not None)
     for p in general:
-        assert p.attributes["hw.type"] == kinds[p.attributes["hw.id"]]
+        assert p.attributes["hw.type"] == kinds[p.attributes["hw.id"]] == "gpu"
         assert p.attributes["hw.vendor"] and p.attributes["hw.model"]
         assert p.attributes["accelerator.quality.status"] == "ok" and p.attributes["accelerator.quality.method"]
-    assert {p.attributes["hw.type"] for p in general} >= {"gpu", "npu", "mlu", "dcu", "gcu", "xpu"}
-    assert {p.attributes["hw.state"] for p in pts["hw.status"]} == set(HEALTH_STATES)
-    assert {p.attributes["hw.sensor_location"] for p in pts["hw.temperature"]} >= {"core"}
-    assert all(p.attributes["error.type"] in ("ecc_corrected", "ecc_uncorrected") for p in pts["hw.errors"])
+    # the other kinds: their own namespace for what only a GPU has under hw.gpu.*, generic hw.* for the rest
+    others = {p.attributes["hw.type"] for p in pts["accelerator.utilization"]}
+    assert others == {"npu", "mlu", "dcu", "gcu", "xpu"}
+    assert {p.attributes["hw.type"] for p in pts["hw.power"]} >= {"gpu", "npu", "mlu", "dcu", "gcu", "xpu"}
+    assert {p.attributes["hw.state"] for p in pts["hw.status"]} == {"ok", "degraded", "failed"}
+    assert {p.attributes["state"] for p in pts["accelerator.health_status"]} == set(HEALTH_STATES)
+    temps = pts["hw.temperature"]
+    assert {p.attributes["hw.sensor_location"] for p in temps} >= {"core"}
+    assert all(p.attributes["hw.type"] == "temperature" and p.attributes["hw.parent"] in kinds
+               and p.attributes["hw.id"] == f"{p.attributes['hw.parent']}/temperature/"
+               f"{p.attributes['hw.sensor_location']}" for p in temps)
+    assert all(p.attributes["error.type"] in ("corrected", "uncorrected") for p in pts["hw.errors"])
     # the engines the conventions have no task for stay apart, with the engine named
-    assert all(p.attributes["engine"] not in ("encoder", "decoder") for p in pts["accelerator.engine_utilization"])
+    assert all(p.attributes["engine"] not in ("encoder", "decoder") or p.attributes["hw.type"] != "gpu"
+               for p in pts["accelerator.engine_utilization"])
     # no empty attribute values (no pod is no attribute, not "")
     assert all(v != "" for ps in pts.values() for p in ps for v in p.attributes.values())
 
@@ -137,9 +140,17 @@ def test_every_family_of_the_all_vendors_node_arrives(snapshot, receiver, protoc
     assert energy[0].kind == "sum" and energy[0].monotonic is True and energy[0].unit == "J"
     assert got["hw.gpu.memory.usage"][0].kind == "sum" and got["hw.gpu.memory.usage"][0].monotonic is False
     assert got["hw.power"][0].kind == "gauge"
+    io = got["hw.gpu.io"]  # the NVLink and xGMI byte counters, received and transmitted
+    assert {p.kind for p in io} == {"sum"} and {p.monotonic for p in io} == {True} and io[0].unit == "By"
+    assert {p.attributes["network.io.direction"] for p in io} == {"receive", "transmit"}
+    assert {p.attributes["link_type"] for p in io} == {"nvlink", "xgmi"}
+    assert {p.attributes["hw.type"] for ps in got.values() for p in ps if p.metric.startswith("hw.gpu.")} == {"gpu"}
     by_uuid = {(p.attributes["hw.id"], p.attributes["hw.gpu.task"]): p.value for p in got["hw.gpu.utilization"]}
+    others = {p.attributes["hw.id"]: p.value for p in got["accelerator.utilization"]}
     for d in snapshot.devices:
-        if d.value("utilization_ratio") is not None:
+        if d.value("utilization_ratio") is not None and d.identity.kind != "gpu":
+            assert others[d.identity.uuid] == pytest.approx(d.value("utilization_ratio"))
+        elif d.value("utilization_ratio") is not None:
             assert by_uuid[(d.identity.uuid, "general")] == pytest.approx(d.value("utilization_ratio"))
     resource = got["hw.power"][0].resource
     assert resource["service.name"] == "hetero-exporter" and resource["k8s.node.name"] == "gpu-node-1"
