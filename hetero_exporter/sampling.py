@@ -22,12 +22,18 @@ still running then is reported ``late`` (its call goes on; its devices are carri
 stale); a collector still running from an earlier cycle is ``busy`` and is not started
 again. A late call that answers before the next cycle is that cycle's answer when the
 cycle's own call (started as usual) is not back in time, else it only updates the history.
+
+Agents started in the same second must not collect in phase for ever: ``run`` waits a bounded
+random offset (``start_offset()``: uniform in [0, min(interval, START_JITTER_MAX_SECONDS)), from the
+sampler's ``rng``, seedable) before its first cycle; a wake-up (an urgent driver event) ends the
+wait at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import threading
 import time
 from collections import Counter, deque
@@ -59,9 +65,19 @@ RETRY_UNAVAILABLE_SECONDS = 60.0
 LATE_FACTOR = 1.5
 LATE_GRACE_SECONDS = 1.0
 USUAL_WINDOW = 8
+# The bound of the random wait before a sampler's first cycle (seconds; never more than the interval)
+START_JITTER_MAX_SECONDS = 2.0
 # constant messages: they become label values of the error info series
 LATE_MESSAGE = "still running past its usual time; devices carried over, its answer is used next cycle"
 BUSY_MESSAGE = "still running from an earlier cycle; not restarted"
+
+
+def start_offset(interval: float, rng: Optional[random.Random] = None) -> float:
+    """Seconds to wait before the first cycle: uniform in [0, min(interval, START_JITTER_MAX_SECONDS)),
+    so that agents started together do not collect (nor reconcile) in the same second; ``rng``
+    seeds it (tests), else the module's generator."""
+    bound = max(0.0, min(float(interval), START_JITTER_MAX_SECONDS))
+    return (rng or random).random() * bound
 
 
 @dataclass
@@ -258,7 +274,8 @@ class Sampler:
                  wake: Optional[threading.Event] = None,
                  min_cycle_gap: float = 1.0,
                  removals: Optional[RemovalLog] = None,
-                 judge: Optional[Judge] = None):
+                 judge: Optional[Judge] = None,
+                 rng: Optional[random.Random] = None):
         self.node_name = node_name
         self._removals = removals  # devices the collectors' identity memories forgot as removed
         self._clock = clock
@@ -275,6 +292,7 @@ class Sampler:
         self._wake = wake or threading.Event()
         self._min_gap = min_cycle_gap
         self._cycles = 0  # cycles collected; the first waits for every collector's deadline
+        self._rng = rng  # the start offset's generator (None: the module's)
 
     def request_cycle(self) -> None:
         """Start the next cycle now (at most one per ``min_cycle_gap`` seconds)."""
@@ -378,11 +396,16 @@ class Sampler:
                               getattr(enrich, "__name__", enrich))
         return snap
 
-    def run(self, interval: float, publish: Publish, stop: threading.Event) -> None:
+    def run(self, interval: float, publish: Publish, stop: threading.Event, offset: Optional[float] = None) -> None:
         """``publish(snapshot, evaluation)`` (``SnapshotStore.publish``) every ``interval``
         seconds until ``stop`` is set, and at once (but not
         more often than every ``min_cycle_gap`` seconds) when a wake-up is requested.
-        Whoever sets ``stop`` should call ``request_cycle()`` too, to end the wait."""
+        Whoever sets ``stop`` should call ``request_cycle()`` too, to end the wait. ``offset``:
+        seconds before the first cycle (default ``start_offset(interval)``: the agents' jitter), cut
+        short by a wake-up."""
+        wait = start_offset(interval, self._rng) if offset is None else offset
+        if wait > 0 and self._wake.wait(wait) and stop.is_set():
+            return
         next_at = time.monotonic()
         while not stop.is_set():
             self._wake.clear()

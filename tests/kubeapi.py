@@ -69,7 +69,11 @@ Simplified on purpose: deletion is immediate (no grace period, no finalizers), p
 first are cut from the current state, a budget's expected pod count is the pods it selects.
 
 Every request is recorded (``requests``), every stored version of every object is kept
-(``versions``), so tests assert on what reached the server and on how state evolved.
+(``versions``), so tests assert on what reached the server and on how state evolved. Every
+request is also counted by verb and resource (``tally()``: ``{"get nodes": 3, "patch
+nodes/status": 1, "watch pods": 1, ...}``, the verbs as RBAC names them) and by second
+(``per_second()``: non-watch requests per whole ``time.monotonic()`` second); a benchmark of many
+agents passes ``keep_requests=False`` so that only the counts are kept, not every request.
 
 Use the ``kube_api`` fixture (registered in conftest.py) or ``KubeAPIServer().start()``.
 """
@@ -88,7 +92,7 @@ import socket
 import threading
 import time
 import uuid as uuid_mod
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -588,13 +592,15 @@ class KubeAPIServer:
 
     def __init__(self, token: str = "test-token", history: int = 10000,
                  bookmark_seconds: float = 1.0, max_watch_seconds: float = 60.0, *, dra: bool = True,
-                 dra_versions: Iterable[str] = ("v1",), field_validation: str = "Strict", nfd: bool = True):
+                 dra_versions: Iterable[str] = ("v1",), field_validation: str = "Strict", nfd: bool = True,
+                 keep_requests: bool = True):
         """``dra=False``: resource.k8s.io is not served at all (a cluster without DRA: 404 on its
         paths, absent from discovery); ``dra_versions``: the resource.k8s.io versions served, of
         ``DRA_VERSIONS`` (``("v1beta2",)``: a cluster from before DeviceTaintRule reached v1);
         ``field_validation``: what an unknown field of a schema'd kind gets when the request
         does not say (``Strict``: 400; ``Warn``: dropped, with a Warning header; ``Ignore``);
-        ``nfd=False``: NFD's NodeFeature CRD is not installed (404 on nfd.k8s-sigs.io)."""
+        ``nfd=False``: NFD's NodeFeature CRD is not installed (404 on nfd.k8s-sigs.io);
+        ``keep_requests=False``: requests are counted (``tally``, ``per_second``), not recorded."""
         versions = tuple(dra_versions)
         if not versions or any(v not in DRA_VERSIONS for v in versions):
             raise ValueError(f"dra_versions: some of {DRA_VERSIONS}, not {versions!r}")
@@ -620,6 +626,9 @@ class KubeAPIServer:
         self._watchers: list[_Watcher] = []
         self._faults: list[InjectedFault] = []
         self.requests: list[RequestRecord] = []
+        self.keep_requests = keep_requests
+        self._tally: Counter = Counter()  # "verb resource[/sub]" -> requests
+        self._seconds: Counter = Counter()  # whole monotonic second -> non-watch requests
         self._stopping = threading.Event()
         self._httpd: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
@@ -1059,6 +1068,38 @@ class KubeAPIServer:
             recs = list(self.requests)
         return [r for r in recs if r.is_write and (path is None or re.search(path, r.path))
                 and (changed is None or r.changed == changed)]
+
+    def tally(self) -> dict[str, int]:
+        """Requests so far by verb and resource: ``"list nodes"``, ``"patch nodes/status"``,
+        ``"create pods/eviction"``, ``"watch pods"``; a path that routes to no resource (discovery,
+        /version) is counted under its verb and ``"-"``."""
+        with self._lock:
+            return dict(self._tally)
+
+    def per_second(self) -> dict[int, int]:
+        """Non-watch requests per whole ``time.monotonic()`` second (a system-wide clock on Linux:
+        another process can compare its own readings)."""
+        with self._lock:
+            return dict(self._seconds)
+
+    def _count(self, method: str, path: str, is_watch: bool) -> None:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+        segs = [s for s in path.split("/") if s]
+        if segs[:1] == ["api"]:
+            rest = segs[2:]
+        elif segs[:1] == ["apis"]:
+            rest = segs[3:]
+        else:
+            rest = []
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            rest = rest[2:]
+        resource = "/".join([rest[0]] + rest[2:3]) if rest else "-"
+        if verb is None:
+            verb = "watch" if is_watch else ("get" if len(rest) >= 2 else "list")
+        with self._lock:
+            self._tally[f"{verb} {resource}"] += 1
+            if not is_watch:
+                self._seconds[int(time.monotonic())] += 1
 
     # ------------------------------------------------------------------ storage core
     def _store(self, res: Resource, ns: str, name: str, obj: Optional[dict], old: Optional[dict], etype: str) -> None:
@@ -1968,8 +2009,10 @@ class _Handler(BaseHTTPRequestHandler):
             rec.status = e.code
             self._send_json(e.code, e.status())
             return
-        with api._lock:
-            api.requests.append(rec)
+        api._count(method, path, is_watch)
+        if api.keep_requests:
+            with api._lock:
+                api.requests.append(rec)
         fault = api._take_fault(method, path, is_watch)
         if fault is not None:
             rec.injected = fault.kind

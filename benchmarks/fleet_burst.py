@@ -1,0 +1,602 @@
+"""A fault burst across a fleet: N agents' real health code against one API server (issue 39 §1).
+
+Each agent is the health code a real agent runs on its own simulated node of 8 accelerators: the
+verdicts (``HealthVerdicts.judge``), the ``HealthLoop`` thread with its ``Remedy`` (plan, act, the
+fleet budget's Lease slots, pod signals, DRA DeviceTaintRules), its own kubernetes client, and the
+watches a real agent keeps (this node's pods: ``PodCache``; its ResourceSlices: ``SliceCache``). All
+agents talk to ONE loopback API server (tests/kubeapi.py, the real wire protocol) in a process of
+its own, which counts every request by verb and resource and notes when each Node gains or loses
+the taint.
+
+The snapshots come from the real collectors over the simulation (``nvml`` over the fake pynvml;
+``npu_smi`` over the fake npu-smi executable; the kernel-log source over a simulated /dev/kmsg):
+each node collects its idle snapshot at the start, its fault snapshot just before the burst and
+its recovered one just before the recovery, on a clock whose wall time is real and whose scenario
+time is the phase's. Between collections each agent's collection tick (every ``--interval`` s, its
+first one offset by the sampler's own start jitter) hands its last snapshot, re-stamped, to the
+real judge and offers it to its health loop, as ``Sampler.run`` does. What is not run per node is
+the collector's cost at the tick (it never touches the API server); the fault snapshot's
+collection time is measured and reported apart (``collect_seconds``).
+
+Phases: idle for ``--idle-periods`` resync periods (a short ``--resync``; rates are per minute of
+wall time); then F faults at once on F different nodes (a lost GPU, XID 79, an Ascend SeparateNPU
+code, a kernel-log Xid line, in turn); then all of them recover. "Fault injected" is the moment the
+fault snapshot is handed to the judge (as a driver event or the kernel-log line wakes the sampler);
+"taint accepted" is when the API server stored the Node with the taint.
+
+    python benchmarks/fleet_burst.py --nodes 1000 --faults 200 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import heapq
+import json
+import multiprocessing
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from hetero_exporter import registry  # noqa: E402
+from hetero_exporter.health.act.metrics import HealthMetrics  # noqa: E402
+from hetero_exporter.health.act.remedy import HealthLoop, Remedy  # noqa: E402
+from hetero_exporter.health.detect import policy as policy_mod  # noqa: E402
+from hetero_exporter.health.detect.verdicts import HealthVerdicts  # noqa: E402
+from hetero_exporter.health.plan import RemedyConfig  # noqa: E402
+from hetero_exporter.k8s.client import connect  # noqa: E402
+from hetero_exporter.k8s.pods import PodCache  # noqa: E402
+from hetero_exporter.k8s.slice_cache import SliceCache  # noqa: E402
+from hetero_exporter.model import Allocation, NodeSnapshot  # noqa: E402
+from hetero_exporter.sampling import CollectorSpec, Sampler, start_offset  # noqa: E402
+from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
+from hetero_exporter.simulate.scenario import from_dict  # noqa: E402
+
+TAINT = "hetero-exporter.io/accelerator-unhealthy"
+NAMESPACE = "ml"
+AGENT_NS = "hetero-exporter"
+FAULT_AT, RESET_AT = 1000.0, 2000.0  # scenario seconds of the fault and of the recovery
+KINDS = ("gpu-lost", "xid79", "ascend-separate-npu", "kernel-log")
+NVIDIA = {"vendor": "nvidia", "count": 8, "product": "NVIDIA H100 80GB HBM3", "memory_total": 85520809984,
+          "driver_version": "550.54.15", "pci_address": "0000:18:00.0", "pci_stride": 16,
+          "numa_nodes": [0, 0, 0, 0, 1, 1, 1, 1],
+          "values": {"utilization_ratio": 0.9, "memory_used_bytes": "60GiB", "temperature_core_celsius": 60,
+                     "power_watts": 600, "power_limit_watts": 700, "ecc_corrected_total": 0,
+                     "ecc_uncorrected_total": 0}}
+ASCEND = {"vendor": "ascend", "count": 8, "product": "910B3", "memory_total": "64GiB", "driver_version": "23.0.3",
+          "firmware_version": "7.1.0.5.220", "pci_address": "0000:c1:00.0", "pci_stride": 1,
+          "values": {"utilization_ratio": 0.4, "memory_used_bytes": "20GiB", "temperature_core_celsius": 50,
+                     "power_watts": 200}}
+XID79_LINE = "NVRM: Xid (PCI:{bus}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+# --------------------------------------------------------------------------- the API server's process
+
+
+def _serve(conn: Any, bookmark_seconds: float) -> None:
+    """The API server in a process of its own: answers the benchmark's commands on ``conn``."""
+    from kubeapi import NODES, KubeAPIServer
+    api = KubeAPIServer(keep_requests=False, bookmark_seconds=bookmark_seconds, max_watch_seconds=3600.0).start()
+    marks: list[tuple[float, str, bool]] = []  # (monotonic, node, tainted) at each change
+    tainted: set[str] = set()
+    store = api._store
+
+    def recording_store(res: Any, ns: str, name: str, obj: Optional[dict], old: Optional[dict], etype: str) -> None:
+        store(res, ns, name, obj, old, etype)
+        if res is NODES:
+            on = obj is not None and any(t.get("key") == TAINT for t in (obj.get("spec") or {}).get("taints") or [])
+            if on != (name in tainted):
+                (tainted.add if on else tainted.discard)(name)
+                marks.append((time.monotonic(), name, on))
+
+    api._store = recording_store  # type: ignore[method-assign]
+    conn.send({"url": api.url, "token": api.token})
+    while True:
+        cmd, arg = conn.recv()
+        if cmd == "stop":
+            break
+        out: Any = None
+        if cmd == "seed":
+            for node, kind in arg:
+                api.seed_node(node, labels={"kubernetes.io/hostname": node, "node.kubernetes.io/accelerator": kind},
+                              capacity={"nvidia.com/gpu": "8"} if kind == "nvidia" else {"huawei.com/Ascend910": "8"})
+                api.seed_pod(NAMESPACE, f"train-{node}", node, labels={"app": "train"}, containers=["main"])
+        elif cmd == "slices":
+            for node, uuids in arg:
+                api.seed_resource_slice(f"{node}-gpu.nvidia.com", node, [
+                    {"name": f"gpu-{i}", "attributes": {"uuid": {"string": u}, "index": {"int": i}}}
+                    for i, u in enumerate(uuids)], driver="gpu.nvidia.com")
+        elif cmd == "tally":
+            out = (api.tally(), api.per_second())
+        elif cmd == "marks":
+            out = list(marks)
+        elif cmd == "annotated":  # nodes the agents have reconciled once (their inventory written)
+            out = sum(1 for n in api.list(NODES) if "hetero-exporter.io/devices" in n["metadata"].get("annotations", {}))
+        conn.send(out)
+    api.close()
+
+
+class Server:
+    """The API server's process and the one pipe to it."""
+
+    def __init__(self, bookmark_seconds: float):
+        ctx = multiprocessing.get_context("fork")  # before any thread of ours exists
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, bookmark_seconds), daemon=True)
+        self._proc.start()
+        hello = self._conn.recv()
+        self.url, self.token = hello["url"], hello["token"]
+
+    def ask(self, cmd: str, arg: Any = None) -> Any:
+        self._conn.send((cmd, arg))
+        return self._conn.recv()
+
+    def kubeconfig(self, path: Path) -> str:
+        doc = {"apiVersion": "v1", "kind": "Config", "current-context": "bench", "preferences": {},
+               "clusters": [{"name": "loopback", "cluster": {"server": self.url}}],
+               "users": [{"name": "agent", "user": {"token": self.token}}],
+               "contexts": [{"name": "bench", "context": {"cluster": "loopback", "user": "agent"}}]}
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        return str(path)
+
+    def close(self) -> None:
+        try:
+            self.ask("stop")
+        except (OSError, EOFError):
+            pass
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+
+# --------------------------------------------------------------------------- one node
+
+
+class PhaseClock:
+    """Wall time for every stamp; the scenario time the simulated tools render is the phase's."""
+
+    def __init__(self) -> None:
+        self.scenario_t = 0.0
+
+    def __call__(self) -> float:
+        return time.time()
+
+    def t(self) -> float:
+        return self.scenario_t
+
+
+def scenario_doc(node: str, kind: str) -> dict:
+    """The node's scenario: 8 devices, and its fault (if any) at FAULT_AT, recovered at RESET_AT."""
+    doc: dict = {"name": node, "node": node, "devices": [dict(ASCEND if kind.startswith("ascend") else NVIDIA)]}
+    if kind == "gpu-lost":
+        doc["faults"] = [{"at": FAULT_AT, "vendor": "nvidia", "index": 2, "kind": "lost"},
+                         {"at": RESET_AT, "vendor": "nvidia", "index": 2, "kind": "reset"}]
+    elif kind == "xid79":
+        doc["faults"] = [{"at": FAULT_AT, "vendor": "nvidia", "index": 5, "kind": "xid", "code": "79",
+                          "message": "GPU has fallen off the bus"},
+                         {"at": RESET_AT, "vendor": "nvidia", "index": 5, "kind": "reset"}]
+    elif kind == "ascend-separate-npu":
+        doc["faults"] = [{"at": FAULT_AT, "until": RESET_AT, "vendor": "ascend", "index": 3, "kind": "health",
+                          "state": "Alarm", "codes": ["80E3A201"], "message": "node type=HBM, sensor type=ECC"}]
+    elif kind == "kernel-log":
+        doc["kernel_log"] = [{"at": FAULT_AT, "vendor": "nvidia", "index": 1, "line": XID79_LINE}]
+        doc["faults"] = [{"at": RESET_AT, "vendor": "nvidia", "index": 1, "kind": "reset"}]
+    return doc
+
+
+def allocate(node: str, resource: str) -> Callable[[NodeSnapshot], NodeSnapshot]:
+    """The kubelet's PodResources, standing in: one training pod holds the node's 8 devices."""
+    def enrich(snap: NodeSnapshot) -> NodeSnapshot:
+        devices = tuple(dataclasses.replace(d, allocations=(Allocation(
+            NAMESPACE, f"train-{node}", "main", resource, d.identity.uuid),)) if d.identity.parent is None
+            else d for d in snap.devices)
+        return dataclasses.replace(snap, devices=devices)
+    enrich.__name__ = "bench-podresources"
+    return enrich
+
+
+def kernel_log_source(scenario: Any, clock: PhaseClock) -> Callable[[NodeSnapshot], NodeSnapshot]:
+    """The kernel-log source over the scenario's simulated /dev/kmsg (drained at each collection,
+    where the agent's follower thread would have read it)."""
+    from hetero_exporter.simulate.kernel_log import ScenarioKmsg
+    from hetero_exporter.sources import kernel_log as kl
+    ring = ScenarioKmsg(scenario, clock)
+    follower = kl.Follower(kl.KmsgSource("simulated:/dev/kmsg", opener=ring.opener, wall_time=ring.wall_time),
+                           clock=clock, writable=False)
+    faults = kl.KernelLogFaults(follower)
+
+    def enrich(snap: NodeSnapshot) -> NodeSnapshot:
+        follower.drain()
+        return faults(snap)
+    enrich.__name__ = "kernel-log"
+    return enrich
+
+
+@dataclasses.dataclass
+class Shared:
+    """What every agent of the run shares: the policy, the health settings, the kubeconfig."""
+
+    kubeconfig: str
+    policy: Any
+    cfg: RemedyConfig
+    workdir: str
+    interval: float
+    rng: random.Random
+
+
+class NodeAgent:
+    """One node: its collector (snapshots at the phases), the judge, the health loop and its
+    remedy on its own API client, the pod and ResourceSlice watches."""
+
+    def __init__(self, node: str, kind: str, shared: Shared):
+        self.node, self.kind = node, kind
+        self.clock = PhaseClock()
+        doc = scenario_doc(node, kind)
+        vendor = "ascend" if kind.startswith("ascend") else "nvidia"
+        self.vendor = vendor
+        path = Path(shared.workdir) / f"{node}.yaml"
+        if vendor == "ascend":  # the fake npu-smi reads its scenario from a file
+            path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        scenario = from_dict(doc, str(path))
+        name = "npu_smi" if vendor == "ascend" else "nvml"
+        opts = CollectorOptions(node_name=node, scenario=scenario, clock=self.clock,
+                                workdir=str(Path(shared.workdir) / node) if vendor == "ascend" else None)
+        entry = registry.collector_entries()[name]
+        spec = CollectorSpec(name, vendor, lambda: registry.collector_factory(entry)(opts), 30.0)
+        resource = "huawei.com/Ascend910" if vendor == "ascend" else "nvidia.com/gpu"
+        enrichers = [allocate(node, resource)]
+        if kind == "kernel-log":
+            enrichers.append(kernel_log_source(scenario, self.clock))
+        self.sampler = Sampler([spec], node, clock=self.clock, enrichers=enrichers, boot_id=f"boot-{node}",
+                               min_cycle_gap=0)
+        self.verdicts = HealthVerdicts(shared.policy)
+        self.cluster = connect(shared.kubeconfig, env={}, timeout_seconds=30.0)
+        api_client = self.cluster.api_client
+        self.pods = PodCache(api_client, node, request_timeout=30.0)
+        self.slices = SliceCache(api_client, node, request_timeout=30.0) if vendor == "nvidia" else None
+        self.remedy = Remedy(self.cluster, node, shared.policy, shared.cfg, HealthMetrics(), resource_of=lambda d: resource,
+                             slices=self.slices, failed_pods=self.pods.failed_pods,
+                             environ={"POD_NAMESPACE": AGENT_NS}, rng=shared.rng)
+        self.loop = HealthLoop(self.remedy, self.verdicts, boot_id=f"boot-{node}")
+        self.snapshot: Optional[NodeSnapshot] = None
+        self.pending: Optional[NodeSnapshot] = None  # the next phase's, collected ahead
+        self.collect_seconds = 0.0
+        self.injected: Optional[float] = None  # monotonic, when the fault snapshot reached the judge
+        self.recovered: Optional[float] = None
+
+    def collect(self, scenario_t: float) -> NodeSnapshot:
+        """The node's collection at scenario time ``scenario_t`` (the real collector and sources)."""
+        self.clock.scenario_t = scenario_t
+        t0 = time.perf_counter()
+        snap = self.sampler.collect()
+        self.collect_seconds = time.perf_counter() - t0
+        return snap
+
+    def tick(self) -> None:
+        """One collection tick: the last snapshot, re-stamped, judged and offered (Sampler.run)."""
+        snap = self.snapshot
+        if snap is None:
+            return
+        judged, evaluation = self.verdicts.judge(dataclasses.replace(snap, time=time.time()))
+        self.loop.offer(judged, evaluation)
+
+    def switch(self) -> float:
+        """The phase's snapshot becomes the node's, handed to the judge now; when (monotonic)."""
+        self.snapshot, self.pending = self.pending, None
+        at = time.monotonic()
+        self.tick()
+        return at
+
+    def close(self) -> None:
+        self.loop.stop(timeout=2.0)
+        self.pods.close()
+        if self.slices is not None:
+            self.slices.close()
+        self.sampler.close()
+
+
+# --------------------------------------------------------------------------- the fleet
+
+
+class Ticker:
+    """Every agent's collection tick, every ``interval`` s from its own start offset (the
+    sampler's jitter), on one thread (the ticks are microseconds of judging each)."""
+
+    def __init__(self, agents: list[NodeAgent], interval: float, rng: random.Random):
+        now = time.monotonic()
+        self._heap = [(now + start_offset(interval, rng), i) for i in range(len(agents))]
+        heapq.heapify(self._heap)
+        self._agents, self._interval = agents, interval
+        self._lock = threading.Lock()  # a phase switch and a tick of the same agent never interleave
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ticker", daemon=True)
+
+    def start(self) -> "Ticker":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            at, i = self._heap[0]
+            wait = at - time.monotonic()
+            if wait > 0:
+                self._stop.wait(min(wait, 0.5))
+                continue
+            heapq.heapreplace(self._heap, (at + self._interval, i))
+            with self._lock:
+                self._agents[i].tick()
+
+    def switch(self, agents: list[NodeAgent]) -> list[float]:
+        """Hand each agent's next-phase snapshot to its judge, one after the other; when each was."""
+        out = []
+        for a in agents:
+            with self._lock:
+                out.append(a.switch())
+        return out
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def percentile(values: list[float], q: float) -> Optional[float]:
+    """The q-th percentile (nearest rank); None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
+
+
+def plan_fleet(nodes: int, faults: int, ascend_nodes: int) -> list[tuple[str, str]]:
+    """(node, kind): the first ``faults`` nodes fail, the kinds in turn; ``ascend_nodes`` Ascend
+    nodes in all (those failing included), the rest NVIDIA (kind 'nvidia': no fault)."""
+    kinds = [KINDS[i % len(KINDS)] for i in range(faults)]
+    extra_ascend = max(0, ascend_nodes - kinds.count("ascend-separate-npu"))
+    rest = ["ascend-idle"] * extra_ascend + ["nvidia"] * (nodes - faults - extra_ascend)
+    return [(f"node-{i:05d}", k) for i, k in enumerate(kinds + rest)]
+
+
+def wait_for(what: Callable[[], bool], timeout: float, step: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # bounded
+        if what():
+            return True
+        time.sleep(step)
+    return what()
+
+
+@dataclasses.dataclass
+class Settings:
+    nodes: int
+    faults: int
+    resync: float  # seconds: the benchmark's resync (the real default is 60)
+    interval: float  # seconds between collection ticks
+    idle_periods: int
+    ascend_nodes: int
+    seed: int
+    settle_timeout: float
+
+    @property
+    def scale(self) -> float:
+        """Real seconds per benchmark second: every period of the health settings is shrunk by it."""
+        return 60.0 / self.resync
+
+
+def health_config(s: Settings) -> RemedyConfig:
+    """The defaults (enforce mode), every period shrunk by the benchmark's scale."""
+    k = s.scale
+    return RemedyConfig.from_mapping({"resync_seconds": s.resync, "condition_heartbeat_seconds": 300.0 / k,
+                                      "inventory_heartbeat_seconds": 120.0 / k,
+                                      "budget_lease_seconds": max(30.0, 600.0 / k)}, mode="enforce")
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in sorted(after.items()) if v - before.get(k, 0)}
+
+
+WRITE_VERBS = ("create", "update", "patch", "delete")
+
+
+def writes_of(counts: dict[str, int]) -> dict[str, int]:
+    return {k: v for k, v in counts.items() if k.split(" ", 1)[0] in WRITE_VERBS}
+
+
+def quiet(server: Server, seconds: float, timeout: float) -> dict[str, int]:
+    """Wait until the API server has had no request for ``seconds`` (bounded); its tally then."""
+    last, since = server.ask("tally")[0], time.monotonic()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # bounded
+        time.sleep(0.5)
+        now = server.ask("tally")[0]
+        if {k: v for k, v in now.items() if not k.startswith("watch")} != \
+                {k: v for k, v in last.items() if not k.startswith("watch")}:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            break
+    return last
+
+
+def build(s: Settings, server: Server, workdir: str) -> list[NodeAgent]:
+    fleet = plan_fleet(s.nodes, s.faults, s.ascend_nodes)
+    server.ask("seed", [(n, "ascend" if k.startswith("ascend") else "nvidia") for n, k in fleet])
+    rng = random.Random(s.seed)
+    shared = Shared(server.kubeconfig(Path(workdir) / "kubeconfig"), policy_mod.load(), health_config(s), workdir,
+                    s.interval, rng)
+    agents = []
+    for node, kind in fleet:
+        a = NodeAgent(node, kind, shared)
+        a.snapshot = a.collect(FAULT_AT - 10)  # counters readable before the fault (a reset restarts them)
+        agents.append(a)
+    server.ask("slices", [(a.node, [d.identity.uuid for d in a.snapshot.devices if d.identity.parent is None])
+                          for a in agents if a.vendor == "nvidia" and a.snapshot is not None])
+    for a in agents:
+        a.pods.start(wait_first=0.0)
+        if a.slices is not None:
+            a.slices.start()
+        a.loop.start()
+    return agents
+
+
+def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], scenario_t: float) -> dict:
+    """One phase of the failing nodes (fault or recovery): collect ahead, hand over at once, wait
+    until the API server is quiet; the requests of the phase, its per-second peak, when each was handed."""
+    failing = agents[:s.faults]
+    collect: dict[str, list[float]] = {}
+    for step in (0.0, 1.0):  # a second cycle: NVML's event thread has delivered the XID by then
+        time.sleep(0.3)
+        for a in failing:
+            a.pending = a.collect(scenario_t + step)
+            if step == 0.0:
+                collect.setdefault(a.kind, []).append(a.collect_seconds)
+    before, seconds_before = server.ask("tally")
+    t0 = time.monotonic()
+    handed = ticker.switch(failing)
+    after = quiet(server, seconds=max(3.0, 0.5 * s.resync), timeout=s.settle_timeout)
+    _, per_second = server.ask("tally")
+    window = {t: n - seconds_before.get(t, 0) for t, n in per_second.items() if t >= int(t0)}
+    return {"requests": delta(after, before), "handed": handed, "t0": t0, "elapsed": time.monotonic() - t0,
+            "peak_requests_per_second": max(window.values(), default=0),
+            "collect_seconds": {k: statistics.median(v) for k, v in collect.items()}}
+
+
+def latencies(marks: list[tuple[float, str, bool]], handed: dict[str, float], on: bool) -> list[float]:
+    """Seconds from each node's hand-over to the first change of its taint to ``on`` after it."""
+    out = []
+    for node, at in handed.items():
+        first = next((t for t, n, tainted in marks if n == node and tainted == on and t >= at), None)
+        if first is not None:
+            out.append(first - at)
+    return out
+
+
+def max_at_once(marks: list[tuple[float, str, bool]]) -> int:
+    now, top = 0, 0
+    for _, _, on in sorted(marks):
+        now += 1 if on else -1
+        top = max(top, now)
+    return top
+
+
+def run(s: Settings) -> dict:
+    server = Server(bookmark_seconds=60.0)
+    workdir = tempfile.mkdtemp(prefix="fleet-burst-")
+    agents: list[NodeAgent] = []
+    ticker: Optional[Ticker] = None
+    try:
+        t_start = time.monotonic()
+        agents = build(s, server, workdir)
+        ticker = Ticker(agents, s.interval, random.Random(s.seed + 1)).start()
+        if not wait_for(lambda: server.ask("annotated") >= s.nodes, s.settle_timeout, 1.0):
+            raise RuntimeError(f"only {server.ask('annotated')} of {s.nodes} nodes reconciled once")
+        startup = time.monotonic() - t_start
+        time.sleep(1.5 * s.resync)  # past every agent's first (jittered) resync
+        idle0 = server.ask("tally")[0]
+        idle_seconds = s.idle_periods * s.resync
+        time.sleep(idle_seconds)
+        idle = delta(server.ask("tally")[0], idle0)
+        fault = burst(s, server, ticker, agents, FAULT_AT + 1)
+        recovery = burst(s, server, ticker, agents, RESET_AT + 1)
+        marks = server.ask("marks")
+        return report(s, agents, idle, idle_seconds, fault, recovery, marks, startup)
+    finally:
+        if ticker is not None:
+            ticker.stop()
+        for a in agents:
+            a.close()
+        server.close()
+
+
+def per_fault(s: Settings, phase: dict, idle: dict[str, int], idle_seconds: float) -> dict[str, float]:
+    """The phase's writes per failing node, the idle fleet's writes over as long taken out."""
+    share = phase["elapsed"] / idle_seconds
+    raw = writes_of(phase["requests"])
+    return {k: round(max(0.0, v - idle.get(k, 0) * share) / s.faults, 3) for k, v in raw.items()
+            if v - idle.get(k, 0) * share > 0.5}
+
+
+def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seconds: float, fault: dict,
+           recovery: dict, marks: list, startup: float) -> dict:
+    minutes = idle_seconds * s.scale / 60.0  # of real (unscaled) agent time
+    beyond = {k: v for k, v in idle.items() if not k.startswith("watch ")}
+    failing = agents[:s.faults]
+    to_taint = latencies(marks, {a.node: t for a, t in zip(failing, fault["handed"])}, True)
+    to_untaint = latencies(marks, {a.node: t for a, t in zip(failing, recovery["handed"])}, False)
+    writes = per_fault(s, fault, idle, idle_seconds)
+    budget = max(health_config(s).budget_min_nodes, int(health_config(s).budget_max_fraction * s.nodes))
+    r2 = lambda x: None if x is None else round(x, 3)  # noqa: E731
+    return {
+        "nodes": s.nodes, "faults": s.faults, "devices_per_node": 8,
+        "fault_kinds": dict(Counter(a.kind for a in failing)),
+        "resync_seconds": s.resync, "scale": s.scale, "idle_seconds": idle_seconds,
+        "idle_requests_per_node_per_minute": round(sum(beyond.values()) / s.nodes / minutes, 3),
+        "idle_requests_per_node_per_minute_by_kind": {k: round(v / s.nodes / minutes, 3) for k, v in beyond.items()},
+        "idle_watch_requests": {k: v for k, v in idle.items() if k.startswith("watch ")},
+        "writes_per_fault": round(sum(writes.values()), 3),
+        "writes_per_fault_by_kind": writes,
+        "burst_requests": fault["requests"],
+        "tainted_in_burst": len(to_taint),
+        "fault_to_taint_p50_seconds": r2(percentile(to_taint, 50)),
+        "fault_to_taint_p99_seconds": r2(percentile(to_taint, 99)),
+        "fault_to_taint_max_seconds": r2(max(to_taint, default=None)),
+        "recovery_to_untaint_p50_seconds": r2(percentile(to_untaint, 50)),
+        "recovery_to_untaint_p99_seconds": r2(percentile(to_untaint, 99)),
+        "untainted_in_recovery": len(to_untaint),
+        "recovery_requests": recovery["requests"],
+        "max_tainted_at_once": max_at_once(marks),
+        "budget": budget,
+        "budget_exceeded": max_at_once(marks) > budget,
+        "peak_requests_per_second": fault["peak_requests_per_second"],
+        "recovery_peak_requests_per_second": recovery["peak_requests_per_second"],
+        "collect_seconds_median": {k: round(v, 4) for k, v in fault["collect_seconds"].items()},
+        "startup_seconds": round(startup, 1),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+    }
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    import logging
+    logging.disable(logging.WARNING)  # thousands of agents' warnings (budget refusals) are not the measure
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--faults", type=int, default=20)
+    ap.add_argument("--resync", type=float, default=6.0, help="the agents' resync_seconds (real: 60); every "
+                    "health period is shrunk by 60 / RESYNC and the idle rates scaled back to real minutes")
+    ap.add_argument("--interval", type=float, default=10.0, help="seconds between an agent's collection ticks")
+    ap.add_argument("--idle-periods", type=int, default=3)
+    ap.add_argument("--ascend-nodes", type=int, default=None, help="Ascend nodes in the fleet (default: those "
+                    "that fail, and as many idle ones)")
+    ap.add_argument("--seed", type=int, default=39)
+    ap.add_argument("--settle-timeout", type=float, default=600.0)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if not 1 <= a.faults <= a.nodes <= 100_000:
+        ap.error("need 1 <= --faults <= --nodes <= 100000")
+    ascend = a.ascend_nodes if a.ascend_nodes is not None else 2 * sum(
+        1 for i in range(a.faults) if KINDS[i % len(KINDS)].startswith("ascend"))
+    s = Settings(a.nodes, a.faults, a.resync, a.interval, a.idle_periods, min(ascend, a.nodes - a.faults +
+                 sum(1 for i in range(a.faults) if KINDS[i % len(KINDS)].startswith("ascend"))), a.seed,
+                 a.settle_timeout)
+    out = run(s)
+    if a.json:
+        print(json.dumps(out, indent=1))
+    else:
+        for k, v in out.items():
+            print(f"{k}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
