@@ -30,6 +30,7 @@ class ClusterView:
     resources: Mapping[str, str] = field(default_factory=dict)  # device uuid -> extended resource it is allocated as
     pods_book: Optional[Mapping[str, PodRecord]] = None  # pod records settled after the last writes (None: the Node's)
     nodefeature: Optional[nodefeature.NodeFeatureRead] = None  # None: not read (off, not served, or unreadable)
+    stack: Optional[tuple] = None  # stack.PluginRead per vendor plugin selector (stack.py); None: not read
 
 
 @dataclass(frozen=True)

@@ -93,3 +93,4 @@ class BlackHoleState(TypedDict, total=False):
 
     shortfall: dict[str, float]
     announced: dict[str, float]
+    stack: dict[str, float]  # stack.py: "seen:<problem>" first seen, "told:<problem>" announced since
