@@ -173,3 +173,13 @@ def test_a_profile_is_read_from_the_config_file(tmp_path):
     cfg.write_text("metrics:\n  profile: fleet\n")
     loaded = config_mod.load(str(cfg))
     assert Selection.of(loaded.metrics) == Selection(profile=N.FLEET)
+
+
+def test_the_guide_documents_profiles_and_openmetrics_where_the_generated_docs_link():
+    guide = (ROOT / "docs/metrics-guide.md").read_text()
+    headings = [line[3:] for line in guide.splitlines() if line.startswith("## ")]
+    assert "Profiles" in headings and "OpenMetrics and exemplars" in headings  # anchors #profiles, #openmetrics-and-exemplars
+    assert "metrics-guide.md#profiles" in (ROOT / "collectors/generate.py").read_text()
+    section = guide[guide.index("## Profiles"):guide.index("\n## ", guide.index("## Profiles") + 1)]
+    for profile in N.PROFILES:
+        assert f"| `{profile}` |" in section
