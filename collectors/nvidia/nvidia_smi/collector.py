@@ -7,6 +7,8 @@ per episode; a GPU seen before that nvidia-smi no longer lists is reported faile
 pinned uuid (``gpu-lost``). It is what the NVML collector falls back to when NVML cannot be
 loaded but the CLI works, and is selectable as ``--collector.nvidia_smi``. When simulating,
 the fake NVML renders the scenario as nvidia-smi XML in-process (nvml/fake.py render_smi_xml).
+On its detail schedule (``details.py``: slow calls, not every cycle) it adds the NVLink speeds
+(``nvlink -s``) and the MIG partition inventory (``mig -lgip/-lgipp/-lgi/-lci``) to its GPUs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 from hetero_exporter.collectors.nvidia import SPEC
 from hetero_exporter.collectors.nvidia import common as C
-from hetero_exporter.collectors.nvidia.nvidia_smi import dmon, listing, mig_listing, nvlink_status, pmon, table, topo
+from hetero_exporter.collectors.nvidia.nvidia_smi import details, dmon, listing, mig_listing, nvlink_status, pmon, table, topo
 from hetero_exporter.collectors.nvidia.nvidia_smi import parse as reports
 from hetero_exporter.collectors.nvidia.nvidia_smi.parse import (ARGV, FIELD_MAP, TOOL,  # noqa: F401
                                                                 parse_devices, readings_of, value_of,
@@ -51,12 +53,15 @@ class NvidiaSmiCollector(CliCollector):
     lost_code = "gpu-lost"
 
     def __init__(self, exe: Union[str, Source] = "nvidia-smi", *, clock: Callable[[], float] = time.time,
-                 timeout: float = 5.0, **kwargs: Any):
-        if callable(exe):  # the XML from a function: tests and the simulation
+                 timeout: float = 5.0, detail_intervals: Optional[Mapping[str, float]] = None, **kwargs: Any):
+        if callable(exe):  # the XML from a function: tests and the simulation (no detail calls)
             kwargs["runner"] = _source_runner(exe)
             exe = "nvidia-smi"
+            detail_intervals = {} if detail_intervals is None else detail_intervals
         super().__init__(exe, clock=clock, timeout=timeout, **kwargs)
         self._conditions = C.ConditionTracker(self.episodes.ledger, TOOL)
+        # nvlink -s and the MIG listings: slow, node-wide, on their own cadence (details.py)
+        self.details = details.Details(self.cli.call, self.interval, detail_intervals)
 
     def probe(self) -> None:
         """Run the tool once; Unavailable when it cannot be run or prints no GPU."""
@@ -75,10 +80,12 @@ class NvidiaSmiCollector(CliCollector):
     def devices(self, parsed: tuple[list[DeviceSample], Optional[float]], now: float,
                 deadline: float) -> list[DeviceSample]:
         out, parent = [], None
+        self.details.refresh(now, deadline)
         for d in parsed[0]:
             if d.identity.parent is None:
                 found = self._conditions.update(d.identity.uuid, C.conditions(d.readings), now)
-                d = with_health(d, found, self.episodes.faults(d.identity.uuid), timestamp=now)
+                d = with_health(self.details.apply(d, now), found, self.episodes.faults(d.identity.uuid),
+                                timestamp=now)
                 parent = d
             else:  # a MIG instance is as healthy as its GPU
                 d = with_health(d, [], (), parent.health if parent is not None else None, timestamp=now)
