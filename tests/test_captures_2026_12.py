@@ -237,3 +237,62 @@ def test_the_amdsmi_collector_gives_the_partition_mode_too():
     gpus = [d for d in devices if d.identity.parent is None]
     assert [(d.value("partitions_compute"), d.value("partitions_memory")) for d in gpus] == [(8, 1), (1, 1)]
     assert gpus[0].readings["partitions_compute"].quality.source.startswith("amdsmi_get_gpu_compute_partition")
+
+
+# --------------------------------------------------------------------------- every capture of the batch has its row
+
+# The batch's captures that no tool table lists, with what their text shows: the kernel log's
+# events (code, device, count) and dcgmi's devices (index, the fields the second sample gives).
+EXPECTED = {
+    "kernel-log/nvidia_xid-48-dbe_xid-63-row-remap_xid-94-contained_peermem_dmesg-time-format-iso.log": (
+        "kernel-log", [("48", "0000:19:00.0", 1), ("63", "0000:19:00.0", 1), ("94", "0000:19:00.0", 9)]),
+    "dcgmi/dcgmi-dmon-e-1001-1002-1005_1x-H100-NVL_azure-NC40ads-H100-v5_dcgm-3.3.9_first-sample-NA"
+    "_trailing-spaces.txt": (
+        "dcgmi", [(0, ("engine_compute_utilization_ratio", "engine_memory_utilization_ratio",
+                       "graphics_active_ratio"))]),
+}
+
+
+def _batch() -> list[str]:
+    """The captures SOURCES.md lists under its batch of 2026-12-06, as tool/name."""
+    text = shared_fixture("SOURCES.md").read_text(encoding="utf-8")
+    start = text.index("## Batch of 2026-12-06")
+    end = text.find("\n## ", start + 10)
+    return re.findall(r"^### `([^`]+)`", text[start:end if end > 0 else None], re.M)
+
+
+def _tables() -> dict[str, set[str]]:
+    """tool -> the capture names the tool tests' EXPECTED tables list."""
+    import test_amd_smi
+    import test_ascend_captures
+    import test_iluvatar_captures
+    import test_nvidia_smi_layouts
+    return {"nvidia-smi": set(test_nvidia_smi_layouts.EXPECTED) | set(test_nvidia_smi_layouts.MIG_LISTINGS),
+            "amd-smi": set(test_amd_smi.EXPECTED), "npu-smi": set(test_ascend_captures.EXPECTED),
+            "ixsmi": set(test_iluvatar_captures.EXPECTED)}
+
+
+def test_every_capture_of_the_batch_has_an_expected_row():
+    batch = _batch()
+    assert len(batch) == 24
+    tables = _tables()
+    missing = [p for p in batch if p not in EXPECTED and p.split("/", 1)[1] not in tables.get(p.split("/")[0], ())]
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", sorted(EXPECTED))
+def test_the_rows_of_this_table(path):
+    from collections import Counter
+
+    from hetero_exporter.collectors.nvidia.dcgmi import dmon
+    from hetero_exporter.sdk import kmsg
+    kind, want = EXPECTED[path]
+    text = _text(*path.split("/", 1))
+    if kind == "kernel-log":
+        events, _ = kmsg.parse_lines(text.splitlines())
+        got = Counter((e.code, e.pci_address) for e in events)
+        assert sorted((c, p, n) for (c, p), n in got.items()) == want
+        assert all(e.time and e.time.startswith("2024-11-15T12:02:03,") for e in events)
+    else:
+        snap = dmon.parse(text)
+        assert [(d.identity.index, tuple(sorted(d.readings))) for d in snap.devices] == want
