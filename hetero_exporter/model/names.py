@@ -193,6 +193,13 @@ HEALTH_PROMOTIONS = Metric("accelerator_health_promotions_total", "counter",
                            "Devices whose fault code was promoted (health.promote: N occurrences in a window) "
                            "since the agent started, by vendor, code and the state it promoted to.",
                            ("vendor", "code", "to"), profile=FLEET)
+# The software the devices need (issue 38 §4, health/plan/stack.py)
+STACK_COMPONENT_UP = Metric("accelerator_stack_component_up", "gauge",
+                            "1 when a vendor's plugin pods on this node are all Ready and none crash-loops, 0 "
+                            "otherwise, at the health loop's last read, by vendor and component (device-plugin, "
+                            "dra-kubelet-plugin as found; plugins: 0 when none of the vendor's runs); only "
+                            "vendors with devices here and published plugin selectors.",
+                            ("vendor", "component"), profile=FLEET)
 
 # Device memory health, PCIe link, clock-event reasons, interconnect links (issue 3)
 ECC_VOLATILE_ERRORS = Metric("accelerator_ecc_volatile_errors_total", "counter",

@@ -28,6 +28,7 @@ class HealthMetrics:
         self._up: Optional[float] = None
         self._foreign: dict[str, int] = {}  # kind -> objects of our names another writer holds (once checked)
         self._promotions: Mapping[tuple[str, str, str], int] = {}  # (vendor, code, to) -> the judge's count
+        self._stack: Mapping[tuple[str, str], float] = {}  # (vendor, component) -> up (health/plan/stack.py)
 
     def action(self, action: str, result: str, n: int = 1) -> None:
         with self._lock:
@@ -61,6 +62,11 @@ class HealthMetrics:
         with self._lock:
             self._promotions = dict(counts)
 
+    def stack(self, up: Mapping[tuple[str, str], float]) -> None:
+        """The plugin pods' state at the last read (stack.component_up), replacing the previous."""
+        with self._lock:
+            self._stack = dict(up)
+
     def kubernetes_up(self, up: bool) -> None:
         with self._lock:
             self._up = 1.0 if up else 0.0
@@ -72,6 +78,7 @@ class HealthMetrics:
             exhausted, nodes, unhealthy, up = self._budget_exhausted, self._budget_nodes, self._unhealthy, self._up
             foreign = dict(self._foreign)
             promotions = dict(self._promotions)
+            stack = dict(self._stack)
         c = CounterMetricFamily(N.HEALTH_ACTIONS.family, N.HEALTH_ACTIONS.help, labels=N.HEALTH_ACTIONS.labels)
         for (action, result), v in sorted(actions.items()):
             c.add_metric([action, result], v)
@@ -90,6 +97,11 @@ class HealthMetrics:
             for (vendor, code, to), n in sorted(promotions.items()):
                 p.add_metric([vendor, code, to], n)
             yield p
+        if stack:
+            g = GaugeMetricFamily(N.STACK_COMPONENT_UP.name, N.STACK_COMPONENT_UP.help, labels=N.STACK_COMPONENT_UP.labels)
+            for (vendor, component), value in sorted(stack.items()):
+                g.add_metric([vendor, component], value)
+            yield g
         if up is not None:
             yield GaugeMetricFamily(N.HEALTH_KUBERNETES_UP.name, N.HEALTH_KUBERNETES_UP.help, value=up)
         if foreign:
