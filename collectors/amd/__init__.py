@@ -1,6 +1,6 @@
 """AMD Instinct GPUs: the amdsmi library (ROCm 6+), ``rocm-smi`` on CLI-only nodes."""
 
-from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, PluginSelector, ResourceName, ToolSpec, VendorSpec
 
 _DP = "ROCm k8s-device-plugin README (amd.com/gpu; partitions as amd.com/<partition resource>)"
 
@@ -13,6 +13,14 @@ SPEC = VendorSpec(
     model_strip=r"^(AMD|Instinct)\s+",
     resources=(ResourceName(r"amd\.com/gpu", "amd.com/gpu", "devices", source=_DP),),
     resource_domains=("amd.com",),
+    # Device plugin pods (stack health): ROCm/k8s-device-plugin's static manifest
+    # (k8s-ds-amdgpu-dp.yaml: name=amdgpu-dp-ds) and its Helm chart amd-gpu
+    # (helm/amd-gpu/templates/deviceplugin-daemonset.yaml: name=<chart>-dp-ds). AMD's DRA driver
+    # (ROCm/k8s-gpu-dra-driver): no published kubelet plugin label found, not listed.
+    plugin_pods=(
+        PluginSelector("device-plugin", "name=amdgpu-dp-ds", "ROCm/k8s-device-plugin k8s-ds-amdgpu-dp.yaml"),
+        PluginSelector("device-plugin", "name=amd-gpu-dp-ds", "ROCm/k8s-device-plugin Helm chart amd-gpu"),
+    ),
     device_resource=lambda model: "amd.com/gpu",
     plugin_device_id=lambda d: d.pci_address or str(d.index),  # the plugin names GPUs by PCI address
     fabric_links=("xgmi",),

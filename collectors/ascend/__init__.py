@@ -2,7 +2,7 @@
 
 import re
 
-from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, PluginSelector, ResourceName, ToolSpec, VendorSpec
 
 _DP = "Ascend device plugin (MindCluster) docs: huawei.com/Ascend910, huawei.com/Ascend310P, vNPU huawei.com/Ascend910-4c"
 _HAMI = "HAMi Ascend device support: huawei.com/Ascend910B3 (per chip), huawei.com/Ascend910B3-memory (MiB)"
@@ -31,6 +31,9 @@ SPEC = VendorSpec(
         ResourceName(r"huawei\.com/(Ascend\d+P?)-.+", r"huawei.com/\1", "slices", source=_DP),
     ),
     resource_domains=("huawei.com",),
+    # Device plugin pods (stack health): Ascend device plugin DaemonSets (ascendplugin-*.yaml of
+    # Ascend's mind-cluster / ascend-device-plugin: name=ascend-device-plugin-ds in every variant)
+    plugin_pods=(PluginSelector("device-plugin", "name=ascend-device-plugin-ds", "Ascend ascend-device-plugin DaemonSets"),),
     device_resource=_device_resource,
     id_prefixes=("NPU-",),
     plugin_device_id=lambda d: f"Ascend910-{d.index}",  # physical id last

@@ -1,6 +1,6 @@
 """Cambricon MLUs through ``cnmon``."""
 
-from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, PluginSelector, ResourceName, ToolSpec, VendorSpec
 
 _DP = "Cambricon device plugin README (cambricon.com/mlu; sMLU/env-share: cambricon.com/mlu.smlu.vcore ...)"
 
@@ -15,6 +15,10 @@ SPEC = VendorSpec(
                      source="HAMi Cambricon support: cambricon.com/vmlu (a share of one MLU)"),
     ),
     resource_domains=("cambricon.com",),
+    # Device plugin pods (stack health): Cambricon/cambricon-k8s-device-plugin
+    # device-plugin/examples/cambricon-device-plugin-daemonset.yaml (name=cambricon-device-plugin-ds)
+    plugin_pods=(PluginSelector("device-plugin", "name=cambricon-device-plugin-ds",
+                                "Cambricon/cambricon-k8s-device-plugin examples"),),
     device_resource=lambda model: "cambricon.com/mlu",
     id_prefixes=("MLU-",),
     plugin_device_id=lambda d: d.uuid if d.uuid.upper().startswith("MLU-") else f"MLU-{d.uuid}",

@@ -20,7 +20,7 @@ live under /opt/tops (TopsRider's default prefix, lib in /opt/tops/lib); /usr/lo
 kept for hand installs.
 """
 
-from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, PluginSelector, ResourceName, ToolSpec, VendorSpec
 
 _DP = ("Enflame device plugin / exporter (podresources: enflameDeviceResourceName = \"enflame.com/gcu\"); "
        "HAMi pkg/device/enflame config flag enflame-gcu-resource-name default enflame.com/gcu")
@@ -38,6 +38,11 @@ SPEC = VendorSpec(
                      source=_HAMI),
     ),
     resource_domains=("enflame.com",),
+    # Device plugin pods (stack health): Enflame's GCU sharing plugin
+    # (EnflameTechnology/gcushare gcushare-device-plugin/deployments/yaml/gcushare-device-plugin.yaml:
+    # name=gcushare-device-plugin-ds). The manifest of Enflame's exclusive k8s-device-plugin was not
+    # found in a public repository: not listed.
+    plugin_pods=(PluginSelector("device-plugin", "name=gcushare-device-plugin-ds", "EnflameTechnology/gcushare"),),
     device_resource=lambda model: "enflame.com/gcu",
     id_prefixes=(),
     plugin_device_id=lambda d: d.uuid,

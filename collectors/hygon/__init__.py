@@ -1,6 +1,6 @@
 """Hygon DCUs through ``hy-smi`` (DTK), Hygon's fork of rocm-smi."""
 
-from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, PluginSelector, ResourceName, ToolSpec, VendorSpec
 
 _DP = "Hygon DCU device plugin (hygon.com/dcu); HAMi: hygon.com/dcunum, hygon.com/dcumem"
 
@@ -13,6 +13,10 @@ SPEC = VendorSpec(
         ResourceName(r"hygon\.com/dcumem", "hygon.com/dcu", "memory_mib", source=_DP),
     ),
     resource_domains=("hygon.com",),
+    # Device plugin pods (stack health): HAMi's DCU device plugin (Project-HAMi/dcu-vgpu-device-plugin
+    # k8s-dcu-plugin.yaml: name=dcu-dp-ds). Hygon's own DCU-Device-Plugin manifests are published on
+    # developer.sourcefind.cn, not found in a public repository: not listed.
+    plugin_pods=(PluginSelector("device-plugin", "name=dcu-dp-ds", "Project-HAMi/dcu-vgpu-device-plugin"),),
     device_resource=lambda model: "hygon.com/dcu",
     id_prefixes=("DCU-",),
     plugin_device_id=lambda d: str(d.index),

@@ -5,7 +5,7 @@ the ix-device-plugin finds devices through ixml, the NVML-like library, not by i
 """
 
 
-from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, PluginSelector, ResourceName, ToolSpec, VendorSpec
 
 _DP = ("Deep-Spark/ix-device-plugin (README, pkg/gpuallocator/deviceset.go): iluvatar.ai/gpu, one "
        "device per chip UUID (ixmlDeviceGetUUID), '<uuid>::<n>' replicas under time-slicing; newer "
@@ -30,6 +30,10 @@ SPEC = VendorSpec(
         ResourceName(r"iluvatar\.ai/(?:vgpu|vcuda-core|vcuda-memory)", _GROUP, "slices", ("sharing",), source=_HAMI),
     ),
     resource_domains=("iluvatar.ai", "iluvatar.com"),
+    # Device plugin pods (stack health): the IX device plugin README's DaemonSet ("Enabling GPU
+    # Support in Kubernetes": app.kubernetes.io/name=iluvatar-device-plugin)
+    plugin_pods=(PluginSelector("device-plugin", "app.kubernetes.io/name=iluvatar-device-plugin",
+                                "Iluvatar ix-device-plugin README"),),
     device_resource=lambda model: _GROUP,
     # the plugin's device id is the chip UUID as ixml gives it (GPU-...); time-slicing replicas
     # append "::n", which the id mapping strips with the uuid

@@ -35,6 +35,8 @@ SPEC = VendorSpec(
                      source=_HAMI),
     ),
     resource_domains=("kunlunxin.com",),
+    # Device plugin pods (stack health): no published manifest of Kunlunxin's device plugin was
+    # found: none listed, so stack health does not judge its pods.
     device_resource=lambda model: "kunlunxin.com/xpu",
     id_prefixes=("KLX-",),
     plugin_device_id=_plugin_id,

@@ -34,6 +34,9 @@ SPEC = VendorSpec(
         ResourceName(r"metax-tech\.com/vmemory", "metax-tech.com/gpu", "memory_mib", source=_HAMI),
     ),
     resource_domains=("metax-tech.com",),
+    # Device plugin pods (stack health): no published manifest of MetaX's device plugin was found
+    # (the plugin ships with MetaX's GPU operator, whose manifests are not public): none listed, so
+    # stack health does not judge MetaX plugin pods.
     device_resource=lambda model: "metax-tech.com/gpu",
     # identity.uuid: the UUID of `mx-smi -L` as printed ("GPU-e702f06b-..."), else
     # "metax-pci-<PCI address>" where -L prints none (mx_smi/collector.py)

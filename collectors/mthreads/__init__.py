@@ -26,6 +26,8 @@ SPEC = VendorSpec(
         ResourceName(r"mthreads\.com/sgpu-memory", "mthreads.com/gpu", "slices", features=("sharing",), source=_HAMI),
     ),
     resource_domains=("mthreads.com",),
+    # Device plugin pods (stack health): Moore Threads' device plugin is closed source and no
+    # published manifest was found: none listed, so stack health does not judge its pods.
     device_resource=lambda model: "mthreads.com/gpu",
     # identity.uuid: "mthreads-<GPU UUID of mthreads-gmi -q>" (MTML's device UUID, printed bare),
     # else "mthreads-sn-<Serial Number>", else "mthreads-pci-<PCI address>" (gmi/collector.py);

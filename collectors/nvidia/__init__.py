@@ -1,7 +1,7 @@
 """NVIDIA GPUs: NVML (nvidia-ml-py) with events, processes, topology and MIG; ``nvidia-smi -q -x``
 as the fallback and for ``parse nvidia-smi``."""
 
-from hetero_exporter.model.spec import CollectorEntry, ResourceName, ToolSpec, VendorSpec
+from hetero_exporter.model.spec import CollectorEntry, PluginSelector, ResourceName, ToolSpec, VendorSpec
 
 _DP = "NVIDIA k8s-device-plugin README (nvidia.com/gpu, MIG strategy 'mixed', time-slicing 'renameByDefault')"
 _HAMI = "HAMi docs: nvidia.com/gpumem (MiB per device)"
@@ -17,6 +17,22 @@ SPEC = VendorSpec(
         ResourceName(r"nvidia\.com/gpumem", "nvidia.com/gpu", "memory_mib", source=_HAMI),
     ),
     resource_domains=("nvidia.com",),
+    # Device plugin and DRA kubelet plugin pods (stack health): the pod template labels of
+    # NVIDIA/k8s-device-plugin's Helm chart (templates/_helpers.tpl templateLabels:
+    # app.kubernetes.io/name = the chart name), its static manifest
+    # (deployments/static/nvidia-device-plugin.yml: name=nvidia-device-plugin-ds), the GPU
+    # Operator's (assets/state-device-plugin/0500_daemonset.yaml: app=nvidia-device-plugin-daemonset),
+    # and NVIDIA/k8s-dra-driver-gpu's kubelet plugin (templates/_helpers.tpl selectorLabels:
+    # <chart>-component=kubelet-plugin, charts nvidia-dra-driver-gpu and dra-driver-nvidia-gpu).
+    plugin_pods=(
+        PluginSelector("device-plugin", "app.kubernetes.io/name=nvidia-device-plugin", "NVIDIA/k8s-device-plugin Helm chart"),
+        PluginSelector("device-plugin", "name=nvidia-device-plugin-ds", "NVIDIA/k8s-device-plugin static manifest"),
+        PluginSelector("device-plugin", "app=nvidia-device-plugin-daemonset", "NVIDIA/gpu-operator"),
+        PluginSelector("dra-kubelet-plugin", "nvidia-dra-driver-gpu-component=kubelet-plugin",
+                       "NVIDIA/k8s-dra-driver-gpu Helm chart nvidia-dra-driver-gpu"),
+        PluginSelector("dra-kubelet-plugin", "dra-driver-nvidia-gpu-component=kubelet-plugin",
+                       "NVIDIA/k8s-dra-driver-gpu Helm chart dra-driver-nvidia-gpu"),
+    ),
     device_resource=lambda model: "nvidia.com/gpu",
     id_prefixes=("GPU-", "MIG-"),
     plugin_device_id=lambda d: d.uuid,  # the device plugin names GPUs by uuid (GPU-...::N replicas)

@@ -59,6 +59,33 @@ class ResourceName:
         return m.expand(self.group) if m else None
 
 
+PLUGIN_COMPONENTS = ("device-plugin", "dra-kubelet-plugin")
+_LABEL_TERM = re.compile(r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+                         r"=[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+@dataclass(frozen=True)
+class PluginSelector:
+    """The pods of a vendor's device plugin or DRA kubelet plugin, found by the label their
+    published manifest puts on the pod template, in any namespace. ``component``:
+    ``device-plugin`` | ``dra-kubelet-plugin``; ``selector``: equality terms
+    (``app.kubernetes.io/name=nvidia-device-plugin``); ``source``: the manifest it comes from."""
+
+    component: str
+    selector: str
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.component not in PLUGIN_COMPONENTS:
+            raise ValueError(f"PluginSelector {self.selector!r}: component {self.component!r} is not one of "
+                             f"{PLUGIN_COMPONENTS}")
+        if not self.selector or not all(_LABEL_TERM.fullmatch(t) for t in self.selector.split(",")):
+            raise ValueError(f"PluginSelector {self.selector!r}: not key=value terms separated by commas")
+
+    def labels(self) -> dict[str, str]:
+        return dict(t.split("=", 1) for t in self.selector.split(","))
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """A vendor command-line tool: where the vendor installs it on a host (``dirs``, searched
@@ -116,6 +143,8 @@ class VendorSpec:
     # GPU-share plugin reads the NVIDIA device plugin's indices; another vendor's would collide)
     volcano_gpu_indices: bool = False
     fabric_links: tuple[str, ...] = ()  # Link.type values of the vendor's own fabric
+    # the pods of its device plugins and DRA kubelet plugins (stack health, health/plan/stack.py)
+    plugin_pods: tuple[PluginSelector, ...] = ()
     tools: tuple[ToolSpec, ...] = ()
     collectors: tuple[CollectorEntry, ...] = ()
     parsers: Mapping[str, str] = field(default_factory=dict)  # parse TOOL -> "module:function"

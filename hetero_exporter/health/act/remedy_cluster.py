@@ -31,6 +31,9 @@ from hetero_exporter.health.plan import Plan
 from hetero_exporter.health.plan.device_taints import DeviceTaintPlan
 from hetero_exporter.health.plan.nodefeature import NodeFeaturePlan, object_name
 from hetero_exporter.health.plan.pod_signals import PodSignalPlan
+from hetero_exporter.health.plan.stack import PluginRead, component_up
+from hetero_exporter import vendors
+from hetero_exporter.k8s.api import Api
 from hetero_exporter.k8s.client import Cluster, K8sError
 from hetero_exporter.k8s.dra import Dra
 from hetero_exporter.k8s.events import Events, NodeEvent
@@ -46,6 +49,8 @@ NFD_PROBE_SECONDS = 600.0  # a cluster without the NodeFeature CRD (nodefeature 
 MANAGED_BY = "app.kubernetes.io/managed-by=hetero-exporter"
 MAX_KNOWN_PODS = 4096  # pods whose uid and node are remembered
 MAX_QUOTED = 300  # characters of an API answer quoted in an event
+MAX_PLUGIN_PODS = 32  # pods one plugin selector lists on this node (a DaemonSet has one; a rollout two)
+PODS = "/api/v1/pods"
 
 
 @dataclass
@@ -103,6 +108,8 @@ class ClusterSide:
         self._failed_pods = failed_pods
         self._dra = Dra(cluster) if cfg.device_taints else None
         self._pods = PodWrites(cluster)
+        self._reads = Api(cluster.api_client, cluster.timeout_seconds) if cfg.stack else None
+        self._stack_failed: set[str] = set()  # selectors whose last list failed (said once per episode)
         self._dra_served = None if self._dra is None else _ServedProbe(
             self._dra.served, DRA_PROBE_SECONDS, clock, node, "DRA", "device taints off: the cluster does not serve "
             "DRA; the node taint, condition and pod signals work without it", logging.INFO)
@@ -138,7 +145,37 @@ class ClusterSide:
                 if r:
                     resources[d.identity.uuid] = r
         return ClusterView(slices=slices, device_rules=rules, failed_pods=failed_pods, resources=resources,
-                           pods_book=pods_book, nodefeature=self._nodefeature())
+                           pods_book=pods_book, nodefeature=self._nodefeature(), stack=self._stack(snapshot))
+
+    def _stack(self, snapshot: NodeSnapshot) -> Optional[tuple[PluginRead, ...]]:
+        """The plugin pods on this node of each vendor with devices here (stack health,
+        health/plan/stack.py): one list per selector of the vendor's spec (label selector and
+        spec.nodeName, bounded); a failed list is a read of None (nothing is judged absent)."""
+        if self._reads is None or self.cfg.mode == "observe":
+            return None
+        reads: list[PluginRead] = []
+        known = vendors.specs()
+        for name in sorted({d.identity.vendor for d in snapshot.devices if d.identity.parent is None}):
+            spec = known.get(name)
+            for sel in spec.plugin_pods if spec is not None else ():
+                reads.append(PluginRead(name, sel.component, sel.selector, self._plugin_pods(sel.selector)))
+        self.metrics.stack(component_up(reads, self.cfg.stack_grace_seconds, self._clock()))
+        return tuple(reads)
+
+    def _plugin_pods(self, selector: str) -> Optional[tuple[dict, ...]]:
+        assert self._reads is not None
+        try:
+            doc = self._reads.get(PODS, query={"labelSelector": selector, "fieldSelector": f"spec.nodeName={self.node}",
+                                               "limit": str(MAX_PLUGIN_PODS)})
+        except K8sError as e:
+            if selector not in self._stack_failed:
+                log.warning("health: cannot list plugin pods; their stack health waits", extra={
+                    "node": self.node, "selector": selector, "error": str(e)[:MAX_QUOTED]})
+            self._stack_failed.add(selector)
+            return None
+        self._stack_failed.discard(selector)
+        items = doc.get("items") if isinstance(doc, dict) else None
+        return tuple(p for p in items[:MAX_PLUGIN_PODS] if isinstance(p, dict)) if isinstance(items, list) else ()
 
     def _nodefeature(self) -> Optional[NodeFeatureRead]:
         """This node's NodeFeature as read (nodefeature mode); None when the API is not served or

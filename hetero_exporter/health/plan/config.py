@@ -59,6 +59,10 @@ class RemedyConfig:
     admission_failures_min: int = 3  # failed admissions within the window that make a black hole
     admission_window_seconds: float = 600.0
     allocatable_grace_seconds: float = 300.0  # allocatable below healthy devices for this long
+    # the vendors' device plugin and DRA kubelet plugin pods (issue 38 §4, stack.py): crash-looping,
+    # not Ready for stack_grace_seconds, or none of a present vendor's running: a node reason, no taint
+    stack: bool = True
+    stack_grace_seconds: float = 300.0
     fleet_budget: bool = True  # the taint budget through Lease slots (else the node count alone)
     budget_namespace: str = ""  # the Leases' namespace: "" = $POD_NAMESPACE, else hetero-exporter
     budget_lease_seconds: float = 600.0  # a slot of a node that stopped renewing expires after this
@@ -194,6 +198,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "admission_failures_min": _number(1, 1000, integer=True),
     "admission_window_seconds": _number(10.0, 86400.0),
     "allocatable_grace_seconds": _number(0.0, 86400.0),
+    "stack": v.boolean, "stack_grace_seconds": _number(0.0, 86400.0),
     "fleet_budget": v.boolean, "budget_namespace": _namespace,
     "budget_lease_seconds": _number(30.0, 86400.0),
     "inventory_labels": lambda p, x: v.string(p, x, choices=INVENTORY_OUTLETS),
