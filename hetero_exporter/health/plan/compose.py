@@ -27,6 +27,7 @@ from hetero_exporter.health.plan.overrides import plan_overrides
 from hetero_exporter.health.plan.pod_signals import PodSignalPlan
 from hetero_exporter.health.plan.records import OutboxEvent, PodTarget
 from hetero_exporter.health.plan.scheduler_annotations import AnnotationPlan
+from hetero_exporter.health.plan.stack import with_stack
 from hetero_exporter.health.plan.taint import TaintPlan, plan_taint, with_classes
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, StickyFault, Verdict
@@ -89,7 +90,8 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
     view = view or ClusterView()
     by_uuid = {d.identity.uuid: d for d in snapshot.devices}
     p.classes, nv = plan_classes(name, node, snapshot, verdicts, nv, policy, view, cfg)
-    faults = plan_node_faults(name, node, view, verdicts, nv, book.black_hole, cfg, now)
+    faults = with_stack(plan_node_faults(name, node, view, verdicts, nv, book.black_hole, cfg, now), name,
+                        snapshot, view, book.black_hole, cfg, now)  # plugin pods: reasons, no taint (stack.py)
     p.verdict = nv = faults.verdict
     p.node_faults = list(faults.faults)
     p.device_taints = plan_device_rules(name, view, verdicts, by_uuid, policy, cfg, now, p.classes)
