@@ -173,9 +173,9 @@ def print_tables(got: dict[str, Any]) -> None:
     print("| node | " + " | ".join(N.PROFILES) + " |")
     print("|---|" + "---:|" * len(N.PROFILES))
     for vendor, by_profile in got["vendors_x8"].items():
-        print(f"| {vendor} | " + " | ".join(f"{_kb(b['text_bytes'])} ({_kb(b['text_gzip_bytes'])}) "
-                                            f"[{_kb(b['openmetrics_bytes'])}], {b['text_bytes'] / AMD_EXPORTER_BYTES:.3f}"
-                                            for b in by_profile.values()) + " |")
+        cells = [f"{_kb(b['text_bytes'])} ({_kb(b['text_gzip_bytes'])}) [{_kb(b['openmetrics_bytes'])}], "
+                 f"{b['text_bytes'] / AMD_EXPORTER_BYTES:.3f}" for b in by_profile.values()]
+        print(f"| {vendor} | " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str]) -> None:

@@ -161,10 +161,10 @@ def test_full_serves_every_reading_the_catalogue_exports(snap):
 
 @pytest.mark.parametrize("profile", N.PROFILES)
 def test_include_and_exclude_refine_every_profile(snap, profile):
-    base = {s.name for s in _series(snap, Selection(profile=profile))}
-    less = {s.name for s in _series(snap, Selection.of({"profile": profile, "exclude": [N.POWER.name, "energy_joules_total"]}))}
-    assert base - less == {N.POWER.name, N.ENERGY.name}
-    only = {s.name for s in _series(snap, Selection.of({"profile": profile, "include": ["temperature_{sensor}_celsius"]}))}
+    def names(**refine) -> set[str]:
+        return {s.name for s in _series(snap, Selection.of({"profile": profile, **refine}))}
+    assert names() - names(exclude=[N.POWER.name, "energy_joules_total"]) == {N.POWER.name, N.ENERGY.name}
+    only = names(include=["temperature_{sensor}_celsius"])
     assert N.TEMPERATURE.name in only and N.UTILIZATION.name not in only and N.DEVICE_INFO.name in only
 
 
@@ -178,7 +178,8 @@ def test_a_profile_is_read_from_the_config_file(tmp_path):
 def test_the_guide_documents_profiles_and_openmetrics_where_the_generated_docs_link():
     guide = (ROOT / "docs/metrics-guide.md").read_text()
     headings = [line[3:] for line in guide.splitlines() if line.startswith("## ")]
-    assert "Profiles" in headings and "OpenMetrics and exemplars" in headings  # anchors #profiles, #openmetrics-and-exemplars
+    # anchors #profiles and #openmetrics-and-exemplars
+    assert "Profiles" in headings and "OpenMetrics and exemplars" in headings
     assert "metrics-guide.md#profiles" in (ROOT / "collectors/generate.py").read_text()
     section = guide[guide.index("## Profiles"):guide.index("\n## ", guide.index("## Profiles") + 1)]
     for profile in N.PROFILES:
