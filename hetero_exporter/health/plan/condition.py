@@ -54,6 +54,11 @@ def _state(snapshot: NodeSnapshot, verdicts: Mapping[str, Verdict], nv: NodeVerd
     if not failed and node_faults:
         message = f"{node_text}. Node: {nv.why}" + (" (taint refused by the blast-radius budget)" if refused else "")
         return "True", node_faults[0].reason, message[:MAX_MESSAGE]
+    held = [(d, verdicts[d.identity.uuid]) for d in snapshot.devices if d.identity.uuid in verdicts]
+    recovering = [(d, v.reasons[0].message if v.reasons else "") for d, v in held if v.state == "recovering"]
+    if not failed and recovering:  # held by a recovery gate (health/detect/gate.py): what it waits for
+        message = " | ".join(f"{device_name(d)}: {said}" for d, said in recovering)
+        return "True" if nv.unhealthy else "False", "AcceleratorsRecovering", f"{message}. Node: {nv.why}"[:MAX_MESSAGE]
     if not failed:
         return "False", "AcceleratorsDegraded" if nv.degraded else "AcceleratorsHealthy", nv.why[:MAX_MESSAGE]
     first = failed[0]
