@@ -226,6 +226,23 @@ AGENT_RULES = [
                  "server or a denied request (the ClusterRole in deploy/base/rbac.yaml; the node-restriction "
                  "admission policy needs the node name in the service account token, Kubernetes 1.30+). "
                  "Set health.mode to observe where the agent is not meant to act."),
+    # The plugin pods the devices need (issue 38 §4, health/plan/stack.py): 0 while a vendor's device
+    # plugin / DRA kubelet plugin pod on the node crash-loops or is not Ready, or none of them runs
+    # (component "plugins"); the node's AcceleratorUnhealthy condition names it after the grace.
+    Rule("AcceleratorPluginDown",
+         # every rule's own label "component" replaces the series' one: kept apart as "plugin"
+         f'label_replace({N.STACK_COMPONENT_UP.name} == 0, "plugin", "$1", "component", "(.*)")', "warning",
+         for_="10m",
+         summary="{{ $labels.vendor }} {{ $labels.plugin }} on node {{ $labels.node }} is down",
+         description="For 10 minutes the {{ $labels.vendor }} {{ $labels.plugin }} pods on node {{ $labels.node }} "
+                     "have been crash-looping or not Ready (plugins: no device plugin or DRA kubelet "
+                     "plugin of the vendor runs there at all): the node's devices may be healthy, but no new pod "
+                     "can be given one.",
+         runbook="kubectl get pods -A --field-selector spec.nodeName={{ $labels.node }} -o wide, then describe "
+                 "the vendor's plugin pod and read its logs (previous container too): a driver or runtime the "
+                 "plugin cannot load, a missing host path, a config it rejects. Absent: check the DaemonSet's "
+                 "node selector and tolerations against the node's labels and taints. A plugin of another name "
+                 "(HAMi, a custom one): set health.stack to false on such nodes."),
     Rule("AcceleratorSnapshotStale",
          f"{N.SNAPSHOT_AGE.name} > {STALE_SNAPSHOT_SECONDS}", "warning", for_="2m",
          summary="hetero-exporter on node {{ $labels.node }} serves a stale snapshot",

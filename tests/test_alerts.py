@@ -18,6 +18,8 @@ import yaml
 from conftest import ROOT, require_tool
 from promql_names import load, problems
 
+from hetero_exporter.model import names as N
+
 ALERTS = ROOT / "alerts"
 TESTS = sorted((ALERTS / "tests").glob("*.test.yml"))
 AM_CONFIG = ALERTS / "alertmanager.example.yml"
@@ -249,3 +251,10 @@ def test_the_fleet_dashboard_computes_what_the_rules_record(tmp_path):
     path.write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m", "tests": tests}))
     res = run(promtool, "test", "rules", str(path))
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_plugin_pods_alert_keeps_the_component_apart_from_the_rules_own_label():
+    """Issue 38 §4: accelerator_stack_component_up's ``component`` would be overwritten by every
+    rule's ``component`` label: the alert carries it as ``plugin``."""
+    (rule,) = [r for r in rules.ALL_RULES if r.alert == "AcceleratorPluginDown"]
+    assert N.STACK_COMPONENT_UP.name in rule.expr and '"plugin"' in rule.expr and rule.for_ == "10m"
