@@ -223,3 +223,47 @@ def test_recovering_is_a_state_of_every_listing():
     class Dev:
         health = "recovering"
     assert _why_excluded(Dev()).startswith("recovering")
+
+
+# --------------------------------------------------------------------------- the book and the judge
+
+
+def test_the_watch_is_kept_in_the_book_and_read_back_as_hostile():
+    from hetero_exporter.health.plan.book import Book, holds_from_json, holds_to_json, said_in
+    holds = {"GPU-1": GateHold(NOW), "GPU-2": GateHold(NOW, NOW + 60)}
+    book = Book(holds=holds_to_json(holds, {"GPU-2": "recovering: waiting (not yet)"}))
+    back = Book.from_annotation(book.to_json())
+    assert holds_from_json(back.holds) == holds and said_in(back.holds, "GPU-2") == "recovering: waiting (not yet)"
+    assert "holds" not in json.loads(Book().to_json())  # an old agent's book is unchanged
+    assert holds_from_json(Book.from_annotation('{"v": 1}').holds) == {}
+    bad = {"GPU-3": {"failed_at": "yesterday"}, "GPU-4": {"failed_at": float("nan")}, "GPU-5": [],
+           "GPU-6": {"failed_at": NOW, "recovering_since": True}}
+    assert holds_from_json(bad) == {"GPU-6": GateHold(NOW)}
+    assert Book.from_annotation('{"v": 1, "holds": []}').broken
+    assert said_in({"GPU-1": {"said": "a\x1b[2J"}}, "GPU-1") == ""
+
+
+def test_a_restored_watch_holds_before_the_plans_table_is_seen():
+    """After a restart the first judgement has no plan yet: the class's gate comes from
+    ``gates_of``, so a device that recovered meanwhile is still held."""
+    from hetero_exporter.health.detect import policy as policy_mod
+    from hetero_exporter.health.detect.verdicts import HealthVerdicts
+    gate = RecoveryGate(evidence_annotation="hetero-exporter.io/recovery-evidence")
+    judge = HealthVerdicts(policy_mod.load(None))
+    judge.restore({}, None, None, holds={"GPU-1": GateHold(NOW - 600, NOW - 60)})
+    asked = []
+    judge.gates_of = lambda snap, labels: asked.append(dict(labels)) or {"GPU-1": gate}
+    judge.see_node({"hetero-exporter.io/recovery-evidence": json.dumps(
+        {"GPU-1": {"result": "pass", "time": rfc3339(NOW - 700)}})}, "k", NOW, labels={"zone": "a"})
+    snap = NodeSnapshot(node="n", time=NOW, devices=(device(),))
+    _, ev = judge.judge(snap)
+    assert ev.verdicts["GPU-1"].state == "recovering" and ev.holds == {"GPU-1": GateHold(NOW - 600, NOW - 60)}
+    assert asked == [{"zone": "a"}]
+    judge.see_gates({})  # the plan: its class has no gate (any more)
+    _, ev = judge.judge(dataclasses_replace(snap, time=NOW + 10))
+    assert ev.verdicts["GPU-1"].state == "ok" and ev.holds == {} and len(asked) == 1
+
+
+def dataclasses_replace(obj, **kw):
+    import dataclasses
+    return dataclasses.replace(obj, **kw)

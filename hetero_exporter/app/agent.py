@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from hetero_exporter.sources.kernel_log import Follower, KernelLogFaults
     from hetero_exporter.sources.pci_presence import UdevWatch
     from hetero_exporter.sources.podresources.client import PodResourcesPoller
+    from hetero_exporter.sources.recovery_gate import ExecGates
 
 log = logging.getLogger("hetero_exporter")
 
@@ -117,7 +118,8 @@ class Parts:
     ``removals`` the devices they forgot as removed; ``collectors`` the enabled ones; ``cluster``
     the one API connection (None where no part needs one); ``pod_cache``, ``podresources`` and
     ``kernel_log`` the sources' services; ``sources`` the enrichers in order; ``verdicts`` the
-    judge; ``sampler`` over all of them; ``health`` the health loop (``run`` only)."""
+    judge; ``sampler`` over all of them; ``health`` the health loop (``run`` only); ``gates``
+    the runner of the recovery gates' self-tests (``run``, where a class has one)."""
 
     paths: HostPaths
     identities: IdentityStore
@@ -133,6 +135,7 @@ class Parts:
     verdicts: "HealthVerdicts"
     sampler: Sampler
     health: Optional[HealthParts]
+    gates: "Optional[ExecGates]" = None
 
 
 class Agent:
@@ -184,7 +187,8 @@ class Agent:
         """Restore (once, before anything reads: ``restore``), then start the services in the
         order of the parts: the pod cache, the simulated kubelet and the PodResources poller, the
         kernel-log follower (each waiting for its first answer), the ResourceSlice watch and the
-        udev watch. Once; the parts, started."""
+        udev watch; the recovery gates' runner is closed with them (its thread starts with its
+        first self-test). Once; the parts, started."""
         if self._started:
             return self.parts
         self._started = True
@@ -201,14 +205,17 @@ class Agent:
                                 follower.close)
         if p.health is not None:
             self._start_health(p.health)
+        if p.gates is not None:
+            self.services.add("recovery-gates", p.gates.close)
         return p
 
     def restore(self, node: Optional[Mapping[str, Any]] = None) -> None:
         """What an earlier agent left, brought back once, before the first cycle: each enabled
         collector's pinned identities (a device lost across the restart keeps its uuid; one the
         bus no longer shows is removed), the kernel-log cursor (nothing replayed, nothing
-        missed), and the sticky faults the Node's book records, into the verdicts: from ``node``
-        when the command read it (``health --dry-run``), else through the health loop's remedy,
+        missed), and the sticky faults (and the recovery gates' watch) the Node's book records,
+        into the verdicts: from ``node`` when the command read it (``health --dry-run``; its
+        labels class the devices for the gates), else through the health loop's remedy,
         which tries again each cycle while the API server does not answer (the loop acts only
         once they are back)."""
         if self._restored:
@@ -220,10 +227,14 @@ class Agent:
             p.kernel_log.follower.restore()
         if node is not None:
             from hetero_exporter.health import plan as plan_mod
-            book = plan_mod.Book.from_annotation(
-                ((node.get("metadata") or {}).get("annotations") or {}).get(self.settings.health.remedy.book_annotation))
+            from hetero_exporter.health.plan.book import holds_from_json
+            rcfg = self.settings.health.remedy
+            meta = node.get("metadata") or {}
+            book = plan_mod.Book.from_annotation((meta.get("annotations") or {}).get(rcfg.book_annotation))
             p.verdicts.restore(plan_mod.sticky_from_json(book.sticky), book.boot_id, self.env.boot_id,
-                               plan_mod.occurrences_from_json(book.occurrences))
+                               plan_mod.occurrences_from_json(book.occurrences), holds_from_json(book.holds))
+            p.verdicts.see_node(meta.get("annotations") or {}, rcfg.keys.health_override, self.clock(),
+                                labels=meta.get("labels") or {})
         elif p.health is not None:
             p.health.remedy.restore_into(p.verdicts, self.env.boot_id)
 
@@ -315,6 +326,7 @@ class _Assembly:
         sources = self.sources(attribution, kernel_log)
         from hetero_exporter.health.detect.verdicts import HealthVerdicts
         verdicts = HealthVerdicts(self.settings.health.policy)
+        gates = self.recovery_gates(paths, verdicts)
         # With PCI presence on, that source scans the bus and sets the expected counts; the
         # sampler scanning it too would read sysfs twice per cycle for the same answer.
         sampler = Sampler(collectors, self.node, clock=self.env.clock,
@@ -325,7 +337,7 @@ class _Assembly:
         return Parts(paths=paths, identities=identities, memories=memories, removals=removals,
                      collectors=collectors, cluster=cluster, pod_cache=pod_cache, podresources=podresources,
                      kernel_log=kernel_log, attribution=attribution, sources=sources, verdicts=verdicts,
-                     sampler=sampler, health=health)
+                     sampler=sampler, health=health, gates=gates)
 
     # ---- collectors
 
@@ -467,6 +479,29 @@ class _Assembly:
         if kernel_log is not None:
             out.append(kernel_log.faults)
         return tuple(out)
+
+    def recovery_gates(self, paths: HostPaths, verdicts: "HealthVerdicts") -> "Optional[ExecGates]":
+        """The judge's recovery gates (health.classes[].recovery_gate; docs/health.md): each
+        device's gate from its class until the plan's table is seen, and for ``run`` the runner
+        of the self-tests below the host root where a class has one (``health --dry-run`` runs none)."""
+        from hetero_exporter.health.act.remedy import class_gates
+        rcfg = self.settings.health.remedy
+        gated = [(c.name, c.recovery_gate) for c in rcfg.classes if c.recovery_gate is not None]
+        if not gated:
+            return None
+        verdicts.gates_of = class_gates(rcfg, device_resource)
+        for name, gate in gated:
+            if gate.evidence_annotation and not gate.evidence_annotation.startswith(f"{rcfg.domain}/recovery-"):
+                # the shipped admission policy keeps the agent's token off <domain>/recovery-* only
+                log.warning("recovery gate evidence outside the protected prefix: add it to the node-restriction "
+                            "policy, or the agent's own token could certify its devices",
+                            extra={"class": name, "annotation": gate.evidence_annotation})
+        if self.options.command != "run" or not any(gate.exec for _, gate in gated):
+            return None
+        from hetero_exporter.sources.recovery_gate import ExecGates
+        runner = ExecGates(paths, clock=self.env.clock)
+        verdicts.gate_runner = runner
+        return runner
 
     # ---- the health loop (docs/health.md)
 

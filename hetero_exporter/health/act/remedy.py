@@ -36,16 +36,20 @@ from hetero_exporter.health.plan import pod_signals
 from hetero_exporter.health.act.fleet_budget import FleetBudget
 from hetero_exporter.health.act.metrics import HealthMetrics
 from hetero_exporter.health.plan import Book, Budget, ClusterView, Plan, RemedyConfig
+from hetero_exporter.health.plan import classes as classes_mod
+from hetero_exporter.health.plan.book import holds_from_json
 from hetero_exporter.health.plan.budget import class_taints, counted_classes
 from hetero_exporter.health.plan.records import PodRecord
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.act.remedy_cluster import Applied, ClusterSide
-from hetero_exporter.health.detect.verdicts import Evaluation, HealthVerdicts
+from hetero_exporter.health.detect.gate import RecoveryGate
+from hetero_exporter.health.detect.verdicts import Evaluation, GatesOf, HealthVerdicts
 from hetero_exporter.k8s.client import Cluster, K8sError
 from hetero_exporter.k8s.events import Events, NodeEvent, ObjectRef
 from hetero_exporter.k8s.leases import Leases
 from hetero_exporter.k8s.nodes import Nodes
 from hetero_exporter.model import DeviceIdentity, DeviceSample, NodeSnapshot
+from hetero_exporter.model.evaluation import GATE_CODE
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +104,21 @@ def no_resource(device: DeviceSample) -> str:
     return ""
 
 
+def class_gates(cfg: RemedyConfig, resource_of: Callable[[DeviceSample], str] = no_resource) -> GatesOf:
+    """The recovery gates of a snapshot's devices from health.classes and the Node's labels, for
+    the judge until the plan's class table is seen (the first cycle, ``health --dry-run``): as
+    the plan classes them, but a class matched by DRA pool alone is known from the plan only."""
+    gated = any(c.recovery_gate is not None for c in cfg.classes)
+
+    def gates(snapshot: NodeSnapshot, labels: Mapping[str, str]) -> dict[str, RecoveryGate]:
+        if not gated:
+            return {}
+        table = classes_mod.assign(snapshot, cfg.classes, cfg.class_default, labels, {},
+                                   {d.identity.uuid: resource_of(d) for d in snapshot.devices})
+        return table.gates()
+    return gates
+
+
 class Remedy:
     """``resource_of``: the extended resource a device is allocated as (``nvidia.com/gpu``; ''
     when none), from the vendor specs (cli wires it); ``slices``: a started SliceCache of this
@@ -115,6 +134,7 @@ class Remedy:
         self.node = node_name
         self.policy = policy
         self.cfg = cfg
+        self.resource_of = resource_of
         self.metrics = metrics or HealthMetrics()
         self._clock = clock
         live = cluster if cluster is not None and cluster.enabled and cfg.mode != "observe" else None
@@ -139,8 +159,8 @@ class Remedy:
             # as an API it cannot reach; observe expects no access, so the gauge stays absent there
             self.metrics.kubernetes_up(False)
         self._delivered: set[str] = set()
-        # called with the Node's annotations each time it is read (HealthLoop: the verdicts' see_node,
-        # for the operators' overrides)
+        # called with the Node's metadata each time it is read (HealthLoop: the verdicts' see_node,
+        # for the operators' overrides and the recovery gates' evidence)
         self.node_seen: Optional[Callable[[Mapping[str, Any]], None]] = None
         self.restored = not on  # sticky faults read back from the Node (or nothing to read)
         # Skip the API round trip when nothing the plan depends on changed since the last
@@ -187,10 +207,12 @@ class Remedy:
         self._seen(node)
         book = Book.from_annotation(((node.get("metadata") or {}).get("annotations") or {}).get(self.cfg.book_annotation))
         sticky = plan_mod.sticky_from_json(book.sticky)
-        verdicts.restore(sticky, book.boot_id, current_boot_id, plan_mod.occurrences_from_json(book.occurrences))
-        if sticky:
+        holds = holds_from_json(book.holds)
+        verdicts.restore(sticky, book.boot_id, current_boot_id, plan_mod.occurrences_from_json(book.occurrences),
+                         holds)
+        if sticky or holds:
             log.info("restored sticky faults from the node", extra={
-                "node": self.node, "devices": len(sticky),
+                "node": self.node, "devices": len(sticky), "recovery_gate_holds": len(holds),
                 "rebooted": bool(book.boot_id and current_boot_id and book.boot_id != current_boot_id)})
         self.restored = True
         self.metrics.kubernetes_up(True)
@@ -200,9 +222,9 @@ class Remedy:
         return self._clock()
 
     def _seen(self, node: Mapping[str, Any]) -> None:
-        annotations = (node.get("metadata") or {}).get("annotations")
+        meta = node.get("metadata")
         if self.node_seen is not None:
-            self.node_seen(annotations if isinstance(annotations, dict) else {})
+            self.node_seen(meta if isinstance(meta, dict) else {})
 
     # ------------------------------------------------------------------ one cycle
     def read_node(self) -> dict:
@@ -273,7 +295,9 @@ class Remedy:
 
     def _signature(self, snapshot: NodeSnapshot, ev: Evaluation) -> tuple:
         """What the plan depends on, apart from the Node itself and the clock."""
-        devices = tuple(sorted((u, v.state, tuple(f.code for f in v.reasons)) for u, v in ev.verdicts.items()))
+        # a recovery gate's result is said in the condition: its text counts, not only its code
+        devices = tuple(sorted((u, v.state, tuple(f.code if f.code != GATE_CODE else f"{f.code} {f.message}"
+                                                  for f in v.reasons)) for u, v in ev.verdicts.items()))
         sticky = tuple(sorted((u, tuple(sorted(st.fault.code for st in items))) for u, items in ev.sticky.items()))
         inventory: tuple = ()
         if self.cfg.inventory:
@@ -284,8 +308,9 @@ class Remedy:
                                 tuple(sorted((pr.namespace or "", pr.pod) for pr in d.processes if pr.pod)))
                                for d in snapshot.devices if d.identity.uuid in failing))
         overrides = tuple((n.uuid, n.key, n.expired) for n in ev.overrides)
+        holds = tuple(sorted((u, h.failed_at, h.recovering_since) for u, h in ev.holds.items()))
         return (ev.node.unhealthy, ev.node.taint_class, devices, sticky, inventory, snapshot.boot_id, holders,
-                overrides)
+                overrides, holds)
 
     def reconcile(self, snapshot: NodeSnapshot, ev: Evaluation) -> Outcome:
         """Bring the Node in line with the verdicts. Never raises."""
@@ -293,7 +318,7 @@ class Remedy:
         api = self._api
         if api is None:
             p = plan_mod.plan(empty_node(self.node), snapshot, ev.verdicts, ev.node, self.policy, self.cfg,
-                              self._clock(), sticky=ev.sticky, overrides=ev.overrides)
+                              self._clock(), sticky=ev.sticky, overrides=ev.overrides, holds=ev.holds)
             self.metrics.node(p.verdict.unhealthy if p.verdict is not None else ev.node.unhealthy)
             return Outcome(plan=p, skipped="observe mode" if self.cfg.mode == "observe" else "no cluster access")
         now = self._clock()
@@ -334,7 +359,7 @@ class Remedy:
             # the budget is asked only when the taint would be added (black-hole faults included)
             p = plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
                               budget=self._budget, sticky=ev.sticky, view=self._view(snapshot, ev),
-                              overrides=ev.overrides, occurrences=ev.occurrences)
+                              overrides=ev.overrides, occurrences=ev.occurrences, holds=ev.holds)
             out.plan = p
             # the node verdict with the devices' classes (a skipped cycle keeps it: nothing changed)
             self.metrics.node(p.verdict.unhealthy if p.verdict is not None else ev.node.unhealthy)
@@ -479,6 +504,10 @@ class Remedy:
         return sent, undelivered
 
 
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 class HealthLoop:
     """Reconciles on its own thread with the latest snapshot (older ones are skipped)."""
 
@@ -487,7 +516,10 @@ class HealthLoop:
         self.remedy = remedy
         self.verdicts = verdicts
         key = remedy.cfg.keys.health_override
-        remedy.node_seen = lambda annotations: verdicts.see_node(annotations, key, remedy.now())
+        remedy.node_seen = lambda meta: verdicts.see_node(_as_dict(meta.get("annotations")), key, remedy.now(),
+                                                          labels=_as_dict(meta.get("labels")))
+        if verdicts.gates_of is None:  # the recovery gates before the first plan (app/agent.py sets its own)
+            verdicts.gates_of = class_gates(remedy.cfg, remedy.resource_of)
         self._boot_id = boot_id
         self._idle = idle_seconds
         self._lock = threading.Lock()
@@ -530,6 +562,8 @@ class HealthLoop:
             return None
         self.last = out
         self.cycles += 1
+        if out.plan is not None:  # each device's recovery gate, as its class says now (the next judgement's)
+            self.verdicts.see_gates(out.plan.classes.gates())
         return out
 
     def _loop(self) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.verdicts import Evaluation
 from hetero_exporter.health.plan import Plan, RemedyConfig, fault_text
+from hetero_exporter.health.plan.book import said_in
 from hetero_exporter.health.plan.device_taints import DeviceTaintPlan, json_at
 from hetero_exporter.model import DeviceSample, Fault, NodeSnapshot
 
@@ -129,8 +130,9 @@ def _device(d: DeviceSample, ev: Evaluation, p: Plan, policy: Policy, cfg: Remed
     parent = ev.verdicts.get(i.parent) if i.parent else None
     own = p.classes.of(uuid)
     failed = state == "failed" or (parent is not None and parent.state == "failed")
-    effect = own.device_taint_effect if failed else ("None" if state == "degraded" and cfg.device_taint_degraded
-                                                     else None)
+    # recovering (its recovery gate has not passed): no new work, nothing evicted (device_taints.py)
+    effect = own.device_taint_effect if failed else "NoSchedule" if state == "recovering" else (
+        "None" if state == "degraded" and cfg.device_taint_degraded else None)
     effect = effect if cfg.device_taints else None
     rule = None if effect is None else rules.get(uuid) or ("keep" if p.device_taints is not None else "dra-not-read")
     occurred = {c: len(o.times) for c, o in sorted((ev.occurrences.get(uuid) or {}).items()) if o.times}
@@ -213,6 +215,9 @@ def render(snapshot: NodeSnapshot, ev: Evaluation, p: Plan, policy: Policy, cfg:
             lines.append(f"  {'':<60} {'':<9} pending: {pend}")
         if cfg.classes or r.state in ("failed", "degraded") or r.occurrences:
             lines.append(f"      -> {_would(r)}")
+        said = said_in(p.book.holds, r.uuid) if r.state == "recovering" else ""
+        if said and all(x.message != said for x in r.reasons):  # a self-test the dry-run does not run
+            lines.append(f"      -> recovery gate, as the agent last said: {said}")
     if not snapshot.devices:
         lines.append("  (no accelerator found)")
     lines += ["", f"Node verdict: {'UNHEALTHY' if report.node.unhealthy else 'healthy'}: {report.node.why}", "",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from hetero_exporter.health.detect import gate as gate_mod
 from hetero_exporter.health.detect import override as override_mod
@@ -26,6 +26,9 @@ from hetero_exporter.model.faults import Catalogue
 
 log = logging.getLogger(__name__)
 MAX_SAID = 256  # distinct problems of the override annotation remembered as said (logged once each)
+# the recovery gates of a snapshot's devices from its Node's labels (uuid -> its class's gate), as
+# app/agent.py and the health loop make it from health.classes: used until the plan's class table is seen
+GatesOf = Callable[[NodeSnapshot, Mapping[str, str]], Mapping[str, gate_mod.RecoveryGate]]
 
 
 class HealthVerdicts:
@@ -41,29 +44,29 @@ class HealthVerdicts:
         self._node: Optional[rules.NodeVerdict] = None
         self._overrides = override_mod.Overrides()
         self._said: set[str] = set()
-        # the recovery gates (gate.py): uuid -> its class's gate, the devices watched, the Node's
-        # evidence annotations the gates name; the runner of their self-tests (app sets it)
+        # the recovery gates (gate.py): the runner of their self-tests and the gates of a snapshot
+        # before the plan's class table is seen (app and the health loop set them); uuid -> its
+        # class's gate (None: no table seen yet), the devices watched, the Node as last read
         self.gate_runner: Optional[gate_mod.Runner] = None
-        self._gates: dict[str, gate_mod.RecoveryGate] = {}
+        self.gates_of: Optional[GatesOf] = None
+        self._gates: Optional[dict[str, gate_mod.RecoveryGate]] = None
         self._holds: dict[str, GateHold] = {}
-        self._holds_seeded = False
-        self._evidence: dict[str, str] = {}
+        self._annotations: Mapping[str, Any] = {}
+        self._labels: Mapping[str, str] = {}
 
     def see_node(self, annotations: Mapping[str, Any], override_key: str, now: float,
-                 holds: Optional[Mapping[str, GateHold]] = None) -> None:
+                 labels: Optional[Mapping[str, Any]] = None) -> None:
         """The Node as the health loop (or ``health --dry-run``) read it: its operators' overrides
-        (annotation ``override_key``), honoured from the next judgement on, and the evidence
-        annotations the recovery gates name; ``holds``: the gates' watch an earlier agent recorded
-        (its book), taken once. A problem of the override annotation is logged once."""
+        (annotation ``override_key``), honoured from the next judgement on, and the annotations
+        the recovery gates' evidence is read from; ``labels`` (None: as before) class the devices
+        until the plan's class table is seen. A problem of the override annotation is logged once."""
         raw = annotations.get(override_key)
         parsed = override_mod.parse(raw if isinstance(raw, str) else None, now)
         with self._lock:
             self._overrides = parsed
-            keys = {g.evidence_annotation for g in self._gates.values() if g.evidence_annotation}
-            self._evidence = {k: x for k in keys if isinstance(x := annotations.get(k), str)}
-            if holds is not None and not self._holds_seeded:
-                self._holds = {**holds, **self._holds}
-                self._holds_seeded = True
+            self._annotations = annotations
+            if labels is not None:
+                self._labels = {k: x for k, x in labels.items() if isinstance(k, str) and isinstance(x, str)}
             fresh = [p for p in parsed.problems if p not in self._said]
             if len(self._said) + len(fresh) > MAX_SAID:
                 self._said.clear()
@@ -72,20 +75,36 @@ class HealthVerdicts:
             log.warning("health override annotation: " + problem, extra={"annotation": override_key})
 
     def see_gates(self, gates: Mapping[str, gate_mod.RecoveryGate]) -> None:
-        """uuid -> the recovery gate of the device's class (the plan's class table)."""
+        """uuid -> the recovery gate of the device's class (the plan's class table, each cycle)."""
         with self._lock:
             self._gates = dict(gates)
+
+    @property
+    def holds(self) -> dict[str, GateHold]:
+        with self._lock:
+            return dict(self._holds)
+
+    def _gate_step(self, snapshot: NodeSnapshot, verdicts: dict[str, rules.Verdict]) -> dict[str, rules.Verdict]:
+        """The verdicts through the recovery gates (under the lock): the plan's table, else the
+        gates ``gates_of`` finds for this snapshot; the evidence from the Node as last read."""
+        gates = self._gates if self._gates is not None else (
+            self.gates_of(snapshot, self._labels) if self.gates_of is not None else {})
+        if not gates and not self._holds:
+            return verdicts
+        by_uuid = {d.identity.uuid: d for d in snapshot.devices}
+        keys = {g.evidence_annotation for g in gates.values() if g.evidence_annotation}
+        evidence = {k: x for k in keys if isinstance(x := self._annotations.get(k), str)}
+        runner = self.gate_runner
+        out, self._holds = gate_mod.step(
+            verdicts, self._holds, by_uuid, gates,
+            lambda d, g, h: gate_mod.checks(g, d, h, runner, evidence, snapshot.time), snapshot.time)
+        return out
 
     def judge(self, snapshot: NodeSnapshot) -> tuple[NodeSnapshot, Evaluation]:
         """The snapshot with each device's health the verdict, and the evaluation it was judged by."""
         with self._lock:
             self._state, verdicts = rules.step(self._state, snapshot, self.policy)
-            if self._gates or self._holds:
-                devices = {d.identity.uuid: d for d in snapshot.devices}
-                evidence, runner = self._evidence, self.gate_runner
-                verdicts, self._holds = gate_mod.step(
-                    verdicts, self._holds, devices, self._gates,
-                    lambda d, g, h: gate_mod.checks(g, d, h, runner, evidence, snapshot.time), snapshot.time)
+            verdicts = self._gate_step(snapshot, verdicts)
             notes = self._overrides.notes
             verdicts = override_mod.apply(verdicts, notes, snapshot.time)
             self._verdicts = verdicts
@@ -118,11 +137,13 @@ class HealthVerdicts:
             return rules.sticky_faults(self._state)
 
     def restore(self, sticky: Mapping[str, Iterable[rules.StickyFault]], boot_id: Optional[str],
-                current_boot_id: Optional[str], occurrences: Optional[OccurrenceBook] = None) -> None:
-        """Seed the sticky faults (and the occurrences health.promote counts) an earlier agent
-        process recorded on the Node."""
+                current_boot_id: Optional[str], occurrences: Optional[OccurrenceBook] = None,
+                holds: Optional[Mapping[str, GateHold]] = None) -> None:
+        """Seed the sticky faults (and the occurrences health.promote counts, the devices the
+        recovery gates watch) an earlier agent process recorded on the Node."""
         restored = rules.restore(sticky, boot_id, current_boot_id, occurrences)
         with self._lock:
+            self._holds = {**(holds or {}), **self._holds}
             devices = dict(self._state.devices)
             for uuid, ds in restored.devices.items():
                 cur = devices.get(uuid)

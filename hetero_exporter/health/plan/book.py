@@ -15,21 +15,33 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, TypedDict
 
 from hetero_exporter import model
 from hetero_exporter.health.detect.rules import StickyFault
 from hetero_exporter.health.plan.records import (AnnouncedDevice, BlackHoleState, OccurrenceRecord, OutboxEvent,
                                                  PodRecord, StickyRecord, TaintRecord)
 from hetero_exporter.model import Fault
-from hetero_exporter.model.evaluation import OccurrenceBook, Occurrences
+from hetero_exporter.model.evaluation import GateHold, OccurrenceBook, Occurrences
 
 BOOK_VERSION = 1
 # fields left out of the JSON while empty (added after version 1 was written)
-_OPTIONAL = ("pods", "scheduler", "black_hole", "overrides", "occurrences")
+_OPTIONAL = ("pods", "scheduler", "black_hole", "overrides", "occurrences", "holds")
 MAX_OCCURRENCE_DEVICES = 256  # devices with promotion occurrences read back from the Node
 MAX_OCCURRENCE_CODES = 64  # codes per device (promote.MAX_CODES)
 MAX_OCCURRENCE_TIMES = 1000  # times per code (promote.MAX_COUNT)
+MAX_HOLDS = 1024  # devices the recovery gates watch, read back from the Node (gate.MAX_HOLDS)
+MAX_SAID = 1024  # characters of a recovering device's reason kept (gate.MAX_ARG)
+
+
+class HoldRecord(TypedDict, total=False):
+    """A device the recovery gate watches (model GateHold): failed since ``failed_at``,
+    recovering since ``recovering_since`` (absent while it is still failed), Unix seconds;
+    ``said``: the gate's last result as the agent showed it (``health --dry-run`` reads it)."""
+
+    failed_at: float
+    recovering_since: float
+    said: str
 
 
 @dataclass
@@ -53,6 +65,7 @@ class Book:
     overrides: dict[str, str] = field(default_factory=dict)  # uuid -> the operator's override announced (overrides.py)
     # uuid -> code -> the occurrences health.promote counts (read back by occurrences_from_json)
     occurrences: dict[str, dict[str, OccurrenceRecord]] = field(default_factory=dict)
+    holds: dict[str, HoldRecord] = field(default_factory=dict)  # uuid -> the recovery gate's watch (gate.py)
     broken: str = ""  # why the annotation could not be read (then nothing is assumed ours)
 
     def to_json(self) -> str:
@@ -81,7 +94,7 @@ def _check_shapes(book: Book) -> None:
     """ValueError when a record is not of its type (a hand-edited or foreign annotation)."""
     if book.taint is not None and not isinstance(book.taint, dict):
         raise ValueError("taint is not an object")
-    for name in ("pods", "scheduler", "black_hole", "overrides", "occurrences"):
+    for name in _OPTIONAL:
         if not isinstance(getattr(book, name), dict):
             raise ValueError(f"{name} is not an object")
 
@@ -137,4 +150,43 @@ def occurrences_from_json(doc: Any) -> dict[str, dict[str, Occurrences]]:
             kept[code] = Occurrences(tuple(good), raw.get("active") is True)
         if kept:
             out[uuid] = kept
+    return out
+
+
+def holds_to_json(holds: Mapping[str, GateHold], said: Mapping[str, str]) -> dict[str, HoldRecord]:
+    """The holds as the book keeps them; ``said``: uuid -> the recovering device's reason."""
+    out: dict[str, HoldRecord] = {}
+    for uuid, h in sorted(holds.items()):
+        rec = HoldRecord(failed_at=h.failed_at)
+        if h.recovering_since is not None:
+            rec["recovering_since"] = h.recovering_since
+        if said.get(uuid):
+            rec["said"] = said[uuid][:MAX_SAID]
+        out[uuid] = rec
+    return out
+
+
+def said_in(doc: Any, uuid: str) -> str:
+    """What the agent last said of a recovering device's gate, from the book's holds ('' none)."""
+    raw = doc.get(uuid) if isinstance(doc, Mapping) else None
+    said = raw.get("said") if isinstance(raw, Mapping) else None
+    return said[:MAX_SAID] if isinstance(said, str) and said.isprintable() else ""
+
+
+def _time(value: Any) -> Optional[float]:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def holds_from_json(doc: Any) -> dict[str, GateHold]:
+    """The recovery gates' watch read back from the bookkeeping (hostile: bounded, an entry
+    without a finite ``failed_at`` skipped). A book without it reads as none."""
+    out: dict[str, GateHold] = {}
+    if not isinstance(doc, Mapping):
+        return out
+    for uuid, raw in list(doc.items())[:MAX_HOLDS]:
+        failed_at = _time(raw.get("failed_at")) if isinstance(raw, Mapping) else None
+        if not isinstance(uuid, str) or failed_at is None:
+            continue
+        out[uuid] = GateHold(failed_at, _time(raw.get("recovering_since")) if isinstance(raw, Mapping) else None)
     return out

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Sequence
 
-from hetero_exporter.health.plan.book import Book, occurrences_to_json, sticky_to_json
+from hetero_exporter.health.plan.book import Book, holds_to_json, occurrences_to_json, sticky_to_json
 from hetero_exporter.health.plan.config import RemedyConfig
 from hetero_exporter.health.plan.records import OutboxEvent
 from hetero_exporter.health.detect.rules import StickyFault
-from hetero_exporter.model.evaluation import OccurrenceBook
+from hetero_exporter.model.evaluation import GateHold, OccurrenceBook
 
 
 @dataclass(frozen=True)
@@ -21,12 +21,16 @@ class Bookkeeping:
 
 def keep_books(book: Book, events: Sequence[OutboxEvent], boot_id: Optional[str],
                sticky: Optional[Mapping[str, list[StickyFault]]], cfg: RemedyConfig, now: float,
-               occurrences: Optional[OccurrenceBook] = None) -> Book:
-    """The book with this cycle's sticky faults, promotion occurrences and boot id, and the
-    outbox: recent events (up to ``outbox_seconds`` old, at most ``outbox_max``) plus this plan's."""
+               occurrences: Optional[OccurrenceBook] = None, holds: Optional[Mapping[str, GateHold]] = None,
+               said: Optional[Mapping[str, str]] = None) -> Book:
+    """The book with this cycle's sticky faults, promotion occurrences, recovery-gate holds
+    (``said``: what each recovering device's gate says) and boot id (None: as the book has
+    them), and the outbox: recent events (up to ``outbox_seconds`` old, at most ``outbox_max``)
+    plus this plan's."""
     outbox = [e for e in book.outbox if now - float(e.get("time", 0)) < cfg.outbox_seconds] + list(events)
     return replace(book, sticky=sticky_to_json(sticky) if sticky is not None else book.sticky,
                    occurrences=occurrences_to_json(occurrences) if occurrences is not None else book.occurrences,
+                   holds=holds_to_json(holds, said or {}) if holds is not None else book.holds,
                    boot_id=boot_id or book.boot_id, outbox=outbox[-cfg.outbox_max:])
 
 
@@ -51,7 +55,9 @@ def node_patch(book: Book, annotations: Mapping[str, str], cfg: RemedyConfig, *,
 def bookkeeping(book: Book, annotations: Mapping[str, str], events: Sequence[OutboxEvent], boot_id: Optional[str],
                 sticky: Optional[Mapping[str, list[StickyFault]]], cfg: RemedyConfig, now: float, *,
                 new_annotations: Mapping[str, Optional[str]], new_labels: Mapping[str, Optional[str]],
-                spec: Mapping[str, Any], occurrences: Optional[OccurrenceBook] = None) -> Bookkeeping:
-    book = keep_books(book, events, boot_id, sticky, cfg, now, occurrences)
+                spec: Mapping[str, Any], occurrences: Optional[OccurrenceBook] = None,
+                holds: Optional[Mapping[str, GateHold]] = None,
+                said: Optional[Mapping[str, str]] = None) -> Bookkeeping:
+    book = keep_books(book, events, boot_id, sticky, cfg, now, occurrences, holds, said)
     return Bookkeeping(book, node_patch(book, annotations, cfg, new_annotations=new_annotations,
                                         new_labels=new_labels, spec=spec))

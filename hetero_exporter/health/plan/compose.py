@@ -33,7 +33,7 @@ from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, StickyFault, Verdict
 from hetero_exporter.health.detect.texts import device_name
 from hetero_exporter.model import NodeSnapshot
-from hetero_exporter.model.evaluation import OccurrenceBook, OverrideNote
+from hetero_exporter.model.evaluation import GateHold, OccurrenceBook, OverrideNote
 
 
 @dataclass
@@ -67,13 +67,15 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
          policy: Policy, cfg: RemedyConfig, now: float, *,
          budget: Union[Budget, Callable[[Mapping[str, float]], Budget], None] = None,
          sticky: Optional[Mapping[str, list[StickyFault]]] = None, view: Optional[ClusterView] = None,
-         overrides: Sequence[OverrideNote] = (), occurrences: Optional[OccurrenceBook] = None) -> Plan:
+         overrides: Sequence[OverrideNote] = (), occurrences: Optional[OccurrenceBook] = None,
+         holds: Optional[Mapping[str, GateHold]] = None) -> Plan:
     """The plan against ``node`` as read (a dict as the API server sends it). ``budget``: the
     budget, or a function asked for it only when the taint would be added (``needs_budget``, on
     the node verdict with the black-hole faults); ``view``: the rest of the cluster the remedy
     read (ResourceSlices, its DeviceTaintRules, failed pods); without it the plan is the Node's alone;
     ``overrides``: the operators' overrides the evaluation read (their events, overrides.py);
-    ``occurrences``: what health.promote counted (kept in the book, as the sticky faults)."""
+    ``occurrences``: what health.promote counted and ``holds`` the devices the recovery gates
+    watch (kept in the book, as the sticky faults; None: as the book has them)."""
     meta = node.get("metadata") or {}
     name = meta.get("name") or snapshot.node
     annotations = dict(meta.get("annotations") or {})
@@ -132,8 +134,10 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
     new_annotations: dict[str, Optional[str]] = dict(inv.annotations)  # None: remove the annotation
     if p.scheduler_annotations is not None:
         new_annotations.update(p.scheduler_annotations.patch)
+    said = {u: v.reasons[0].message or "" for u, v in verdicts.items() if v.state == "recovering" and v.reasons}
     kept = bookkeeping(book, annotations, p.events, snapshot.boot_id, sticky, cfg, now, occurrences=occurrences,
-                       new_annotations=new_annotations, new_labels=inv.labels, spec={**taint.spec, **cordon.spec})
+                       holds=holds, said=said, new_annotations=new_annotations, new_labels=inv.labels,
+                       spec={**taint.spec, **cordon.spec})
     p.book, p.node_patch = kept.book, kept.node_patch
     return p
 
