@@ -100,12 +100,20 @@ class _Servicer(pb_grpc.HealthStreamServicer):
             self.hub.leave(w)
 
     async def _write(self, context: Any, w: Watch, msg: Any) -> None:
+        # asyncio.wait, not wait_for: wait_for (3.10, 3.11) loses the cancellation grpc sends when
+        # the client leaves if it meets a finished write, and the watch then waited in the hub for good
+        write = asyncio.ensure_future(context.write(msg))
         try:
-            await asyncio.wait_for(context.write(msg), self.settings.stall_seconds)
-        except asyncio.TimeoutError:
-            self.hub.stalled(w)
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"dropped: the client read nothing for {self.settings.stall_seconds:g} s")
+            done, _ = await asyncio.wait((write,), timeout=self.settings.stall_seconds)
+        finally:
+            if not write.done():
+                write.cancel()
+        if write in done:
+            write.result()  # a failed write raises here
+            return
+        self.hub.stalled(w)
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"dropped: the client read nothing for {self.settings.stall_seconds:g} s")
 
 
 def _why_dropped(w: Watch, settings: HealthStreamSettings) -> str:
