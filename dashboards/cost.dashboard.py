@@ -33,15 +33,25 @@ def saving(by: str) -> str:
     return f"sum by ({by}) ({reference_cost}) - sum by ({by}) ({cost})"
 
 
+# energy (sources/energy.py): joules per container over the dashboard's range, with the model
+# filter through the info join; kWh = J / 3.6e6, carbon = kWh x $carbon_intensity (g CO2e / kWh)
+J_PER_KWH = 3.6e6
+container_joules = by_device(f"increase({sel(N.CONTAINER_ENERGY)}[$__range])", ("model",))
+container_watts = by_device(f"rate({sel(N.CONTAINER_ENERGY)}[$__rate_interval])", ("model",))
+unattributed_watts = by_device(f"rate({sel(N.UNATTRIBUTED_ENERGY)}[$__rate_interval])", ("model",))
+CARBON = ("Carbon is energy times the carbon_intensity variable (g CO2e per kWh): an example value; "
+          "set your grid's or your provider's figure.")
+
 CURRENCY = "Prices are per device-hour in the currency of the agent's finops configuration."
 
 dashboard = build_dashboard(
     title="Accelerators / Cost",
     uid="hetero-cost",
-    description="What the accelerators cost per hour by namespace, pod, vendor and model, the saving of "
+    description="What the accelerators cost per hour by namespace, pod, vendor and model, their energy and "
+                "carbon per namespace, the saving of "
                 "chips cheaper per compute unit than the reference device, and the cost of allocated "
                 "devices left idle. " + CURRENCY,
-    var_names=("node", "vendor", "model", "namespace"),
+    var_names=("node", "vendor", "model", "namespace", "carbon_intensity"),
     sections=[
         Section("Now", [[
             stat("Cost per hour", "Allocated accelerator cost per hour, all namespaces selected. " + CURRENCY,
@@ -71,6 +81,24 @@ dashboard = build_dashboard(
                        f"Per namespace: the cost of its allocated devices that are busy less than "
                        f"{IDLE_UTILIZATION:.0%} (0 when none is idle).",
                        Q(f"sum by (namespace) ({idle})", NS), stacked=True),
+        ]]),
+        Section("Energy", [[
+            stat("Energy over the range, kWh", "Energy the selected namespaces' containers were charged over the "
+                 "dashboard's range (their share of each device's energy).",
+                 f"sum({container_joules}) / {J_PER_KWH:g}"),
+            stat("Carbon over the range, kg CO2e", CARBON,
+                 f"sum({container_joules}) / {J_PER_KWH:g} * $carbon_intensity / 1000"),
+            stat("Unattributed power, W", "Power of the selected devices that no container's share explains "
+                 "(idle devices, host processes).", f"sum({unattributed_watts})"),
+        ], [
+            timeseries("Power by namespace", "Average watts charged to each namespace: its containers' share of "
+                       "each device's energy per second.", Q(f"sum by (namespace) ({container_watts})", NS),
+                       unit="watt", stacked=True),
+            table("Energy and carbon by namespace", "Per namespace over the dashboard's range: kWh and kg CO2e. "
+                  + CARBON,
+                  Q(f"sum by (namespace) ({container_joules}) / {J_PER_KWH:g}", "kWh"),
+                  Q(f"sum by (namespace) ({container_joules}) / {J_PER_KWH:g} * $carbon_intensity / 1000",
+                    "kg CO2e")),
         ]]),
         Section("Pods", [[
             timeseries("Top pods by cost", "The ten pods that cost the most per hour.",

@@ -154,8 +154,15 @@ def variables(names: Sequence[str]) -> list[G.Template]:
         "namespace": ("Namespace", f'{N.ALLOCATION.name}{{{node}, vendor=~"$vendor"}}'),
     }
     out = [G.Template(name="datasource", label="Data source", query="prometheus", type="datasource")]
-    out += [_query_var(n, *queries[n]) for n in names]
+    out += [_query_var(n, *queries[n]) if n in queries else TEXTBOXES[n] for n in names]
     return out
+
+
+# free-text variables a dashboard may ask for (a figure the user supplies, not a label)
+TEXTBOXES = {
+    "carbon_intensity": G.Template(name="carbon_intensity", label="Carbon intensity (g CO2e / kWh)", query="400",
+                                   default="400", type="textbox"),
+}
 
 
 # --------------------------------------------------------------------------- layout

@@ -20,7 +20,7 @@ panels = load("dashboards/panels.py")
 rules = load("alerts/rules.py")
 
 DASHBOARDS = {p.stem: json.loads(p.read_text()) for p in sorted((ROOT / "dashboards" / "json").glob("*.json"))}
-MACROS = {"__rate_interval"}  # Grafana's own variables the expressions may use
+MACROS = {"__rate_interval", "__range"}  # Grafana's own variables the expressions may use
 
 
 def targets(dash: dict):

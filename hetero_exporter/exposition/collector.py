@@ -111,6 +111,7 @@ def _build(snap: NodeSnapshot, finops: Optional[finops_mod.FinOps], selection: S
     if finops is not None:
         _finops_families(fam, snap, finops)
     _attribution_families(fam, snap)
+    _energy_families(fam, snap)
     return fam
 
 
@@ -238,6 +239,16 @@ def _collector_families(fam: "_Families", snap: NodeSnapshot) -> None:
             errors({"collector": c.name, "kind": kind}, c.errors_total.get(kind, 0))
         if not c.ok:
             error_info({"collector": c.name, "kind": _s(c.error_kind), "reason": _s(c.error)[:200]}, 1)
+
+
+def _energy_families(fam: "_Families", snap: NodeSnapshot) -> None:
+    """Each device's energy split (sources/energy.py): per container, and the rest."""
+    container, unattributed = fam.sink(N.CONTAINER_ENERGY), fam.sink(N.UNATTRIBUTED_ENERGY)
+    for e in snap.energy:
+        unattributed({"vendor": e.vendor, "uuid": e.uuid}, e.unattributed_joules)
+        for c in e.containers:
+            container({"vendor": e.vendor, "uuid": e.uuid, "namespace": c.namespace, "pod": c.pod,
+                       "container": c.container}, c.joules)
 
 
 def _attribution_families(fam: "_Families", snap: NodeSnapshot) -> None:

@@ -60,7 +60,10 @@ DRIVER_FIELDS = (F.ENERGY, "ecc_corrected_volatile_total", "ecc_uncorrected_vola
 # names.ALL is in exactly one of the three sets (tests/test_openmetrics.py)
 UNKNOWN_START = frozenset(m.name for m in (
     N.ECC_ERRORS, N.INTERCONNECT, N.PCIE_REPLAYS, N.PCIE_REPLAY_ROLLOVERS, N.PCIE_NAKS, N.PCIE_RECOVERIES,
-    N.ECC_DEFERRED, N.ECC_BLOCK_ERRORS))
+    N.ECC_DEFERRED, N.ECC_BLOCK_ERRORS,
+    # the energy split: a container's run begins with its first share, which no evidence dates
+    # better than the cycle that saw it; a new run shows as the series going backwards
+    N.CONTAINER_ENERGY, N.UNATTRIBUTED_ENERGY))
 # fault codes recorded for a reset that happened (sources/kernel_log.RESET_CODES, the policy's reset_codes)
 RESET_CODES = frozenset({"reset", "device-reset", "gpu-reset"})
 EXEMPLAR_RUNES = 128  # OpenMetrics: label names and values of an exemplar together

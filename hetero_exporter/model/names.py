@@ -59,7 +59,9 @@ TEMPERATURE = Metric("accelerator_temperature_celsius", "gauge",
 POWER = Metric("accelerator_power_watts", "gauge", "Power draw, watts.", DEV, profile=FLEET)
 POWER_LIMIT = Metric("accelerator_power_limit_watts", "gauge", "Enforced power limit, watts.", DEV)
 ENERGY = Metric("accelerator_energy_joules_total", "counter",
-                "Energy consumed since the driver loaded, joules.", DEV, profile=FLEET)
+                "Energy consumed, joules: the vendor's counter (since the driver loaded), else the agent's "
+                "integral of power over its cycles (quality derived, since the device's last restart).",
+                DEV, profile=FLEET)
 CLOCK = Metric("accelerator_clock_hertz", "gauge", "Current clock (compute, memory), hertz.", DEV + ("clock",))
 ECC_ERRORS = Metric("accelerator_ecc_errors_total", "counter",
                     "ECC errors by severity (corrected, uncorrected), as the vendor counts them.",
@@ -111,6 +113,14 @@ ALLOCATION_SHARE = Metric("accelerator_allocation_share_ratio", "gauge",
                           "Share of the device a container holds (1 for a whole device; shared devices "
                           "split by memory used; MIG children on the parent's uuid); sums to at most 1.",
                           DEV + ("namespace", "pod", "container"), profile=FLEET)
+CONTAINER_ENERGY = Metric("accelerator_container_energy_joules_total", "counter",
+                          "Energy of the device charged to a container since the device's energy run began, "
+                          "joules: each cycle's increment times the container's allocation share.",
+                          DEV + ("namespace", "pod", "container"), profile=FLEET)
+UNATTRIBUTED_ENERGY = Metric("accelerator_unattributed_energy_joules_total", "counter",
+                             "Energy of the device no container's share explains, joules (no holder, shares "
+                             "under 1, what its counter held when the agent first saw it); with the "
+                             "containers' it equals the device's.", DEV, profile=FLEET)
 UNATTRIBUTED_MEMORY = Metric("accelerator_unattributed_memory_bytes", "gauge",
                              "Device memory in use that no reported process explains, bytes.", DEV, profile=FLEET)
 ATTRIBUTION_SOURCE_UP = Metric("accelerator_attribution_source_up", "gauge",
