@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import grpc
 from grpc import aio
 
+from hetero_exporter.health.act.stream import health_stream_pb2 as pb
 from hetero_exporter.health.act.stream import health_stream_pb2_grpc as pb_grpc
 from hetero_exporter.health.act.stream import messages, socketfile
 from hetero_exporter.health.act.stream.hub import EventsWatch, HealthWatch, Hub, Watch
@@ -38,18 +39,19 @@ MAX_VENDORS, MAX_VENDOR_NAME = 32, 64
 IDLE_SECONDS = 60  # a connection without a call is closed after this
 HANDSHAKE_SECONDS = 10  # bytes that are not HTTP/2 are given up on after this at most
 STREAMS_PER_CONNECTION = 8
+Message = Union[pb.DeviceHealthUpdate, pb.DeviceEvent]  # what a watch writes
 
 
 class StreamStartError(ExitError):
     """The server did not start (the socket could not be bound)."""
 
 
-def _vendors(names: Any) -> Optional[frozenset[str]]:
+def _vendors(names: Iterable[str]) -> Optional[frozenset[str]]:
     """The request's vendor filter, or None when it is out of bounds."""
-    names = list(names)
-    if len(names) > MAX_VENDORS or any(not n or len(n) > MAX_VENDOR_NAME for n in names):
+    given = list(names)
+    if len(given) > MAX_VENDORS or any(not n or len(n) > MAX_VENDOR_NAME for n in given):
         return None
-    return frozenset(names)
+    return frozenset(given)
 
 
 class _Servicer(pb_grpc.HealthStreamServicer):
@@ -57,33 +59,36 @@ class _Servicer(pb_grpc.HealthStreamServicer):
         self.hub = hub
         self.settings = settings
 
-    async def WatchDeviceHealth(self, request: Any, context: Any) -> None:
-        def drain(w: Watch) -> list:
+    # context: grpc.aio.ServicerContext (grpc has no types here)
+    async def WatchDeviceHealth(self, request: pb.WatchDeviceHealthRequest, context: Any) -> None:
+        def drain(w: Watch) -> Sequence[Message]:
             assert isinstance(w, HealthWatch)
             batch = self.hub.take_health(w)
             return [] if batch is None else list(messages.health_updates(
                 self.hub.node, batch, self.settings.max_message_bytes))
         await self._serve(request, context, self.hub.watch_health, drain)
 
-    async def WatchDeviceEvents(self, request: Any, context: Any) -> None:
-        def drain(w: Watch) -> list:
+    async def WatchDeviceEvents(self, request: pb.WatchDeviceEventsRequest, context: Any) -> None:
+        def drain(w: Watch) -> Sequence[Message]:
             assert isinstance(w, EventsWatch)
             return [messages.device_event(self.hub.node, e) for e in self.hub.take_events(w)]
         await self._serve(request, context, self.hub.watch_events, drain)
 
-    async def _serve(self, request: Any, context: Any, watch: Callable[..., Optional[Watch]],
-                     drain: Callable[[Watch], list]) -> None:
+    async def _serve(self, request: Union[pb.WatchDeviceHealthRequest, pb.WatchDeviceEventsRequest], context: Any,
+                     watch: Callable[[frozenset[str], Callable[[], None]], Optional[Watch]],
+                     drain: Callable[[Watch], Sequence[Message]]) -> None:
         vendors = _vendors(request.vendors)
         if vendors is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"vendors: at most {MAX_VENDORS} names of 1 to {MAX_VENDOR_NAME} characters")
+        assert vendors is not None  # abort raised
         loop = asyncio.get_running_loop()
         news = asyncio.Event()
         w = watch(vendors, lambda: _call_soon(loop, news.set))
         if w is None:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"the health stream serves {self.hub.max_clients} clients at most; try again later")
-        assert w is not None
+        assert w is not None  # abort raised
         try:
             while True:
                 news.clear()
@@ -99,7 +104,7 @@ class _Servicer(pb_grpc.HealthStreamServicer):
         finally:
             self.hub.leave(w)
 
-    async def _write(self, context: Any, w: Watch, msg: Any) -> None:
+    async def _write(self, context: Any, w: Watch, msg: Message) -> None:
         # asyncio.wait, not wait_for: wait_for (3.10, 3.11) loses the cancellation grpc sends when
         # the client leaves if it meets a finished write, and the watch then waited in the hub for good
         write = asyncio.ensure_future(context.write(msg))

@@ -8,13 +8,16 @@ prometheus_client collector of the stream's families.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from hetero_exporter.health.act.stream.hub import Hub
 from hetero_exporter.health.act.stream.settings import HealthStreamSettings
 from hetero_exporter.model import NodeSnapshot
 from hetero_exporter.model.errors import ExitError
 from hetero_exporter.model.evaluation import Evaluation
+
+if TYPE_CHECKING:  # imports grpc: only start() does at run time
+    from hetero_exporter.health.act.stream.server import StreamServer
 
 
 class HealthStreamUnavailable(ExitError):
@@ -34,7 +37,7 @@ class HealthStream:
         self.hub = Hub(node, settings.max_clients, settings.max_queue)
         self._ready = ready
         self._restoring = False
-        self._server: Any = None
+        self._server: Optional["StreamServer"] = None
 
     @property
     def metrics(self) -> Hub:
