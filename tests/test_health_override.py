@@ -9,7 +9,8 @@
 - End to end against the loopback API server with deploy/base's RBAC and admission policy: an
   Xid 79 taints the node; the operator's override (a merge patch guarded by resourceVersion, its
   Event) lifts it, the agent honours it (its Event, /metrics) and, once it expires, the device is
-  failed again (its Event); the agent's own token may not write the annotation.
+  failed again (its Event); ``health --dry-run`` says "overridden by ... until ..."; the agent's
+  own token may not write the annotation.
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ def test_override_end_to_end(kube_api, tmp_path, capsys):
         agent.close()
 
 
-def test_failed_override_fails_an_ok_device_and_the_agent_cannot_write_it(kube_api, tmp_path):
+def test_failed_override_fails_an_ok_device_and_the_agent_cannot_write_it(kube_api, tmp_path, capsys):
     pytest.importorskip("celpy", reason="cel-python evaluates the policy's CEL (pip install cel-python)")
     from admission import deploy_objects, install
     from health_agent import HealthAgent
@@ -257,6 +258,18 @@ def test_failed_override_fails_an_ok_device_and_the_agent_cannot_write_it(kube_a
         assert _override(admin, agent.clock, device=uuid, state="failed", for_="1h", reason="flaky under load") == 0
         _cycles(agent, range(10, 50, 10), lambda: agent.verdicts.verdicts[uuid].state == "failed")
         assert agent.verdicts.verdicts[uuid].reasons[0].message.endswith(": flaky under load")
+        # health --dry-run against that Node says so (it runs on the wall clock: an override set by it)
+        import time
+        from health_agent import SCENARIOS
+        other = sorted(agent.verdicts.verdicts)[3]
+        assert _override(admin, time.time, device=other, state="failed", for_="1h", reason="burn-in pending") == 0
+        capsys.readouterr()
+        assert cli.main(["health", "--dry-run", "--simulate", str(SCENARIOS / "health-xid79.yaml"),
+                         "--at", str(agent.clock.t()), "--kubeconfig", admin, "--log-level", "error"]) == 0
+        out = capsys.readouterr().out
+        line = next(x for x in out.splitlines() if f"({other})" in x)
+        assert " failed " in line and "overridden by kubernetes-admin until " in line, out
+        assert "burn-in pending" in line, out
         # the agent's own token: the annotation is the operators'
         api = Api(connect(agent_cfg, env={}).api_client)
         for body in ({"metadata": {"annotations": {KEY: None}}},
