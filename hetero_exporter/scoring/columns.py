@@ -60,6 +60,8 @@ COMPLEX = -1  # a row's kind: decided node by node (an error, several groups, a 
 NO_GROUPS = -2  # a row's kind: a node without accelerators (no group: nothing fits)
 _NONE = np.array(None)  # an object cell not made yet, as np.equal compares it
 KEEP_NAMES = 1000  # a name list this long is kept with its rows: the next /filter likely sends it again
+KNOWN_LISTS = 16  # name lists kept with their rows by identity (the extender hands a list seen again back)
+KNOWN_MIN = 256  # ... if at least this long: shorter ones cost little to look up
 _MISSING = object()
 
 
@@ -179,6 +181,9 @@ class Rows:
         self.devsig = np.full(64, -1, dtype=np.int64)  # scorer.device_sig of a row of one group
         # the last names gathered and their rows: kube-scheduler's /filter lists every node, each pod
         self._last: Optional[tuple[list[str], np.ndarray]] = None
+        # id -> (name list, its rows): lists the extender's names cache (scoring.wire) hands out
+        # again for the same request bytes, and /filter's passing names that /prioritize sends next
+        self._known: "collections.OrderedDict[int, tuple[list[str], np.ndarray]]" = collections.OrderedDict()
 
     def __len__(self) -> int:
         return len(self.row)
@@ -204,7 +209,7 @@ class Rows:
                 if at >= len(self.version):
                     self._grow()
             self.row[name] = at
-            self._last = None  # names map to other rows now
+            self._forget_lists()  # names map to other rows now
         self.states[at] = state
         self.version[at] = self._next
         self._next += 1
@@ -218,7 +223,7 @@ class Rows:
     def drop(self, name: str) -> None:
         at = self.row.pop(name, None)
         if at is not None:
-            self._last = None
+            self._forget_lists()
             self.states[at] = None
             self.version[at] = 0
             self.kind[at] = COMPLEX
@@ -296,21 +301,51 @@ class Rows:
             got = self._refusals[key] = len(self._refusals)
         return got
 
+    def _forget_lists(self) -> None:
+        self._last = None
+        self._known.clear()
+
     def gather(self, names: Sequence[str]) -> tuple[np.ndarray, list[Optional[NodeState]], np.ndarray, np.ndarray,
                                                     np.ndarray, np.ndarray, np.ndarray]:
         """(rows, 0 for a name not here; states; versions; classes; annotation times; refusal
         ids; device signatures) of ``names``."""
-        last = self._last
-        if last is not None and len(last[0]) == len(names) and last[0] == names:  # no hashing, no lookups
-            rows = last[1]
-        else:
-            rows = np.fromiter(map(self.row.get, names, itertools.repeat(0)), dtype=np.int64, count=len(names))
-            if len(names) >= KEEP_NAMES:
-                rows.flags.writeable = False  # shared by the calls that gather these names
-                self._last = (list(names), rows)
+        rows = self._rows_of(names)
         states = list(map(self.states.__getitem__, rows.tolist()))
         return (rows, states, self.version[rows], self.klass[rows], self.time[rows], self.refusal[rows],
                 self.devsig[rows])
+
+    def _rows_of(self, names: Sequence[str]) -> np.ndarray:
+        known = self._known.get(id(names))
+        if known is not None and known[0] is names:  # the same list object: no hashing, no compare
+            self._known.move_to_end(id(names))
+            return known[1]
+        last = self._last
+        if last is not None and len(last[0]) == len(names) and last[0] == names:  # no hashing, no lookups
+            return last[1]
+        # a list, then an array: several times faster than np.fromiter over the same map
+        rows = np.array(list(map(self.row.get, names, itertools.repeat(0))), dtype=np.int64)
+        rows.flags.writeable = False  # may be shared by the calls that gather these names
+        if len(names) >= KEEP_NAMES:
+            self._last = (list(names), rows)
+        if type(names) is list:
+            self._keep(names, rows)
+        return rows
+
+    def _keep(self, names: list[str], rows: np.ndarray) -> None:
+        if len(names) >= KNOWN_MIN:
+            self._known[id(names)] = (names, rows)  # the list is held: its id is not reused meanwhile
+            self._known.move_to_end(id(names))
+            while len(self._known) > KNOWN_LISTS:
+                self._known.popitem(last=False)
+
+    def remember_subset(self, names: Sequence[str], at: Sequence[int], subset: list[str]) -> None:
+        """``subset`` is ``names[at]`` (a new list, never changed after): its rows are those of
+        ``names`` at ``at`` if ``names`` is a list held now (the mapping has not changed since)."""
+        known = self._known.get(id(names))
+        if known is not None and known[0] is names and len(subset) >= KNOWN_MIN:
+            rows = known[1][np.asarray(at, dtype=np.int64)]
+            rows.flags.writeable = False
+            self._keep(subset, rows)
 
     def fetch(self, rows: np.ndarray, versions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(kinds, searched, best scores) of ``rows``; COMPLEX for a row no longer at ``versions``."""

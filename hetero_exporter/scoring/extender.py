@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, cast
 
-from hetero_exporter.scoring import explain, jsonsafe
+from hetero_exporter.scoring import explain, jsonsafe, wire
 from hetero_exporter.scoring.metrics import ExtenderMetrics
 from hetero_exporter.scoring.nodes import NodeState
 from hetero_exporter.scoring.nodetable import NodeTable
@@ -77,15 +77,19 @@ class Evaluation:
         return self.verdicts.decisions()
 
 
+def _key(doc: dict, name: str) -> Optional[str]:
+    """The key of ``doc`` that Go's encoding/json matches to field ``name``: the exact one, else
+    the first that matches case-insensitively."""
+    if name in doc:
+        return name
+    low = name.lower()
+    return next((k for k in doc if isinstance(k, str) and k.lower() == low), None)
+
+
 def _field(doc: dict, name: str) -> Any:
     """Go's encoding/json matches field names case-insensitively; so do we."""
-    if name in doc:
-        return doc[name]
-    low = name.lower()
-    for k, v in doc.items():
-        if isinstance(k, str) and k.lower() == low:
-            return v
-    return None
+    key = _key(doc, name)
+    return None if key is None else doc[key]
 
 
 def _missing(name: str) -> Decision:
@@ -141,8 +145,30 @@ class Extender:
         self.ring_bytes = 0  # estimated bytes the ring holds now
         self._lock = threading.Lock()
         self._host_json: dict[str, str] = {}  # node name -> its JSON object's head, for /prioritize
+        self.names = wire.NamesCache()  # NodeNames' JSON text -> the list (the same object again)
 
     # ------------------------------------------------------------------ protocol
+
+    def _names_args(self, body: bytes) -> Optional[tuple[dict, wire.NameList]]:
+        """(pod, node names) of a node-cache mode request by ``wire``: the names decoded only
+        when their bytes are new; None for anything else (``_args`` decodes the body whole)."""
+        top = wire.split(body) if self.table is not None else None
+        key = _key(top, "NodeNames") if top is not None else None
+        if top is None or key is None:
+            return None
+        listed = self.names.get(top[key])
+        if listed is None:
+            return None
+        doc: dict[str, Any] = {}
+        try:  # the object's level is 1: its values may nest one level less
+            for k, text in top.items():
+                doc[k] = listed.names if k == key else jsonsafe.loads(text, max_depth=jsonsafe.MAX_DEPTH - 1)
+        except jsonsafe.JSONRefused:
+            return None
+        pod = _field(doc, "Pod")
+        if not isinstance(pod, dict) or _field(doc, "Nodes") is not None:
+            return None
+        return pod, listed
 
     def _args(self, body: bytes) -> tuple[dict, Optional[dict], Optional[list[str]]]:
         try:
@@ -190,14 +216,19 @@ class Extender:
             states.append(state)
         return names, states, weight
 
-    def _remember(self, ev: Evaluation, decoded_bytes: int = 0) -> None:
+    def _remember(self, ev: Evaluation, decoded_bytes: int = 0, listed: Optional[wire.NameList] = None) -> None:
         """Keep ``ev`` for /explain, names clipped, dropping the oldest beyond the bounds.
-        ``decoded_bytes``: in body mode, the estimated bytes of the node states it keeps alive."""
-        lengths = list(map(len, ev.names))  # in C: /prioritize over 5,000 names stays cheap
-        if max(lengths, default=0) > NAME_CHARS:
-            ev = dataclasses.replace(ev, names=[clip_name(n) for n in ev.names])
-            lengths = list(map(len, ev.names))
-        cost = _ring_cost(ev, sum(lengths))
+        ``decoded_bytes``: in body mode, the estimated bytes of the node states it keeps alive.
+        ``listed``: ``ev.names`` as the names cache measured them."""
+        if listed is not None and listed.names is ev.names and listed.longest <= NAME_CHARS:
+            chars = listed.chars
+        else:
+            lengths = list(map(len, ev.names))  # in C: /prioritize over 5,000 names stays cheap
+            if max(lengths, default=0) > NAME_CHARS:
+                ev = dataclasses.replace(ev, names=[clip_name(n) for n in ev.names])
+                lengths = list(map(len, ev.names))
+            chars = sum(lengths)
+        cost = _ring_cost(ev, chars)
         cost += decoded_bytes
         key = (ev.trace, ev.verb)
         with self._lock:
@@ -213,7 +244,13 @@ class Extender:
 
     def evaluate(self, verb: str, body: bytes, trace: Optional[str] = None) -> tuple[Evaluation, Optional[dict]]:
         """``trace``: the call's trace id (default: the pod's scheduling cycle's, trace.py)."""
-        pod, nodes, names = self._args(body)
+        fast = self._names_args(body)
+        listed: Optional[wire.NameList] = None
+        if fast is not None:
+            (pod, listed), nodes = fast, None
+            names: Optional[list[str]] = listed.names
+        else:
+            pod, nodes, names = self._args(body)
         trace = trace or self.pod_traces.for_pod(pod)
         try:
             req: Optional[Request] = request_from_pod(pod, self.domain)
@@ -228,12 +265,13 @@ class Extender:
             node_names, given, decoded_bytes = self._node_states(nodes.get("items") or [])
         else:
             mode, source = "names", self.table
-            node_names = list(names or [])
+            # the names cache's list as it is (never changed): the table knows its rows by identity
+            node_names = names if listed is not None and names is not None else list(names or [])
         assert source is not None  # _args refused NodeNames without a table
         verdicts = self._verdicts(req, error, source, node_names, given)
         ev = Evaluation(trace, verb, mode, pod_name(pod.get("metadata")), req, error, node_names, verdicts.states,
                         verdicts, self.clock(), (req.policy if req and req.policy else self.scorer.policy))
-        self._remember(ev, decoded_bytes)
+        self._remember(ev, decoded_bytes, listed)
         self.metrics.count_decisions(verb, verdicts.counts())
         return ev, nodes
 
@@ -271,6 +309,34 @@ class Extender:
                               **extra, "request": _clip(what)})
 
     def filter(self, body: bytes, trace: Optional[str] = None) -> tuple[dict, Evaluation]:
+        """The ExtenderFilterResult as a dict (``filter_json``: as the bytes served)."""
+        result, ev, _ = self._filter(body, trace)
+        if result["FailedAndUnresolvableNodes"] is None:
+            result["FailedAndUnresolvableNodes"] = dict(result["FailedNodes"])
+        return result, ev
+
+    def filter_json(self, body: bytes, trace: Optional[str] = None) -> tuple[bytes, Evaluation]:
+        """The ExtenderFilterResult as JSON bytes, those of ``jsonsafe.dumps`` of ``filter``'s
+        dict: its parts encoded apart, FailedNodes once where FailedAndUnresolvableNodes is the
+        same (no failure preemption could resolve). The names that passed go to the names cache
+        under the bytes they are answered as: kube-scheduler sends them to /prioritize next."""
+        result, ev, passing = self._filter(body, trace)
+        failed, unresolvable, passed = result["FailedNodes"], result["FailedAndUnresolvableNodes"], result["NodeNames"]
+        parts = [jsonsafe.encode(result["Nodes"]), jsonsafe.encode(passed), jsonsafe.encode(failed)]
+        parts.append(parts[2] if unresolvable is None else jsonsafe.encode(unresolvable))
+        if None in parts:  # a value msgspec does not write: the whole by dumps, as before
+            if unresolvable is None:
+                result["FailedAndUnresolvableNodes"] = failed
+            return jsonsafe.dumps(result), ev
+        if passed is not None and self.table is not None and ev.mode == "names":
+            self.names.put(cast(bytes, parts[1]), passed)
+            self.table.remember_subset(ev.names, passing, passed)
+        return (b'{"Nodes":%s,"NodeNames":%s,"FailedNodes":%s,"FailedAndUnresolvableNodes":%s,"Error":""}'
+                % cast(tuple[bytes, ...], tuple(parts))), ev
+
+    def _filter(self, body: bytes, trace: Optional[str]) -> tuple[dict[str, Any], Evaluation, list[int]]:
+        """(the ExtenderFilterResult, FailedAndUnresolvableNodes None where it equals
+        FailedNodes; the evaluation; the positions that passed)."""
         ev, nodes = self.evaluate("filter", body, trace)
         tag = f" (trace {ev.trace})"  # in the pod's FailedScheduling event: /explain?trace= says more
         limit = REASON_LIMIT - len(tag)
@@ -286,7 +352,7 @@ class Extender:
         reasons = list(map(text_of.__getitem__, made))
         failed = dict(zip(failed_names, reasons))
         unresolvable = ({n: r for n, r, d in zip(failed_names, reasons, made) if d not in resolvable}
-                        if resolvable else dict(failed))
+                        if resolvable else None)
         passing = ev.verdicts.passing()
         result: dict[str, Any] = {"Nodes": None, "NodeNames": None, "FailedNodes": failed,
                                   "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
@@ -296,7 +362,7 @@ class Extender:
         else:
             result["NodeNames"] = list(map(ev.names.__getitem__, passing))
         self._log("filter", ev, passed=len(passing))
-        return result, ev
+        return result, ev, passing
 
     def prioritize(self, body: bytes, trace: Optional[str] = None) -> tuple[bytes, Evaluation]:
         """The HostPriorityList as JSON bytes (built as text: over thousands of nodes this is

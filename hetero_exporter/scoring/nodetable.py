@@ -117,6 +117,13 @@ class NodeTable:
             return None
         return self.shapes.verdicts(scorer, req, got, missing)
 
+    def remember_subset(self, names: Sequence[str], at: Sequence[int], subset: list[str]) -> None:
+        """``subset`` (``names[at]``, never changed after) will likely be asked for next (the
+        nodes /filter passed, which kube-scheduler sends to /prioritize): keep its rows."""
+        if self._rows is not None:
+            with self._lock:
+                self._rows.remember_subset(names, at, subset)
+
     def _gather(self, names: Sequence[str]) -> "Optional[columns.Gathered]":
         rows_ = self._rows
         if rows_ is None:

@@ -112,8 +112,8 @@ class ExtenderServer(ServerFace):
             if "chunked" in req.headers.get("transfer-encoding", "").lower() or "content-length" not in req.headers:
                 raise BadRequest("a Content-Length header is required (chunked bodies are not accepted)")
             if verb == "filter":
-                result, ev = self.extender.filter(req.body)
-                return _json(200, result, ev.trace)
+                encoded, ev = self.extender.filter_json(req.body)
+                return _reply(200, encoded, ev.trace)
             encoded, ev = self.extender.prioritize(req.body)
             return _reply(200, encoded, ev.trace)
         except BadRequest as e:
