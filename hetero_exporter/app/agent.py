@@ -28,6 +28,7 @@ from hetero_exporter.model import DeviceSample
 from hetero_exporter.sampling import CollectorSpec, Enricher, Sampler
 from hetero_exporter.sdk.contract import Collector, CollectorOptions, HostPaths, IdentityMemories
 from hetero_exporter.sdk.identity import IdentityStore, RemovalLog
+from hetero_exporter.sources.energy import EnergyMeter
 
 if TYPE_CHECKING:
     from hetero_exporter.finops import FinOps
@@ -207,6 +208,9 @@ class Agent:
             self._start_health(p.health)
         if p.gates is not None:
             self.services.add("recovery-gates", p.gates.close)
+        for source in p.sources:
+            if isinstance(source, EnergyMeter):  # its runs written at stop, as well as each minute
+                self.services.add("energy", source.close)
         return p
 
     def restore(self, node: Optional[Mapping[str, Any]] = None) -> None:
@@ -468,7 +472,8 @@ class _Assembly:
 
     def sources(self, attribution: "Attributor", kernel_log: Optional[KernelLog]) -> tuple[Enricher, ...]:
         """The sources that add facts, in order: PCI locate first (so attribution and the remedy
-        see every device's address), attribution, PCI presence (missing devices), the kernel log."""
+        see every device's address), attribution, PCI presence (missing devices), the kernel log,
+        the energy meter (sources/energy.py)."""
         from hetero_exporter.sources.pci_presence import PciLocate, PciPresence
         out: list[Enricher] = []
         if self.settings.health.pci_presence:
@@ -478,6 +483,10 @@ class _Assembly:
             out.append(PciPresence(self.env.scan(), registry.pci_vendors()))
         if kernel_log is not None:
             out.append(kernel_log.faults)
+        # last: it splits each device's energy by the shares attribution found, and a reset the
+        # kernel log saw begins a new energy run; its runs are kept where the command writes state
+        out.append(EnergyMeter(self.state_dir if self.writable else None, self.env.state_boot_id,
+                               max_gap_seconds=max(60.0, 4 * float(self.config.interval))))
         return tuple(out)
 
     def recovery_gates(self, paths: HostPaths, verdicts: "HealthVerdicts") -> "Optional[ExecGates]":
