@@ -162,7 +162,9 @@ class Rows:
 
     def __init__(self) -> None:
         self.row: dict[str, int] = {}
-        self.states: list[Optional[NodeState]] = [None]
+        # an object array, not a list: a call's states are one fancy index and tolist() in C
+        self.states = np.empty(64, dtype=object)  # None: no node's row
+        self._end = 1  # rows ever used (row 0 included)
         self.version = np.zeros(64, dtype=np.int64)
         self.klass = np.full(64, NO_CLASS, dtype=np.int32)
         self.time = np.zeros(64)
@@ -198,14 +200,15 @@ class Rows:
         self.best = np.concatenate([self.best, np.full((more, self.best.shape[1]), np.nan)])
         self.refusal = np.concatenate([self.refusal, np.full(more, -1, np.int32)])
         self.devsig = np.concatenate([self.devsig, np.full(more, -1, np.int64)])
+        self.states = np.concatenate([self.states, np.empty(more, dtype=object)])
 
     def put(self, name: str, state: NodeState, searched: bool = False) -> None:
         """``searched``: the state's groups were searched for every set size (Scorer.precompute)."""
         at = self.row.get(name)
         if at is None:
-            at = self._free.pop() if self._free else len(self.states)
-            if at == len(self.states):
-                self.states.append(None)
+            at = self._free.pop() if self._free else self._end
+            if at == self._end:
+                self._end += 1
                 if at >= len(self.version):
                     self._grow()
             self.row[name] = at
@@ -310,7 +313,7 @@ class Rows:
         """(rows, 0 for a name not here; states; versions; classes; annotation times; refusal
         ids; device signatures) of ``names``."""
         rows = self._rows_of(names)
-        states = list(map(self.states.__getitem__, rows.tolist()))
+        states = self.states[rows].tolist()
         return (rows, states, self.version[rows], self.klass[rows], self.time[rows], self.refusal[rows],
                 self.devsig[rows])
 

@@ -244,6 +244,11 @@ class Extender:
 
     def evaluate(self, verb: str, body: bytes, trace: Optional[str] = None) -> tuple[Evaluation, Optional[dict]]:
         """``trace``: the call's trace id (default: the pod's scheduling cycle's, trace.py)."""
+        ev, nodes, _ = self._evaluate(verb, body, trace)
+        return ev, nodes
+
+    def _evaluate(self, verb: str, body: bytes, trace: Optional[str]
+                  ) -> tuple[Evaluation, Optional[dict], Optional[wire.NameList]]:
         fast = self._names_args(body)
         listed: Optional[wire.NameList] = None
         if fast is not None:
@@ -273,7 +278,7 @@ class Extender:
                         verdicts, self.clock(), (req.policy if req and req.policy else self.scorer.policy))
         self._remember(ev, decoded_bytes, listed)
         self.metrics.count_decisions(verb, verdicts.counts())
-        return ev, nodes
+        return ev, nodes, listed
 
     def _verdicts(self, req: Optional[Request], error: Optional[str], table: NodeTable, names: list[str],
                   given: Optional[list[NodeState]]) -> Verdicts:
@@ -310,7 +315,7 @@ class Extender:
 
     def filter(self, body: bytes, trace: Optional[str] = None) -> tuple[dict, Evaluation]:
         """The ExtenderFilterResult as a dict (``filter_json``: as the bytes served)."""
-        result, ev, _ = self._filter(body, trace)
+        result, ev, _, _ = self._filter(body, trace)
         if result["FailedAndUnresolvableNodes"] is None:
             result["FailedAndUnresolvableNodes"] = dict(result["FailedNodes"])
         return result, ev
@@ -320,7 +325,7 @@ class Extender:
         dict: its parts encoded apart, FailedNodes once where FailedAndUnresolvableNodes is the
         same (no failure preemption could resolve). The names that passed go to the names cache
         under the bytes they are answered as: kube-scheduler sends them to /prioritize next."""
-        result, ev, passing = self._filter(body, trace)
+        result, ev, passing, listed = self._filter(body, trace)
         failed, unresolvable, passed = result["FailedNodes"], result["FailedAndUnresolvableNodes"], result["NodeNames"]
         parts = [jsonsafe.encode(result["Nodes"]), jsonsafe.encode(passed), jsonsafe.encode(failed)]
         parts.append(parts[2] if unresolvable is None else jsonsafe.encode(unresolvable))
@@ -329,15 +334,16 @@ class Extender:
                 result["FailedAndUnresolvableNodes"] = failed
             return jsonsafe.dumps(result), ev
         if passed is not None and self.table is not None and ev.mode == "names":
-            self.names.put(cast(bytes, parts[1]), passed)
+            self.names.put(cast(bytes, parts[1]), passed, listed.longest if listed is not None else None)
             self.table.remember_subset(ev.names, passing, passed)
         return (b'{"Nodes":%s,"NodeNames":%s,"FailedNodes":%s,"FailedAndUnresolvableNodes":%s,"Error":""}'
                 % cast(tuple[bytes, ...], tuple(parts))), ev
 
-    def _filter(self, body: bytes, trace: Optional[str]) -> tuple[dict[str, Any], Evaluation, list[int]]:
+    def _filter(self, body: bytes, trace: Optional[str]
+                ) -> tuple[dict[str, Any], Evaluation, list[int], Optional[wire.NameList]]:
         """(the ExtenderFilterResult, FailedAndUnresolvableNodes None where it equals
-        FailedNodes; the evaluation; the positions that passed)."""
-        ev, nodes = self.evaluate("filter", body, trace)
+        FailedNodes; the evaluation; the positions that passed; the request's names as cached)."""
+        ev, nodes, listed = self._evaluate("filter", body, trace)
         tag = f" (trace {ev.trace})"  # in the pod's FailedScheduling event: /explain?trace= says more
         limit = REASON_LIMIT - len(tag)
         at, made = ev.verdicts.failing()
@@ -362,7 +368,7 @@ class Extender:
         else:
             result["NodeNames"] = list(map(ev.names.__getitem__, passing))
         self._log("filter", ev, passed=len(passing))
-        return result, ev, passing
+        return result, ev, passing, listed
 
     def prioritize(self, body: bytes, trace: Optional[str] = None) -> tuple[bytes, Evaluation]:
         """The HostPriorityList as JSON bytes (built as text: over thousands of nodes this is

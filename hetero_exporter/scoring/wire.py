@@ -47,8 +47,8 @@ def split(body: bytes) -> Optional[dict[str, bytes]]:
 
 @dataclass(frozen=True)
 class NameList:
-    """A decoded NodeNames array (never changed once made), its longest name and its total
-    characters (the /explain ring's estimate)."""
+    """A decoded NodeNames array (never changed once made), its longest name (or a bound on it)
+    and its total characters (the /explain ring's estimate)."""
 
     names: list[str]
     longest: int
@@ -83,10 +83,12 @@ class NamesCache:
             return None
         return self.put(text, names)
 
-    def put(self, text: bytes, names: list[str]) -> NameList:
-        """Keep ``names`` (never changed after) as what ``text`` decodes to."""
-        lengths = list(map(len, names))
-        listed = NameList(names, max(lengths, default=0), sum(lengths))
+    def put(self, text: bytes, names: list[str], longest: Optional[int] = None) -> NameList:
+        """Keep ``names`` (never changed after) as what ``text`` decodes to. ``longest``: a
+        bound on its longest name already known (a subset of a NameList: that list's)."""
+        if longest is None:
+            longest = max(map(len, names), default=0)
+        listed = NameList(names, longest, len("".join(names)))
         cost = len(text) + PER_NAME * len(names)
         if cost > self.max_bytes // 4:  # a huge list is not worth the memory: decoded each time
             return listed
