@@ -89,7 +89,9 @@ XID79_LINE = "NVRM: Xid (PCI:{bus}): 79, pid='<unknown>', name=<unknown>, GPU ha
 def _serve(conn: Any, bookmark_seconds: float) -> None:
     """The API server in a process of its own: answers the benchmark's commands on ``conn``."""
     from kubeapi import NODES, KubeAPIServer
-    api = KubeAPIServer(keep_requests=False, bookmark_seconds=bookmark_seconds, max_watch_seconds=3600.0).start()
+    api = KubeAPIServer(keep_requests=False, count_clients=True, bookmark_seconds=bookmark_seconds,
+                        max_watch_seconds=3600.0).start()
+    failing: set[str] = set()  # the failing agents' clients (User-Agent agent/<node>)
     marks: list[tuple[float, str, bool]] = []  # (monotonic, node, tainted) at each change
     tainted: set[str] = set()
     store = api._store
@@ -119,8 +121,14 @@ def _serve(conn: Any, bookmark_seconds: float) -> None:
                 api.seed_resource_slice(f"{node}-gpu.nvidia.com", node, [
                     {"name": f"gpu-{i}", "attributes": {"uuid": {"string": u}, "index": {"int": i}}}
                     for i, u in enumerate(uuids)], driver="gpu.nvidia.com")
-        elif cmd == "tally":
-            out = (api.tally(), api.per_second())
+        elif cmd == "failing":
+            failing = {f"agent/{n}" for n in arg}
+        elif cmd == "tally":  # the fleet's, per second, the failing agents' summed, writes that stored nothing
+            mine: Counter = Counter()
+            for client, counts in api.tally_by_client().items():
+                if client in failing:
+                    mine.update(counts)
+            out = (api.tally(), api.per_second(), dict(mine), api.unchanged_writes())
         elif cmd == "marks":
             out = list(marks)
         elif cmd == "annotated":  # nodes the agents have reconciled once (their inventory written)
@@ -225,6 +233,78 @@ def kernel_log_source(scenario: Any, clock: PhaseClock) -> Callable[[NodeSnapsho
     return enrich
 
 
+def swap(obj: Any, old: str, new: str) -> Any:
+    """``obj`` with every string's ``old`` replaced by ``new``, through dataclasses, tuples, lists
+    and dicts (the same object where nothing changed): a template node's snapshot made another's."""
+    if isinstance(obj, str):
+        return obj.replace(old, new) if old in obj else obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {}
+        for f in dataclasses.fields(obj):
+            if f.init:
+                v = getattr(obj, f.name)
+                w = swap(v, old, new)
+                if w is not v:
+                    changes[f.name] = w
+        return dataclasses.replace(obj, **changes) if changes else obj
+    if isinstance(obj, (tuple, list)):
+        items = [swap(v, old, new) for v in obj]
+        return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
+    if isinstance(obj, dict):
+        pairs = {swap(k, old, new): swap(v, old, new) for k, v in obj.items()}
+        return obj if all(k in obj and obj[k] is v for k, v in pairs.items()) else pairs
+    return obj
+
+
+def vendor_of(kind: str) -> str:
+    return "ascend" if kind.startswith("ascend") else "nvidia"
+
+
+def resource_of(kind: str) -> str:
+    return "huawei.com/Ascend910" if vendor_of(kind) == "ascend" else "nvidia.com/gpu"
+
+
+class Shape:
+    """One kind of node (its devices and its fault) collected through the real collectors and
+    sources over the simulation, as a template node; every node of the kind gets its snapshots
+    from here with the node's own name (``personal``). Collection is the simulated part: the
+    judge, plan and act run per node."""
+
+    def __init__(self, kind: str, workdir: str):
+        self.kind, self.vendor = kind, vendor_of(kind)
+        self.template = f"shape-{kind}"
+        self.clock = PhaseClock()
+        doc = scenario_doc(self.template, kind)
+        path = Path(workdir) / f"{self.template}.yaml"
+        if self.vendor == "ascend":  # the fake npu-smi reads its scenario from a file
+            path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        scenario = from_dict(doc, str(path))
+        name = "npu_smi" if self.vendor == "ascend" else "nvml"
+        opts = CollectorOptions(node_name=self.template, scenario=scenario, clock=self.clock,
+                                workdir=str(Path(workdir) / self.template) if self.vendor == "ascend" else None)
+        entry = registry.collector_entries()[name]
+        spec = CollectorSpec(name, self.vendor, lambda: registry.collector_factory(entry)(opts), 30.0)
+        enrichers = [kernel_log_source(scenario, self.clock)] if kind == "kernel-log" else []
+        self.sampler = Sampler([spec], self.template, clock=self.clock, enrichers=enrichers, min_cycle_gap=0)
+        self.collect_seconds = 0.0
+
+    def collect(self, scenario_t: float) -> NodeSnapshot:
+        """The template's collection at scenario time ``scenario_t`` (the real collector and sources)."""
+        self.clock.scenario_t = scenario_t
+        t0 = time.perf_counter()
+        snap = self.sampler.collect()
+        self.collect_seconds = time.perf_counter() - t0
+        return snap
+
+    def personal(self, snap: NodeSnapshot, node: str, boot_id: str) -> NodeSnapshot:
+        """The template's snapshot as node ``node``'s: its name everywhere, its boot, its pod."""
+        mine = swap(snap, self.template, node)
+        return allocate(node, resource_of(self.kind))(dataclasses.replace(mine, node=node, boot_id=boot_id))
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
 @dataclasses.dataclass
 class Shared:
     """What every agent of the run shares: the policy, the health settings, the kubeconfig."""
@@ -238,52 +318,26 @@ class Shared:
 
 
 class NodeAgent:
-    """One node: its collector (snapshots at the phases), the judge, the health loop and its
-    remedy on its own API client, the pod and ResourceSlice watches."""
+    """One node: the judge, the health loop and its remedy on its own API client, the pod and
+    ResourceSlice watches; its snapshots are its shape's, with its own name."""
 
     def __init__(self, node: str, kind: str, shared: Shared):
         self.node, self.kind = node, kind
-        self.clock = PhaseClock()
-        doc = scenario_doc(node, kind)
-        vendor = "ascend" if kind.startswith("ascend") else "nvidia"
-        self.vendor = vendor
-        path = Path(shared.workdir) / f"{node}.yaml"
-        if vendor == "ascend":  # the fake npu-smi reads its scenario from a file
-            path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-        scenario = from_dict(doc, str(path))
-        name = "npu_smi" if vendor == "ascend" else "nvml"
-        opts = CollectorOptions(node_name=node, scenario=scenario, clock=self.clock,
-                                workdir=str(Path(shared.workdir) / node) if vendor == "ascend" else None)
-        entry = registry.collector_entries()[name]
-        spec = CollectorSpec(name, vendor, lambda: registry.collector_factory(entry)(opts), 30.0)
-        resource = "huawei.com/Ascend910" if vendor == "ascend" else "nvidia.com/gpu"
-        enrichers = [allocate(node, resource)]
-        if kind == "kernel-log":
-            enrichers.append(kernel_log_source(scenario, self.clock))
-        self.sampler = Sampler([spec], node, clock=self.clock, enrichers=enrichers, boot_id=f"boot-{node}",
-                               min_cycle_gap=0)
+        self.vendor = vendor_of(kind)
+        self.boot_id = f"boot-{node}"
         self.verdicts = HealthVerdicts(shared.policy)
         self.cluster = connect(shared.kubeconfig, env={}, timeout_seconds=30.0)
         api_client = self.cluster.api_client
+        api_client.user_agent = f"agent/{node}"  # the API server counts each agent's requests apart
         self.pods = PodCache(api_client, node, request_timeout=30.0)
-        self.slices = SliceCache(api_client, node, request_timeout=30.0) if vendor == "nvidia" else None
-        self.remedy = Remedy(self.cluster, node, shared.policy, shared.cfg, HealthMetrics(), resource_of=lambda d: resource,
-                             slices=self.slices, failed_pods=self.pods.failed_pods,
+        self.slices = SliceCache(api_client, node, request_timeout=30.0) if self.vendor == "nvidia" else None
+        resource = resource_of(kind)
+        self.remedy = Remedy(self.cluster, node, shared.policy, shared.cfg, HealthMetrics(),
+                             resource_of=lambda d: resource, slices=self.slices, failed_pods=self.pods.failed_pods,
                              environ={"POD_NAMESPACE": AGENT_NS}, rng=shared.rng)
-        self.loop = HealthLoop(self.remedy, self.verdicts, boot_id=f"boot-{node}")
+        self.loop = HealthLoop(self.remedy, self.verdicts, boot_id=self.boot_id)
         self.snapshot: Optional[NodeSnapshot] = None
         self.pending: Optional[NodeSnapshot] = None  # the next phase's, collected ahead
-        self.collect_seconds = 0.0
-        self.injected: Optional[float] = None  # monotonic, when the fault snapshot reached the judge
-        self.recovered: Optional[float] = None
-
-    def collect(self, scenario_t: float) -> NodeSnapshot:
-        """The node's collection at scenario time ``scenario_t`` (the real collector and sources)."""
-        self.clock.scenario_t = scenario_t
-        t0 = time.perf_counter()
-        snap = self.sampler.collect()
-        self.collect_seconds = time.perf_counter() - t0
-        return snap
 
     def tick(self) -> None:
         """One collection tick: the last snapshot, re-stamped, judged and offered (Sampler.run)."""
@@ -305,7 +359,6 @@ class NodeAgent:
         self.pods.close()
         if self.slices is not None:
             self.slices.close()
-        self.sampler.close()
 
 
 # --------------------------------------------------------------------------- the fleet
@@ -414,31 +467,36 @@ def writes_of(counts: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in counts.items() if k.split(" ", 1)[0] in WRITE_VERBS}
 
 
-def quiet(server: Server, seconds: float, timeout: float) -> dict[str, int]:
-    """Wait until the API server has had no request for ``seconds`` (bounded); its tally then."""
-    last, since = server.ask("tally")[0], time.monotonic()
+def quiet(server: Server, seconds: float, timeout: float) -> tuple[tuple, float]:
+    """Wait until the failing agents have made no request for ``seconds`` (bounded): the server's
+    tallies then, and when (monotonic) the failing agents' last request was seen."""
+    last, since = server.ask("tally"), time.monotonic()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # bounded
-        time.sleep(0.5)
-        now = server.ask("tally")[0]
-        if {k: v for k, v in now.items() if not k.startswith("watch")} != \
-                {k: v for k, v in last.items() if not k.startswith("watch")}:
+        time.sleep(0.25)
+        now = server.ask("tally")
+        if {k: v for k, v in now[2].items() if not k.startswith("watch")} != \
+                {k: v for k, v in last[2].items() if not k.startswith("watch")}:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= seconds:
             break
-    return last
+    return last, since
 
 
-def build(s: Settings, server: Server, workdir: str) -> list[NodeAgent]:
+def build(s: Settings, server: Server, workdir: str) -> tuple[list[NodeAgent], dict[str, Shape]]:
+    """The shapes (one per kind), each collected once before the fault (counters readable before
+    it), then the agents with their idle snapshots, their watches and health loops started."""
     fleet = plan_fleet(s.nodes, s.faults, s.ascend_nodes)
-    server.ask("seed", [(n, "ascend" if k.startswith("ascend") else "nvidia") for n, k in fleet])
+    server.ask("seed", [(n, vendor_of(k)) for n, k in fleet])
+    shapes = {k: Shape(k, workdir) for k in sorted({k for _, k in fleet})}
+    idle = {k: shape.collect(FAULT_AT - 10) for k, shape in shapes.items()}
     rng = random.Random(s.seed)
     shared = Shared(server.kubeconfig(Path(workdir) / "kubeconfig"), policy_mod.load(), health_config(s), workdir,
                     s.interval, rng)
     agents = []
     for node, kind in fleet:
         a = NodeAgent(node, kind, shared)
-        a.snapshot = a.collect(FAULT_AT - 10)  # counters readable before the fault (a reset restarts them)
+        a.snapshot = shapes[kind].personal(idle[kind], node, a.boot_id)
         agents.append(a)
     server.ask("slices", [(a.node, [d.identity.uuid for d in a.snapshot.devices if d.identity.parent is None])
                           for a in agents if a.vendor == "nvidia" and a.snapshot is not None])
@@ -447,29 +505,44 @@ def build(s: Settings, server: Server, workdir: str) -> list[NodeAgent]:
         if a.slices is not None:
             a.slices.start()
         a.loop.start()
-    return agents
+    return agents, shapes
 
 
-def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], scenario_t: float) -> dict:
-    """One phase of the failing nodes (fault or recovery): collect ahead, hand over at once, wait
-    until the API server is quiet; the requests of the phase, its per-second peak, when each was handed."""
+# Evidence of the recovery the real judge needs, per kind: the device back through NVML after it
+# was lost (readable), or, for an Xid 79 seen only in the kernel log (NVML answered throughout),
+# the reboot its catalogue action asks for: the node's boot id changes.
+REBOOTED = frozenset({"kernel-log"})
+
+
+def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], shapes: dict[str, Shape],
+          scenario_t: float, recovery: bool = False) -> dict:
+    """One phase of the failing nodes (fault or recovery): each shape collects ahead (twice: NVML's
+    event thread has delivered the XID by the second), every failing node gets its own copy, all
+    are handed over at once; wait until the API server is quiet. The requests of the phase, its
+    per-second peak, when each node was handed its snapshot."""
     failing = agents[:s.faults]
-    collect: dict[str, list[float]] = {}
-    for step in (0.0, 1.0):  # a second cycle: NVML's event thread has delivered the XID by then
+    kinds = sorted({a.kind for a in failing})
+    collect: dict[str, float] = {}
+    snaps: dict[str, NodeSnapshot] = {}
+    for step in (0.0, 1.0):
         time.sleep(0.3)
-        for a in failing:
-            a.pending = a.collect(scenario_t + step)
+        for k in kinds:
+            snaps[k] = shapes[k].collect(scenario_t + step)
             if step == 0.0:
-                collect.setdefault(a.kind, []).append(a.collect_seconds)
-    before, seconds_before = server.ask("tally")
+                collect[k] = shapes[k].collect_seconds
+    for a in failing:
+        boot = f"{a.boot_id}-rebooted" if recovery and a.kind in REBOOTED else a.boot_id
+        a.pending = shapes[a.kind].personal(snaps[a.kind], a.node, boot)
+    before, seconds_before, failing_before, unchanged_before = server.ask("tally")
     t0 = time.monotonic()
     handed = ticker.switch(failing)
-    after = quiet(server, seconds=max(3.0, 0.5 * s.resync), timeout=s.settle_timeout)
-    _, per_second = server.ask("tally")
+    (after, per_second, failing_after, unchanged_after), last = quiet(
+        server, seconds=max(3.0, 0.5 * s.resync), timeout=s.settle_timeout)
     window = {t: n - seconds_before.get(t, 0) for t, n in per_second.items() if t >= int(t0)}
-    return {"requests": delta(after, before), "handed": handed, "t0": t0, "elapsed": time.monotonic() - t0,
-            "peak_requests_per_second": max(window.values(), default=0),
-            "collect_seconds": {k: statistics.median(v) for k, v in collect.items()}}
+    return {"requests": delta(after, before), "failing_requests": delta(failing_after, failing_before),
+            "unchanged_writes": delta(unchanged_after, unchanged_before), "handed": handed, "t0": t0,
+            "elapsed": max(0.0, last - t0), "peak_requests_per_second": max(window.values(), default=0),
+            "collect_seconds": collect}
 
 
 def latencies(marks: list[tuple[float, str, bool]], handed: dict[str, float], on: bool) -> list[float]:
@@ -494,21 +567,23 @@ def run(s: Settings) -> dict:
     server = Server(bookmark_seconds=60.0)
     workdir = tempfile.mkdtemp(prefix="fleet-burst-")
     agents: list[NodeAgent] = []
+    shapes: dict[str, Shape] = {}
     ticker: Optional[Ticker] = None
     try:
         t_start = time.monotonic()
-        agents = build(s, server, workdir)
+        agents, shapes = build(s, server, workdir)
         ticker = Ticker(agents, s.interval, random.Random(s.seed + 1)).start()
         if not wait_for(lambda: server.ask("annotated") >= s.nodes, s.settle_timeout, 1.0):
             raise RuntimeError(f"only {server.ask('annotated')} of {s.nodes} nodes reconciled once")
         startup = time.monotonic() - t_start
         time.sleep(1.5 * s.resync)  # past every agent's first (jittered) resync
+        server.ask("failing", [a.node for a in agents[:s.faults]])
         idle0 = server.ask("tally")[0]
         idle_seconds = s.idle_periods * s.resync
         time.sleep(idle_seconds)
         idle = delta(server.ask("tally")[0], idle0)
-        fault = burst(s, server, ticker, agents, FAULT_AT + 1)
-        recovery = burst(s, server, ticker, agents, RESET_AT + 1)
+        fault = burst(s, server, ticker, agents, shapes, FAULT_AT + 1)
+        recovery = burst(s, server, ticker, agents, shapes, RESET_AT + 1, recovery=True)
         marks = server.ask("marks")
         return report(s, agents, idle, idle_seconds, fault, recovery, marks, startup)
     finally:
@@ -516,13 +591,16 @@ def run(s: Settings) -> dict:
             ticker.stop()
         for a in agents:
             a.close()
+        for shape in shapes.values():
+            shape.close()
         server.close()
 
 
 def per_fault(s: Settings, phase: dict, idle: dict[str, int], idle_seconds: float) -> dict[str, float]:
-    """The phase's writes per failing node, the idle fleet's writes over as long taken out."""
-    share = phase["elapsed"] / idle_seconds
-    raw = writes_of(phase["requests"])
+    """The failing agents' writes in the phase per failing node, less what they would have
+    written idle over as long (the fleet's idle writes per node and second)."""
+    share = s.faults * phase["elapsed"] / (idle_seconds * s.nodes)
+    raw = writes_of(phase["failing_requests"])
     return {k: round(max(0.0, v - idle.get(k, 0) * share) / s.faults, 3) for k, v in raw.items()
             if v - idle.get(k, 0) * share > 0.5}
 
@@ -546,7 +624,13 @@ def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seco
         "idle_watch_requests": {k: v for k, v in idle.items() if k.startswith("watch ")},
         "writes_per_fault": round(sum(writes.values()), 3),
         "writes_per_fault_by_kind": writes,
+        "writes_stored_nothing_per_fault": {k: round(v / s.faults, 3) for k, v in fault["unchanged_writes"].items()},
+        "failing_agents_requests": fault["failing_requests"],
         "burst_requests": fault["requests"],
+        "tainted_by_kind": dict(Counter(a.kind for a, t in zip(failing, fault["handed"])
+                                        if latencies(marks, {a.node: t}, True))),
+        "untainted_by_kind": dict(Counter(a.kind for a, t in zip(failing, recovery["handed"])
+                                          if latencies(marks, {a.node: t}, False))),
         "tainted_in_burst": len(to_taint),
         "fault_to_taint_p50_seconds": r2(percentile(to_taint, 50)),
         "fault_to_taint_p99_seconds": r2(percentile(to_taint, 99)),

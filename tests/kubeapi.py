@@ -72,8 +72,10 @@ Every request is recorded (``requests``), every stored version of every object i
 (``versions``), so tests assert on what reached the server and on how state evolved. Every
 request is also counted by verb and resource (``tally()``: ``{"get nodes": 3, "patch
 nodes/status": 1, "watch pods": 1, ...}``, the verbs as RBAC names them) and by second
-(``per_second()``: non-watch requests per whole ``time.monotonic()`` second); a benchmark of many
-agents passes ``keep_requests=False`` so that only the counts are kept, not every request.
+(``per_second()``: non-watch requests per whole ``time.monotonic()`` second), per client
+(``tally_by_client()``, by User-Agent, with ``count_clients=True``), and the writes that stored
+nothing apart (``unchanged_writes()``: refused, or no-ops); a benchmark of many agents passes
+``keep_requests=False`` so that only the counts are kept, not every request.
 
 Use the ``kube_api`` fixture (registered in conftest.py) or ``KubeAPIServer().start()``.
 """
@@ -593,14 +595,15 @@ class KubeAPIServer:
     def __init__(self, token: str = "test-token", history: int = 10000,
                  bookmark_seconds: float = 1.0, max_watch_seconds: float = 60.0, *, dra: bool = True,
                  dra_versions: Iterable[str] = ("v1",), field_validation: str = "Strict", nfd: bool = True,
-                 keep_requests: bool = True):
+                 keep_requests: bool = True, count_clients: bool = False):
         """``dra=False``: resource.k8s.io is not served at all (a cluster without DRA: 404 on its
         paths, absent from discovery); ``dra_versions``: the resource.k8s.io versions served, of
         ``DRA_VERSIONS`` (``("v1beta2",)``: a cluster from before DeviceTaintRule reached v1);
         ``field_validation``: what an unknown field of a schema'd kind gets when the request
         does not say (``Strict``: 400; ``Warn``: dropped, with a Warning header; ``Ignore``);
         ``nfd=False``: NFD's NodeFeature CRD is not installed (404 on nfd.k8s-sigs.io);
-        ``keep_requests=False``: requests are counted (``tally``, ``per_second``), not recorded."""
+        ``keep_requests=False``: requests are counted (``tally``, ``per_second``), not recorded;
+        ``count_clients``: counted per client too (``tally_by_client``, by User-Agent)."""
         versions = tuple(dra_versions)
         if not versions or any(v not in DRA_VERSIONS for v in versions):
             raise ValueError(f"dra_versions: some of {DRA_VERSIONS}, not {versions!r}")
@@ -629,6 +632,9 @@ class KubeAPIServer:
         self.keep_requests = keep_requests
         self._tally: Counter = Counter()  # "verb resource[/sub]" -> requests
         self._seconds: Counter = Counter()  # whole monotonic second -> non-watch requests
+        self._unchanged: Counter = Counter()  # "verb resource code" -> writes that stored nothing
+        self.count_clients = count_clients
+        self._by_client: dict[str, Counter] = {}  # User-Agent -> its tally (count_clients)
         self._stopping = threading.Event()
         self._httpd: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
@@ -1082,7 +1088,9 @@ class KubeAPIServer:
         with self._lock:
             return dict(self._seconds)
 
-    def _count(self, method: str, path: str, is_watch: bool) -> None:
+    @staticmethod
+    def _key(method: str, path: str, is_watch: bool) -> str:
+        """``"verb resource[/sub]"`` of a request, the verbs as RBAC names them."""
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
         segs = [s for s in path.split("/") if s]
         if segs[:1] == ["api"]:
@@ -1096,10 +1104,34 @@ class KubeAPIServer:
         resource = "/".join([rest[0]] + rest[2:3]) if rest else "-"
         if verb is None:
             verb = "watch" if is_watch else ("get" if len(rest) >= 2 else "list")
+        return f"{verb} {resource}"
+
+    def _count(self, method: str, path: str, is_watch: bool, client: str = "") -> str:
+        key = self._key(method, path, is_watch)
         with self._lock:
-            self._tally[f"{verb} {resource}"] += 1
+            self._tally[key] += 1
             if not is_watch:
                 self._seconds[int(time.monotonic())] += 1
+            if self.count_clients:
+                self._by_client.setdefault(client, Counter())[key] += 1
+        return key
+
+    def _settled(self, key: str, code: int, changed: bool) -> None:
+        """A write that stored nothing (refused: 4xx/5xx, or a no-op) is counted apart too."""
+        if key.split(" ", 1)[0] in ("create", "update", "patch", "delete") and (code >= 400 or not changed):
+            with self._lock:
+                self._unchanged[f"{key} {code}"] += 1
+
+    def unchanged_writes(self) -> dict[str, int]:
+        """Writes that stored nothing, by ``"verb resource code"`` (``"create leases 409"``: a
+        create answered AlreadyExists; ``"patch nodes 200"``: a patch that changed nothing)."""
+        with self._lock:
+            return dict(self._unchanged)
+
+    def tally_by_client(self) -> dict[str, dict[str, int]]:
+        """``tally()`` per client (the request's User-Agent), with ``count_clients=True``."""
+        with self._lock:
+            return {c: dict(t) for c, t in self._by_client.items()}
 
     # ------------------------------------------------------------------ storage core
     def _store(self, res: Resource, ns: str, name: str, obj: Optional[dict], old: Optional[dict], etype: str) -> None:
@@ -2009,7 +2041,7 @@ class _Handler(BaseHTTPRequestHandler):
             rec.status = e.code
             self._send_json(e.code, e.status())
             return
-        api._count(method, path, is_watch)
+        key = api._count(method, path, is_watch, self.headers.get("User-Agent", ""))
         if api.keep_requests:
             with api._lock:
                 api.requests.append(rec)
@@ -2038,6 +2070,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ApiError as e:
             code, body, changed = e.code, e.status(), False
         rec.status, rec.changed, rec.resource_version = code, changed, api.resource_version
+        api._settled(key, code, changed)
         if fault is not None and fault.after_apply:
             if self._inject(fault, rec):
                 return

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import kubeapi
+
 pytest.importorskip("kubernetes")
 
 from hetero_exporter.health.act.remedy import RESYNC_JITTER, Remedy  # noqa: E402
@@ -111,3 +113,89 @@ def test_two_remedies_first_resyncs_differ_and_are_bounded():
     offsets = [Remedy(None, "n", policy_mod.load(), cfg, rng=random.Random(i))._resync_offset for i in range(50)]
     assert len(set(offsets)) == 50
     assert all(0.0 <= o < RESYNC_JITTER * 60.0 for o in offsets)
+
+
+# --------------------------------------------------------------------------- the budget's API bill
+
+
+SLOT_LABELS = {"app.kubernetes.io/managed-by": "hetero-exporter", "hetero-exporter.io/budget": "taint"}
+
+
+def _racers(kube_api, count: int, limit: int) -> dict:
+    from hetero_exporter.health.act.fleet_budget import FleetBudget
+    from hetero_exporter.k8s.client import Cluster
+    from hetero_exporter.k8s.leases import Leases
+    clients = [kube_api.api_client() for _ in range(count)]
+    fleet = [FleetBudget(Leases(Cluster(api_client=c, source="test"), "hetero-exporter"), f"gpu-{i}",
+                         domain="hetero-exporter.io") for i, c in enumerate(clients)]
+    barrier, results = threading.Barrier(count, timeout=60), {}
+
+    def fail(b) -> None:
+        barrier.wait()
+        results[b.node] = b.acquire(limit, ())
+    threads = [threading.Thread(target=fail, args=(b,), daemon=True) for b in fleet]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for c in clients:
+        c.close()
+    assert not any(t.is_alive() for t in threads)
+    return results
+
+
+def test_thirty_nodes_racing_for_twenty_slots_lose_few_creates_and_read_none_by_name(kube_api):
+    """All racing for the lowest slot, each loser trying every slot it had read free and reading
+    each by name, cost ~100 lost creates and ~100 GETs here; spread and re-read, a few dozen."""
+    results = _racers(kube_api, 30, 20)
+    assert sum(1 for r in results.values() if r.granted) == 20
+    tally, lost = kube_api.tally(), kube_api.unchanged_writes()
+    assert tally.get("get leases", 0) == 0  # the winners' slots show in the next listing
+    assert lost.get("create leases 409", 0) <= 45, lost
+    assert set(lost) <= {"create leases 409"}
+
+
+def _remedy(kube_api, node: str):
+    from hetero_exporter.health.act.remedy import Remedy
+    from hetero_exporter.k8s.client import Cluster
+    cfg = RemedyConfig.from_mapping({}, mode="enforce")
+    cluster = Cluster(api_client=kube_api.api_client(), source="test")
+    return Remedy(cluster, node, policy_mod.load(), cfg, environ={"POD_NAMESPACE": "hetero-exporter"})
+
+
+def _taint(kube_api, node: str) -> None:
+    kube_api.mutate_node(node, lambda n: n["spec"].setdefault("taints", []).append(
+        {"key": "hetero-exporter.io/accelerator-unhealthy", "effect": "NoSchedule"}))
+
+
+def test_a_refused_node_asks_again_without_listing_every_node_until_a_slot_frees(kube_api):
+    nodes = [f"gpu-{i}" for i in range(10)]  # the budget allows 1
+    for n in nodes:
+        kube_api.seed_node(n, labels={"hetero-exporter.io/accelerator": "true"})
+    holder, refused = _remedy(kube_api, "gpu-0"), _remedy(kube_api, "gpu-1")
+    assert holder._budget().granted is True
+    _taint(kube_api, "gpu-0")
+    first = refused._budget()
+    assert first.granted is False and kube_api.tally()["list nodes"] == 2
+    for _ in range(3):  # its retries: the slots alone say no; nothing written, no node listing
+        again = refused._budget()
+        assert again.granted is False and again.tainted == 1 and again.total == 10
+    assert kube_api.tally()["list nodes"] == 2 and kube_api.tally()["create leases"] == 1
+    assert holder._fleet.release() is None  # gpu-0 recovered: its slot given back
+    kube_api.mutate_node("gpu-0", lambda n: n["spec"].pop("taints"))
+    assert refused._budget().granted is True  # listed again, and granted
+    assert kube_api.tally()["list nodes"] == 3
+
+
+def test_a_node_tainted_since_the_listing_makes_the_refused_node_list_again(kube_api):
+    """The view refuses only on holders that carried the taint when listed: a holder tainted
+    since is not counted by it, so a fresh listing decides (the budget is never exceeded)."""
+    for n in ("gpu-0", "gpu-1", "gpu-2"):
+        kube_api.seed_node(n, labels={"hetero-exporter.io/accelerator": "true"})
+    a, b = _remedy(kube_api, "gpu-0"), _remedy(kube_api, "gpu-1")
+    assert a._budget().granted is True  # tainting now: not on its Node yet
+    assert b._budget().granted is False  # within its grace: counted
+    _taint(kube_api, "gpu-0")
+    assert b._budget().granted is False and kube_api.tally()["list nodes"] == 3  # listed again
+    assert b._budget().granted is False and kube_api.tally()["list nodes"] == 3  # now the view says no
+    assert [o["spec"]["holderIdentity"] for o in kube_api.list(kubeapi.LEASES, "hetero-exporter")] == ["gpu-0"]

@@ -34,8 +34,13 @@ With ``limit`` slots, at most ``limit`` nodes hold one, whatever the timing. No 
   nodes + slots held at ``k`` or above (granted under a larger limit) <= ``limit``. A smaller
   limit never revokes a held slot; it only stops new grants.
 - ``acquire`` renews a slot this node already holds (even an expired one not yet taken), else
-  takes one; ``renew`` keeps it (at most once per ``lease_seconds / 3``); ``release`` deletes it
-  with uid and resourceVersion preconditions (a slot taken over since it was read is not ours).
+  takes one: the lowest free one, or a random free one when more than ``SPREAD_ABOVE`` are free
+  or once a race was lost (nodes failing together spread over the slots instead of all racing
+  for slot 0). A round loses at most ``TRIES_PER_ROUND`` races, then reads the slots again, so
+  a node refused because the slots filled stops writing as soon as it reads them full; a name
+  answered AlreadyExists is read by name only when the next listing lacks it. ``renew`` keeps
+  it (at most once per ``lease_seconds / 3``); ``release`` deletes it with uid and
+  resourceVersion preconditions (a slot taken over since it was read is not ours).
 - Every failure of the API refuses (the safe side) and says why. Slot objects are hostile input:
   a malformed one is free only to a writer that replaces it by its resourceVersion.
 - A device class with a ``budget_share`` (health.classes) has its own pool of slots, by the same
@@ -53,13 +58,14 @@ health.remedy import k8s/).
 from __future__ import annotations
 
 import datetime
+import random
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Collection, Iterable, Mapping, Optional, Protocol
+from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Protocol
 
 from hetero_exporter.health.plan import Budget, RemedyConfig
-from hetero_exporter.health.plan.budget import ClassBudget, class_limit
+from hetero_exporter.health.plan.budget import ClassBudget, class_limit, class_taints
 from hetero_exporter.model.keys import Keys
 
 SLOT_PREFIX = "hetero-exporter-taint-slot-"
@@ -69,11 +75,14 @@ MAX_LEASE_SECONDS = 7 * 86400  # a longer lease is not one of ours: malformed
 MAX_NAMES = 10  # holders named in a refusal
 _INDEX = r"(0|[1-9][0-9]{0,5})"
 _SLOT_NAME = re.compile(re.escape(SLOT_PREFIX) + _INDEX)
-_ROUNDS = 2  # read and try; once more after losing a race, with what the winners wrote
+_ROUNDS = 8  # read and try; again after each lost race, with what the winners wrote (bounded)
+TRIES_PER_ROUND = 2  # writes one round may lose before reading the slots again
+SPREAD_ABOVE = 8  # with more free slots than this, a node starts at a random one (small pools: lowest first)
 UNTAINTED_GRACE_SECONDS = 120.0  # a node holding slots this long without the taint is not using them
 FORGET_SECONDS = 6 * 3600.0  # a holder unseen this long gets its grace again (a new failure)
 MAX_HOLDERS = 4096  # holders remembered (nodes of the cluster; the oldest go first)
 MAX_FOREIGN = 64  # unlabelled Leases of slot names remembered (read by name at each acquire)
+VIEW_SECONDS = 300.0  # a listing of the accelerator nodes serves refusals this long (never grants)
 
 
 class SlotStore(Protocol):
@@ -196,6 +205,48 @@ def refusal(limit: int, holders: list[str], unslotted: list[str], foreign: Colle
     return "; ".join(parts) if parts else f"no taint slot could be taken (the budget allows {limit})"
 
 
+@dataclass(frozen=True)
+class FleetView:
+    """The accelerator Nodes as one listing showed them: how many (this node included), their
+    names, the other nodes that carry the taint, class -> the other nodes tainted for it (their
+    books), and when it was listed (the caller's monotonic seconds)."""
+
+    total: int
+    names: frozenset[str]
+    tainted: frozenset[str]
+    by_class: Mapping[str, set[str]]
+    at: float
+
+
+def fleet_view(nodes: Iterable[Mapping[str, Any]], cfg: RemedyConfig, node: str, *, labelled: bool,
+               classes: bool, at: float) -> FleetView:
+    """The view of a listing of Nodes (hostile input: unnamed ones are skipped). ``labelled``: the
+    listing was by the accelerator label; else accelerator nodes are those with our marks (the
+    devices annotation or our taint). ``classes``: read the books' classes too."""
+    names: set[str] = set()
+    tainted: set[str] = set()
+    kept: list[Mapping[str, Any]] = []
+    for n in nodes:
+        meta = n.get("metadata") if isinstance(n, Mapping) else None
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(name, str) or not isinstance(meta, Mapping):
+            continue  # a Node the API lists always has a name
+        annotations = meta.get("annotations") or {}
+        spec = n.get("spec")
+        taints = (spec.get("taints") if isinstance(spec, Mapping) else None) or []
+        ours = any(isinstance(t, dict) and t.get("key") == cfg.taint_key for t in taints)
+        if not labelled and not ours and cfg.devices_annotation not in annotations:
+            continue  # without labels: accelerator nodes are those with our marks
+        names.add(name)
+        if name != node:
+            kept.append(n)
+            if ours:
+                tainted.add(name)
+    names.add(node)
+    return FleetView(len(names), frozenset(names), frozenset(tainted),
+                     class_taints(kept, cfg) if classes else {}, at)
+
+
 class FleetBudget:
     """Taint slots of one node. Not thread-safe: one reconcile loop uses it."""
 
@@ -224,6 +275,7 @@ class FleetBudget:
         self._held: Optional[Slot] = None  # the slot as last written by us
         self._next_renew = 0.0  # renew() writes again from then on
         self._renew_note: Optional[str] = None  # what renew() said last, until then
+        self._rng = random.Random(f"{pool}/{node}")  # the order free slots are tried in, once contended
         self._pools = {c: FleetBudget(leases, node, domain=domain, lease_seconds=lease_seconds, clock=clock,
                                       monotonic=monotonic, untainted_grace=untainted_grace, pool=c)
                        for c in classes} if not pool else {}
@@ -351,9 +403,15 @@ class FleetBudget:
         now, mono = self._clock(), self._mono()
         marked = {t for t in tainted if isinstance(t, str)} - {self.node}
         why, held = "", 0
+        suspects: set[int] = set()  # slots answered AlreadyExists though not listed: read by name
+        contended = False
         for _ in range(_ROUNDS):
             try:
                 slots = self._read(now)
+                for index in sorted(suspects - set(slots)):
+                    found = self._unlabelled(index, now)  # a Lease not listed holds the name
+                    if found is not None:
+                        slots[index] = found
             except Exception as e:
                 if not _api_error(e):
                     raise
@@ -363,29 +421,12 @@ class FleetBudget:
             holders = [s.holder for s in others if s.holder]
             unslotted = sorted(marked - set(holders))
             held = len(others) + len(unslotted)
-            lost_race = False
-            candidates: list[tuple[int, Optional[Slot]]] = [(s.index, s) for s in self._mine(slots)]
-            k = usable_slots(limit, len(unslotted), [s.index for s in others])
-            occupied = {s.index for s in others} | {i for i, _ in candidates}
-            candidates += [(i, slots.get(i)) for i in range(k) if i not in occupied]
-            for index, slot in candidates:
-                if slot is not None and slot.resource_version is None:
-                    continue  # cannot be taken without overwriting blindly
-                try:
-                    if slot is not None and slot.holder == self.node:
-                        self._renew(slot, now)
-                        return self._result(True, held, f"this node holds taint slot {index} (renewed)")
-                    self._take(index, slot, now)
-                    return self._result(True, held, f"taint slot {index} taken; {held} other nodes use the "
-                                                    f"budget of {limit}")
-                except Exception as e:
-                    if not _api_error(e):
-                        raise
-                    if getattr(e, "reason", "") == "AlreadyExists" and slot is None and index not in slots:
-                        self._unlabelled(index, now)  # a Lease not listed holds the name: judged next round
-                    elif not _changed(e):
-                        return self._result(False, held, f"cannot write taint slot {index}: {e}", error=str(e))
-                    lost_race = True  # another node won this slot: the next one
+            candidates = self._candidates(slots, others, limit, len(unslotted), contended)
+            outcome = self._try(candidates, slots, held, limit, now)
+            if isinstance(outcome, Acquired):
+                return outcome
+            suspects, lost_race = outcome
+            contended = contended or lost_race
             unreadable = [w for w in self._foreign.values() if w]
             if unreadable:
                 return self._result(False, held, unreadable[0], error=unreadable[0])
@@ -394,6 +435,73 @@ class FleetBudget:
             if not lost_race:
                 return self._result(False, held, why)
         return self._result(False, held, why)
+
+    def _candidates(self, slots: dict[int, Slot], others: list[Slot], limit: int, unslotted: int,
+                    contended: bool) -> list[tuple[int, Optional[Slot]]]:
+        """The slots to try: this node's own first, then the free ones below the usable count,
+        lowest first; in a random order once a race was lost or when many are free (nodes
+        failing together spread over the free slots instead of all racing for the lowest)."""
+        mine: list[tuple[int, Optional[Slot]]] = [(s.index, s) for s in self._mine(slots)]
+        k = usable_slots(limit, unslotted, [s.index for s in others])
+        occupied = {s.index for s in others} | {i for i, _ in mine}
+        free = [(i, slots.get(i)) for i in range(k) if i not in occupied]
+        if contended or len(free) > SPREAD_ABOVE:
+            self._rng.shuffle(free)
+        return mine + free
+
+    def _try(self, candidates: list[tuple[int, Optional[Slot]]], slots: dict[int, Slot], held: int, limit: int,
+             now: float) -> "Acquired | tuple[set[int], bool]":
+        """Take (or renew) the first candidate that can be had, losing at most TRIES_PER_ROUND
+        races: the Acquired, or (slots answered AlreadyExists though not listed, whether a race
+        was lost) to read again."""
+        suspects: set[int] = set()
+        lost_race, tries = False, 0
+        for index, slot in candidates:
+            if slot is not None and slot.resource_version is None:
+                continue  # cannot be taken without overwriting blindly
+            if tries >= TRIES_PER_ROUND:
+                break
+            tries += 1
+            try:
+                if slot is not None and slot.holder == self.node:
+                    self._renew(slot, now)
+                    return self._result(True, held, f"this node holds taint slot {index} (renewed)")
+                self._take(index, slot, now)
+                return self._result(True, held, f"taint slot {index} taken; {held} other nodes use the "
+                                                f"budget of {limit}")
+            except Exception as e:
+                if not _api_error(e):
+                    raise
+                if getattr(e, "reason", "") == "AlreadyExists" and slot is None and index not in slots:
+                    suspects.add(index)  # the winner's slot, listed next round; else a Lease not listed
+                elif not _changed(e):
+                    return self._result(False, held, f"cannot write taint slot {index}: {e}", error=str(e))
+                lost_race = True  # another node won this slot: another one, or read again
+        return suspects, lost_race
+
+    def full(self, limit: int, view: FleetView) -> Optional[Acquired]:
+        """A refusal read from the slots alone, with an earlier listing of the nodes (``view``):
+        the nodes that still hold a slot and carried the taint when listed already fill ``limit``
+        (``view.total``'s). None when a slot may be free, when this node holds one, or when the
+        slots cannot be read: then list the nodes again and ``acquire``. It never grants, and
+        writes nothing: a node that recovered since the listing gave its slot back, so it is
+        not counted; a fleet grown since refuses by the older, smaller budget until the listing
+        is renewed (the safe side)."""
+        if self._held is not None:
+            return None
+        try:
+            slots = self._read(self._clock())
+        except Exception as e:
+            if not _api_error(e):
+                raise
+            return None
+        holders = {s.holder for s in slots.values() if s.holder}
+        if self.node in holders:
+            return None
+        using = sorted(holders & view.tainted & view.names)
+        if len(using) < limit:
+            return None
+        return self._result(False, len(using), refusal(limit, using, []))
 
     def _result(self, granted: bool, held: int, why: str, error: Optional[str] = None) -> Acquired:
         return Acquired(granted, held, why, error=error, foreign=len(self._foreign))
