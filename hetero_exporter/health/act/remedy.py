@@ -33,12 +33,12 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter.health import plan as plan_mod
 from hetero_exporter.health.plan import pod_signals
-from hetero_exporter.health.act.fleet_budget import FleetBudget
+from hetero_exporter.health.act.fleet_budget import VIEW_SECONDS, FleetBudget, FleetView, fleet_view
 from hetero_exporter.health.act.metrics import HealthMetrics
 from hetero_exporter.health.plan import Book, Budget, ClusterView, Plan, RemedyConfig
 from hetero_exporter.health.plan import classes as classes_mod
 from hetero_exporter.health.plan.book import holds_from_json
-from hetero_exporter.health.plan.budget import class_taints, counted_classes
+from hetero_exporter.health.plan.budget import counted_classes
 from hetero_exporter.health.plan.records import PodRecord
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.act.remedy_cluster import Applied, ClusterSide
@@ -153,6 +153,7 @@ class Remedy:
                                   clock=clock, classes=[c.name for c in cfg.classes if c.budget_share is not None]
                                   ) if live is not None and cfg.fleet_budget and cfg.mode == "enforce" else None
         self._slot: Optional[bool] = None  # holds a budget slot; None: unknown (after a start)
+        self._nodes_view: Optional[FleetView] = None  # the accelerator nodes as last listed (refusals reuse it)
         self._pods_book: Optional[dict[str, PodRecord]] = None  # pod records settled after the last writes
         if not on and cfg.mode != "observe":
             # dry-run/enforce with no cluster access: it writes nothing, which must show (and alert)
@@ -248,30 +249,24 @@ class Remedy:
         # the accelerator label is ours in labels mode; in nodefeature mode nfd-master writes it (if
         # it accepts it), so the nodes are found by our marks as without labels
         selector = f"{self.cfg.present_label}=true" if self.cfg.inventory and not self.cfg.nodefeature else None
+        view, fleet = self._nodes_view, self._fleet
+        if fleet is not None and take_slot and not shares and view is not None \
+                and time.monotonic() - view.at < VIEW_SECONDS:
+            full = fleet.full(Budget(total=view.total, tainted=0).limit(self.cfg), view)
+            if full is not None:  # the slots alone refuse: no listing of every accelerator node
+                log.info("health: no fleet-wide taint slot", extra={"node": self.node, "why": full.why})
+                return Budget(total=view.total, tainted=full.held_by_others, granted=False)
         try:
             nodes = self._writer().nodes.list(selector)
         except K8sError as e:
             return Budget(0, 0, error=str(e))
-        names: set[str] = set()
-        tainted: set[str] = set()
-        for n in nodes:
-            name = (n.get("metadata") or {}).get("name")
-            if not isinstance(name, str):
-                continue  # a Node the API lists always has a name
-            annotations = (n.get("metadata") or {}).get("annotations") or {}
-            taints = (n.get("spec") or {}).get("taints") or []
-            ours = any(isinstance(t, dict) and t.get("key") == self.cfg.taint_key for t in taints)
-            if selector is None and not ours and self.cfg.devices_annotation not in annotations:
-                continue  # without labels: accelerator nodes are those with our marks
-            names.add(name)
-            if ours and name != self.node:
-                tainted.add(name)
-        names.add(self.node)
-        by_class = class_taints([n for n in nodes if (n.get("metadata") or {}).get("name") in names - {self.node}],
-                                self.cfg) if shares else {}
-        if self._fleet is None or not take_slot:
-            return Budget(total=len(names), tainted=len(tainted), classes=counted_classes(shares or {}, by_class, self.node))
-        budget, got = self._fleet.check(self.cfg, len(names), tainted, nodes=names, shares=shares, class_tainted=by_class)
+        view = self._nodes_view = fleet_view(nodes, self.cfg, self.node, labelled=selector is not None,
+                                             classes=bool(shares), at=time.monotonic())
+        if fleet is None or not take_slot:
+            return Budget(total=view.total, tainted=len(view.tainted),
+                          classes=counted_classes(shares or {}, view.by_class, self.node))
+        budget, got = fleet.check(self.cfg, view.total, view.tainted, nodes=view.names, shares=shares,
+                                  class_tainted=view.by_class)
         self.metrics.foreign("Lease", got.foreign)
         self._slot = bool(got.granted) or self._slot
         if not got.granted:
