@@ -18,7 +18,8 @@ from conftest import ROOT
 # families built from other parts of a device sample than its readings
 NOT_FROM_READINGS = {N.DEVICE_INFO, N.FIELD_STATUS, N.HEALTH_STATUS, N.HEALTH_REASON, N.FAULT_EVENTS, N.FAULT_LAST,
                      N.COMPUTE_UNITS, N.COST_WEIGHT, N.PROCESS_MEMORY, N.PROCESS_UTILIZATION, N.ALLOCATION,
-                     N.PRICE_PER_HOUR, N.ALLOCATION_SHARE, N.UNATTRIBUTED_MEMORY, N.HEALTH_OVERRIDE_UNTIL}
+                     N.PRICE_PER_HOUR, N.ALLOCATION_SHARE, N.UNATTRIBUTED_MEMORY, N.HEALTH_OVERRIDE_UNTIL,
+                     N.CONTAINER_ENERGY, N.UNATTRIBUTED_ENERGY}  # the energy split: sources/energy.py
 
 
 def test_each_catalogue_row_names_a_family_of_its_kind_and_labels_or_says_why_not():

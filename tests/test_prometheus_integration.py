@@ -35,11 +35,13 @@ HEALTHY, FAULTY = "sim-node-1", "sim-faulty"
 # collector that misses its deadline would (rightly) raise AcceleratorCollectorDown on the healthy node.
 AGENT_INTERVAL = "3"
 
-# Grafana's substitutions: "All" is the regex .*; $__rate_interval covers several 1 s scrapes.
-ALL_VALUES = {"node": ".*", "vendor": ".*", "model": ".*", "namespace": ".*", "__rate_interval": "1m"}
+# Grafana's substitutions: "All" is the regex .*; $__rate_interval covers several 1 s scrapes, $__range
+# the dashboard's time range; the textbox carbon_intensity its default.
+ALL_VALUES = {"node": ".*", "vendor": ".*", "model": ".*", "namespace": ".*", "__rate_interval": "1m",
+              "__range": "5m", "carbon_intensity": "400"}
 # One concrete selection: every series returned must carry these labels (where it has them).
 ONE_DEVICE_KIND = {"node": HEALTHY, "vendor": "nvidia", "model": "H100-SXM5-80GB", "namespace": ".*",
-                   "__rate_interval": "1m"}
+                   "__rate_interval": "1m", "__range": "5m", "carbon_intensity": "400"}
 
 # Panels that return no data here, "dashboard uid/panel title" (or "...#refId" for one query of a
 # panel) -> why. The lead trims this list as the producing work lands; a listed panel that has data

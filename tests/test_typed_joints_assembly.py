@@ -21,6 +21,7 @@ from hetero_exporter.model import DeviceIdentity, Fault
 from hetero_exporter.model.evaluation import StickyFault
 from hetero_exporter.sdk.contract import HostPaths
 from hetero_exporter.sdk.identity import IdentityMemory, identity_file
+from hetero_exporter.sources.energy import EnergyMeter
 from hetero_exporter.simulate import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,16 +40,17 @@ def test_build_makes_one_frozen_set_of_parts_and_starts_nothing():
         parts = agent.parts
         with pytest.raises(dataclasses.FrozenInstanceError):
             parts.sampler = None  # type: ignore[misc]
-        assert parts.kernel_log is not None and parts.sources[-1] is parts.kernel_log.faults
+        assert parts.kernel_log is not None and parts.sources[-2] is parts.kernel_log.faults
+        assert isinstance(parts.sources[-1], EnergyMeter)  # last: the shares and the resets known
         assert parts.attribution in parts.sources
         assert parts.health is None and parts.cluster is None  # inspect: no health loop; no part needs the API
         # nothing started: no service, no thread but the collectors' idle workers
         assert agent.services.names == []
         assert {n for n in _threads() - before if not n.startswith("collector-")} == set()
         assert agent.start() is parts
-        assert agent.services.names == ["simulated-kubelet", "podresources", "kernel-log"]
+        assert agent.services.names == ["simulated-kubelet", "podresources", "kernel-log", "energy"]
         agent.start()  # once
-        assert agent.services.names == ["simulated-kubelet", "podresources", "kernel-log"]
+        assert agent.services.names == ["simulated-kubelet", "podresources", "kernel-log", "energy"]
     finally:
         agent.close()
     assert agent.services.names == []
