@@ -75,7 +75,7 @@ nodes/status": 1, "watch pods": 1, ...}``, the verbs as RBAC names them) and by 
 (``per_second()``: non-watch requests per whole ``time.monotonic()`` second), per client
 (``tally_by_client()``, by User-Agent, with ``count_clients=True``), and the writes that stored
 nothing apart (``unchanged_writes()``: refused, or no-ops); a benchmark of many agents passes
-``keep_requests=False`` so that only the counts are kept, not every request.
+``keep_requests=False`` so that only the counts are kept, not every request nor version.
 
 Use the ``kube_api`` fixture (registered in conftest.py) or ``KubeAPIServer().start()``.
 """
@@ -602,7 +602,8 @@ class KubeAPIServer:
         ``field_validation``: what an unknown field of a schema'd kind gets when the request
         does not say (``Strict``: 400; ``Warn``: dropped, with a Warning header; ``Ignore``);
         ``nfd=False``: NFD's NodeFeature CRD is not installed (404 on nfd.k8s-sigs.io);
-        ``keep_requests=False``: requests are counted (``tally``, ``per_second``), not recorded;
+        ``keep_requests=False``: requests are counted (``tally``, ``per_second``), not recorded, and
+        the objects' versions are not kept (``versions`` answers []);
         ``count_clients``: counted per client too (``tally_by_client``, by User-Agent)."""
         versions = tuple(dra_versions)
         if not versions or any(v not in DRA_VERSIONS for v in versions):
@@ -842,10 +843,14 @@ class KubeAPIServer:
         """The stored Node (a copy)."""
         return self.get(NODES, None, name)
 
-    def list(self, res: Resource, namespace: Optional[str] = None) -> list[dict]:
+    def list(self, res: Resource, namespace: Optional[str] = None,
+             match: Optional[Callable[[dict], bool]] = None) -> list[dict]:
+        """Copies of the stored objects of ``res`` (of ``namespace``; those ``match`` accepts,
+        judged on the stored objects before any copy), by namespace and name."""
         with self._lock:
-            return [copy.deepcopy(o) for (r, ns, _), o in sorted(self._objects.items(), key=lambda kv: kv[0][1:])
-                    if r is res and (namespace is None or ns == namespace)]
+            found = [(key[1:], o) for key, o in self._objects.items()
+                     if key[0] is res and (namespace is None or key[1] == namespace) and (match is None or match(o))]
+            return [copy.deepcopy(o) for _, o in sorted(found, key=lambda kv: kv[0])]
 
     def events(self, *, involved_name: Optional[str] = None, type: Optional[str] = None,
                reason: Optional[str] = None) -> list[dict]:
@@ -1146,7 +1151,8 @@ class KubeAPIServer:
             obj["metadata"]["resourceVersion"] = str(self._rv)
             self._objects[key] = obj
             snap = copy.deepcopy(obj)
-            self._versions.setdefault((res.plural, ns, name), []).append(copy.deepcopy(obj))
+            if self.keep_requests:  # a benchmark keeps counts only, not every version
+                self._versions.setdefault((res.plural, ns, name), []).append(copy.deepcopy(obj))
         self._history.append((self._rv, res, ns, etype, snap, copy.deepcopy(old)))
         for w in list(self._watchers):
             self._notify(w, res, ns, etype, snap, old)
@@ -2276,7 +2282,7 @@ class _Handler(BaseHTTPRequestHandler):
             rv, after = api._rv, None
             if query.get("continue"):
                 rv, after = _continue_position(query["continue"], api._oldest_rv)
-            items = [o for o in api.list(res, ns) if (after is None or _list_key(o) > after) and fm(o) and lm(o)]
+            items = api.list(res, ns, lambda o: (after is None or _list_key(o) > after) and fm(o) and lm(o))
         meta: dict = {"resourceVersion": str(rv)}
         if 0 < limit < len(items):
             left = len(items) - limit

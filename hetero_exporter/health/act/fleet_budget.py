@@ -481,12 +481,14 @@ class FleetBudget:
 
     def full(self, limit: int, view: FleetView) -> Optional[Acquired]:
         """A refusal read from the slots alone, with an earlier listing of the nodes (``view``):
-        the nodes that still hold a slot and carried the taint when listed already fill ``limit``
+        the other nodes whose slots ``acquire`` would count with that listing (``_taken``: tainted
+        when listed, or holding within their grace), each slot live by this agent's clock since
+        ``acquire`` last saw it (one never seen is not counted), already fill ``limit``
         (``view.total``'s). None when a slot may be free, when this node holds one, or when the
-        slots cannot be read: then list the nodes again and ``acquire``. It never grants, and
-        writes nothing: a node that recovered since the listing gave its slot back, so it is
-        not counted; a fleet grown since refuses by the older, smaller budget until the listing
-        is renewed (the safe side)."""
+        slots cannot be read: then list the nodes again and ``acquire``. It never grants, writes
+        nothing and changes no state: a node that recovered since the listing gave its slot
+        back, so it is not counted; a fleet grown since refuses by the older, smaller budget
+        until the listing is renewed (the safe side)."""
         if self._held is not None:
             return None
         try:
@@ -495,13 +497,22 @@ class FleetBudget:
             if not _api_error(e):
                 raise
             return None
-        holders = {s.holder for s in slots.values() if s.holder}
-        if self.node in holders:
+        if any(s.holder == self.node for s in slots.values()):
             return None
-        using = sorted(holders & view.tainted & view.names)
+        mono = self._mono()
+        using = [s.holder for s in self._others(slots, mono, view.tainted, view.names)
+                 if s.holder and self._live(s, mono)]
         if len(using) < limit:
             return None
         return self._result(False, len(using), refusal(limit, using, []))
+
+    def _live(self, s: Slot, mono: float) -> bool:
+        """Renewed (its resourceVersion moved) since last seen, or last seen moving within its
+        lease (at most ours), by this agent's clock."""
+        seen = self._seen.get(s.name)
+        if seen is None or s.duration is None:
+            return False
+        return seen[0] != s.resource_version or mono - seen[1] < min(s.duration, self.lease_seconds)
 
     def _result(self, granted: bool, held: int, why: str, error: Optional[str] = None) -> Acquired:
         return Acquired(granted, held, why, error=error, foreign=len(self._foreign))
