@@ -65,12 +65,10 @@ ANN = "hetero-exporter.io/devices"
 try:  # the clients share the 2 cores with the extender: they encode and decode in C, as Go's would
     import msgspec
 
-    class FilterResult(msgspec.Struct):
-        """What a client reads of a /filter answer: the names to send to /prioritize (the ~1 MB
-        of FailedNodes is skipped in C, not built into dicts: kube-scheduler reads it on its
-        own cores; here it would take the extender's)."""
-        NodeNames: Optional[list[str]] = None
-
+    # what a client reads of a /filter answer: the names to send to /prioritize (the ~1 MB of
+    # FailedNodes is skipped in C, not built into dicts: kube-scheduler reads it on its own
+    # cores, here it would take the extender's); defstruct: no annotation to resolve by name
+    FilterResult = msgspec.defstruct("FilterResult", [("NodeNames", Optional[list[str]], None)])
     encode, decode = msgspec.json.encode, msgspec.json.decode
     passed_names = msgspec.json.Decoder(FilterResult).decode
 except ModuleNotFoundError:  # pragma: no cover - the extender extra is not installed
