@@ -335,7 +335,20 @@ class NodeAgent:
         self.remedy = Remedy(self.cluster, node, shared.policy, shared.cfg, HealthMetrics(),
                              resource_of=lambda d: resource, slices=self.slices, failed_pods=self.pods.failed_pods,
                              environ={"POD_NAMESPACE": AGENT_NS}, rng=shared.rng)
-        self.loop = HealthLoop(self.remedy, self.verdicts, boot_id=self.boot_id)
+        # the loop's idle wake-up does nothing without an offer (each offer wakes it at once): 1 s
+        # in the agent, 30 s here, so that a thousand loops in one process do not wake for nothing
+        self.loop = HealthLoop(self.remedy, self.verdicts, boot_id=self.boot_id, idle_seconds=30.0)
+        self.handed_at = float("inf")  # monotonic: when the phase's snapshot reached the judge
+        self.done_at: Optional[float] = None  # when a reconcile of it finished with nothing left over
+        reconcile = self.remedy.reconcile
+
+        def timed(snap: NodeSnapshot, ev: Any) -> Any:  # the health loop's call, timed (bench only)
+            started = time.monotonic()
+            out = reconcile(snap, ev)
+            if started >= self.handed_at and not out.skipped and out.error is None and not out.undelivered:
+                self.done_at = self.done_at or time.monotonic()
+            return out
+        self.remedy.reconcile = timed  # type: ignore[method-assign]
         self.snapshot: Optional[NodeSnapshot] = None
         self.pending: Optional[NodeSnapshot] = None  # the next phase's, collected ahead
 
@@ -350,7 +363,8 @@ class NodeAgent:
     def switch(self) -> float:
         """The phase's snapshot becomes the node's, handed to the judge now; when (monotonic)."""
         self.snapshot, self.pending = self.pending, None
-        at = time.monotonic()
+        self.done_at, at = None, time.monotonic()
+        self.handed_at = at
         self.tick()
         return at
 
@@ -441,6 +455,7 @@ class Settings:
     ascend_nodes: int
     seed: int
     settle_timeout: float
+    health: dict = dataclasses.field(default_factory=dict)  # health settings over the defaults
 
     @property
     def scale(self) -> float:
@@ -453,7 +468,7 @@ def health_config(s: Settings) -> RemedyConfig:
     k = s.scale
     return RemedyConfig.from_mapping({"resync_seconds": s.resync, "condition_heartbeat_seconds": 300.0 / k,
                                       "inventory_heartbeat_seconds": 120.0 / k,
-                                      "budget_lease_seconds": max(30.0, 600.0 / k)}, mode="enforce")
+                                      "budget_lease_seconds": max(30.0, 600.0 / k), **s.health}, mode="enforce")
 
 
 def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -467,20 +482,16 @@ def writes_of(counts: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in counts.items() if k.split(" ", 1)[0] in WRITE_VERBS}
 
 
-def quiet(server: Server, seconds: float, timeout: float) -> tuple[tuple, float]:
-    """Wait until the failing agents have made no request for ``seconds`` (bounded): the server's
-    tallies then, and when (monotonic) the failing agents' last request was seen."""
-    last, since = server.ask("tally"), time.monotonic()
+def settle(failing: list[NodeAgent], timeout: float) -> float:
+    """Wait until every failing agent finished a reconcile of its new snapshot (bounded): when
+    the last one did (monotonic), or the timeout's end."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # bounded
-        time.sleep(0.25)
-        now = server.ask("tally")
-        if {k: v for k, v in now[2].items() if not k.startswith("watch")} != \
-                {k: v for k, v in last[2].items() if not k.startswith("watch")}:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= seconds:
-            break
-    return last, since
+        done = [a.done_at for a in failing]
+        if all(d is not None for d in done):
+            return max(d for d in done if d is not None)
+        time.sleep(0.1)
+    return time.monotonic()
 
 
 def build(s: Settings, server: Server, workdir: str) -> tuple[list[NodeAgent], dict[str, Shape]]:
@@ -518,8 +529,8 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
           scenario_t: float, recovery: bool = False) -> dict:
     """One phase of the failing nodes (fault or recovery): each shape collects ahead (twice: NVML's
     event thread has delivered the XID by the second), every failing node gets its own copy, all
-    are handed over at once; wait until the API server is quiet. The requests of the phase, its
-    per-second peak, when each node was handed its snapshot."""
+    are handed over at once; wait until each failing agent finished a reconcile of it. The
+    requests of the phase, its per-second peak, when each node was handed its snapshot."""
     failing = agents[:s.faults]
     kinds = sorted({a.kind for a in failing})
     collect: dict[str, float] = {}
@@ -536,13 +547,32 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
     before, seconds_before, failing_before, unchanged_before = server.ask("tally")
     t0 = time.monotonic()
     handed = ticker.switch(failing)
-    (after, per_second, failing_after, unchanged_after), last = quiet(
-        server, seconds=max(3.0, 0.5 * s.resync), timeout=s.settle_timeout)
+    last = settle(failing, s.settle_timeout)
+    unsettled = {}
+    for a in failing:
+        if a.done_at is None:
+            o = a.loop.last
+            why = "no reconcile yet" if o is None else (o.skipped or o.error or f"{o.undelivered} undelivered")
+            unsettled[why[:120]] = unsettled.get(why[:120], 0) + 1
+    if unsettled:
+        progress(f"not settled: {unsettled}")
+    time.sleep(1.0)  # requests still in flight when the last reconcile ended
+    after, per_second, failing_after, unchanged_after = server.ask("tally")
     window = {t: n - seconds_before.get(t, 0) for t, n in per_second.items() if t >= int(t0)}
     return {"requests": delta(after, before), "failing_requests": delta(failing_after, failing_before),
             "unchanged_writes": delta(unchanged_after, unchanged_before), "handed": handed, "t0": t0,
-            "elapsed": max(0.0, last - t0), "peak_requests_per_second": max(window.values(), default=0),
+            "elapsed": max(0.0, last - t0), "unsettled": unsettled,
+            "reconciled": [a.done_at - h for a, h in zip(failing, handed) if a.done_at is not None],
+            "peak_requests_per_second": max(window.values(), default=0),
             "collect_seconds": collect}
+
+
+def retries(s: Settings, server: Server, phase: dict) -> dict[str, int]:
+    """The failing agents' requests from the end of the fault phase to 1.5 resync periods after
+    it began: the refused nodes asking for a slot again at their resync."""
+    before = server.ask("tally")[2]
+    time.sleep(max(0.0, phase["t0"] + 1.5 * s.resync - time.monotonic()))
+    return delta(server.ask("tally")[2], before)
 
 
 def latencies(marks: list[tuple[float, str, bool]], handed: dict[str, float], on: bool) -> list[float]:
@@ -563,6 +593,10 @@ def max_at_once(marks: list[tuple[float, str, bool]]) -> int:
     return top
 
 
+def progress(what: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {what}", file=sys.stderr, flush=True)
+
+
 def run(s: Settings) -> dict:
     server = Server(bookmark_seconds=60.0)
     workdir = tempfile.mkdtemp(prefix="fleet-burst-")
@@ -572,17 +606,22 @@ def run(s: Settings) -> dict:
     try:
         t_start = time.monotonic()
         agents, shapes = build(s, server, workdir)
+        progress(f"{len(agents)} agents built")
         ticker = Ticker(agents, s.interval, random.Random(s.seed + 1)).start()
         if not wait_for(lambda: server.ask("annotated") >= s.nodes, s.settle_timeout, 1.0):
             raise RuntimeError(f"only {server.ask('annotated')} of {s.nodes} nodes reconciled once")
         startup = time.monotonic() - t_start
+        progress(f"every node reconciled once after {startup:.0f} s; idle")
         time.sleep(1.5 * s.resync)  # past every agent's first (jittered) resync
         server.ask("failing", [a.node for a in agents[:s.faults]])
         idle0 = server.ask("tally")[0]
         idle_seconds = s.idle_periods * s.resync
         time.sleep(idle_seconds)
         idle = delta(server.ask("tally")[0], idle0)
+        progress("fault burst")
         fault = burst(s, server, ticker, agents, shapes, FAULT_AT + 1)
+        fault["retry_requests"] = retries(s, server, fault)
+        progress("recovery")
         recovery = burst(s, server, ticker, agents, shapes, RESET_AT + 1, recovery=True)
         marks = server.ask("marks")
         return report(s, agents, idle, idle_seconds, fault, recovery, marks, startup)
@@ -618,7 +657,7 @@ def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seco
     return {
         "nodes": s.nodes, "faults": s.faults, "devices_per_node": 8,
         "fault_kinds": dict(Counter(a.kind for a in failing)),
-        "resync_seconds": s.resync, "scale": s.scale, "idle_seconds": idle_seconds,
+        "resync_seconds": s.resync, "scale": s.scale, "health_settings": s.health, "idle_seconds": idle_seconds,
         "idle_requests_per_node_per_minute": round(sum(beyond.values()) / s.nodes / minutes, 3),
         "idle_requests_per_node_per_minute_by_kind": {k: round(v / s.nodes / minutes, 3) for k, v in beyond.items()},
         "idle_watch_requests": {k: v for k, v in idle.items() if k.startswith("watch ")},
@@ -627,6 +666,7 @@ def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seco
         "writes_stored_nothing_per_fault": {k: round(v / s.faults, 3) for k, v in fault["unchanged_writes"].items()},
         "failing_agents_requests": fault["failing_requests"],
         "burst_requests": fault["requests"],
+        "refused_retry_requests": fault["retry_requests"],
         "tainted_by_kind": dict(Counter(a.kind for a, t in zip(failing, fault["handed"])
                                         if latencies(marks, {a.node: t}, True))),
         "untainted_by_kind": dict(Counter(a.kind for a, t in zip(failing, recovery["handed"])
@@ -638,6 +678,9 @@ def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seco
         "recovery_to_untaint_p50_seconds": r2(percentile(to_untaint, 50)),
         "recovery_to_untaint_p99_seconds": r2(percentile(to_untaint, 99)),
         "untainted_in_recovery": len(to_untaint),
+        "fault_reconciled_p99_seconds": r2(percentile(fault["reconciled"], 99)),
+        "fault_phase_seconds": r2(fault["elapsed"]),
+        "unsettled_agents": {"fault": fault["unsettled"], "recovery": recovery["unsettled"]},
         "recovery_requests": recovery["requests"],
         "max_tainted_at_once": max_at_once(marks),
         "budget": budget,
@@ -651,7 +694,10 @@ def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seco
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    import faulthandler
     import logging
+    import signal
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: every thread's stack (a stuck agent)
     logging.disable(logging.WARNING)  # thousands of agents' warnings (budget refusals) are not the measure
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=100)
@@ -664,6 +710,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     "that fail, and as many idle ones)")
     ap.add_argument("--seed", type=int, default=39)
     ap.add_argument("--settle-timeout", type=float, default=600.0)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a health setting over the defaults (pod_events=false, fleet_budget=false); repeatable")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if not 1 <= a.faults <= a.nodes <= 100_000:
@@ -672,7 +720,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         1 for i in range(a.faults) if KINDS[i % len(KINDS)].startswith("ascend"))
     s = Settings(a.nodes, a.faults, a.resync, a.interval, a.idle_periods, min(ascend, a.nodes - a.faults +
                  sum(1 for i in range(a.faults) if KINDS[i % len(KINDS)].startswith("ascend"))), a.seed,
-                 a.settle_timeout)
+                 a.settle_timeout, {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in a.set)})
     out = run(s)
     if a.json:
         print(json.dumps(out, indent=1))

@@ -91,6 +91,7 @@ import math
 import queue
 import re
 import socket
+import sys
 import threading
 import time
 import uuid as uuid_mod
@@ -648,7 +649,14 @@ class KubeAPIServer:
         class Handler(_Handler):
             server_api = api
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 1024  # the listen backlog: a fleet of agents connects at once (socketserver's is 5)
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up: nothing to say
+                    super().handle_error(request, client_address)
+
+        self._httpd = Server(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="kubeapi", daemon=True)
@@ -2320,7 +2328,9 @@ class _Handler(BaseHTTPRequestHandler):
                     break
                 wait = min(deadline, next_bookmark if bookmarks else deadline) - now
                 try:
-                    etype, obj = w.events.get(timeout=max(0.01, min(wait, 0.25)))
+                    # close() and close_watches() wake it with "__close__": no need to poll often (a
+                    # thousand idle watches polling 4 times a second are the server's whole CPU)
+                    etype, obj = w.events.get(timeout=max(0.01, min(wait, 5.0)))
                 except queue.Empty:
                     if bookmarks and time.monotonic() >= next_bookmark:
                         self._chunk({"type": "BOOKMARK", "object": {
