@@ -57,6 +57,16 @@ def read_regular(path: str, limit: int, *, follow_links: bool = True,
     return b"".join(chunks)
 
 
+def owned_by_this_agent(st: os.stat_result) -> None:
+    """``read_regular``'s ``check`` for a state file: ValueError unless this process's user owns
+    it and neither group nor others may write it (the state dir is a host path: whoever else wrote
+    the file could say anything in it)."""
+    if st.st_uid != os.geteuid():
+        raise ValueError(f"owned by uid {st.st_uid}, not by this agent's uid {os.geteuid()}")
+    if st.st_mode & 0o022:
+        raise ValueError(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+
+
 def _locked_temporary(folder: str, prefix: str) -> tuple[int, str]:
     """A new temporary file (mode 0600) holding an exclusive flock until closed: ``remove_stale``
     of another process, or of another owner in this one, leaves a locked file alone."""

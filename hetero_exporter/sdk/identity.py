@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
 import threading
 from collections import Counter
 import dataclasses
@@ -312,12 +311,7 @@ def _read(path: str) -> tuple[list[DeviceIdentity], Optional[str], Optional[str]
     """The identities, boot id and machine id of an identity file; ValueError/OSError naming what is wrong.
     The file must be a regular file of this user, writable by no one else (the state dir is a
     host path): whoever else wrote it could name any device."""
-    def owned_by_us(st: os.stat_result) -> None:
-        if st.st_uid != os.geteuid():
-            raise ValueError(f"owned by uid {st.st_uid}, not by this agent's uid {os.geteuid()}")
-        if st.st_mode & 0o022:
-            raise ValueError(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
-    data = smallfile.read_regular(path, MAX_BYTES, follow_links=False, check=owned_by_us)
+    data = smallfile.read_regular(path, MAX_BYTES, follow_links=False, check=smallfile.owned_by_this_agent)
     doc = json.loads(data)
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
         raise ValueError(f"format: not {FILE_FORMAT!r}")

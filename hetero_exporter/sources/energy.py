@@ -32,7 +32,6 @@ import json
 import logging
 import math
 import os
-import stat
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
@@ -245,7 +244,7 @@ def _load(path: str, boot_id: Optional[str]) -> dict[str, _Run]:
     """The runs an earlier agent saved; nothing (logged once) for a missing, foreign, corrupt or
     other boot's file."""
     try:
-        data = smallfile.read_regular(path, MAX_BYTES, follow_links=False, check=_owned_by_us)
+        data = smallfile.read_regular(path, MAX_BYTES, follow_links=False, check=smallfile.owned_by_this_agent)
         doc = json.loads(data)
         if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT or doc.get("version") != FILE_VERSION:
             raise ValueError(f"not a {FILE_FORMAT} file of version {FILE_VERSION}")
@@ -260,13 +259,6 @@ def _load(path: str, boot_id: Optional[str]) -> dict[str, _Run]:
     except (OSError, ValueError, TypeError, RecursionError) as e:
         log.warning("energy state ignored: energy runs start again", extra={"path": path, "error": str(e)[:200]})
         return {}
-
-
-def _owned_by_us(st: os.stat_result) -> None:
-    if st.st_uid != os.geteuid():
-        raise ValueError(f"owned by uid {st.st_uid}, not by this agent's uid {os.geteuid()}")
-    if st.st_mode & 0o022:
-        raise ValueError(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
 
 
 def _joules(x: Any, where: str) -> float:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from typing import Any, Optional
 
 from hetero_exporter import smallfile
@@ -25,18 +24,11 @@ def path_in(state_dir: Optional[str]) -> Optional[str]:
     return os.path.join(state_dir, STATE_FILE) if state_dir else None
 
 
-def _owned_by_us(st: os.stat_result) -> None:
-    if st.st_uid != os.geteuid():
-        raise ValueError(f"owned by uid {st.st_uid}, not by this agent's uid {os.geteuid()}")
-    if st.st_mode & 0o022:
-        raise ValueError(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
-
-
 def load(path: str) -> Optional[Any]:
     """The JSON document at ``path``; None when there is none. ValueError (a bad file: not
     regular, a link, too big, not ours, not JSON) or OSError otherwise."""
     try:
-        data = smallfile.read_regular(path, MAX_STATE_BYTES, follow_links=False, check=_owned_by_us)
+        data = smallfile.read_regular(path, MAX_STATE_BYTES, follow_links=False, check=smallfile.owned_by_this_agent)
     except FileNotFoundError:
         return None
     try:
