@@ -159,12 +159,14 @@ def _racers(kube_api, count: int, limit: int) -> dict:
 
 def test_thirty_nodes_racing_for_twenty_slots_lose_few_creates_and_read_none_by_name(kube_api):
     """All racing for the lowest slot, each loser trying every slot it had read free and reading
-    each by name, cost ~100 lost creates and ~100 GETs here; spread and re-read, a few dozen."""
+    each by name, cost ~100 lost creates and ~100 GETs here; spread and re-read, a few dozen
+    (8 to 47 over 16 runs on this 2-core box, idle and loaded: how many are lost depends on how
+    the threads interleave, so the bound sits between that spread and the old ~100)."""
     results = _racers(kube_api, 30, 20)
     assert sum(1 for r in results.values() if r.granted) == 20
     tally, lost = kube_api.tally(), kube_api.unchanged_writes()
     assert tally.get("get leases", 0) == 0  # the winners' slots show in the next listing
-    assert lost.get("create leases 409", 0) <= 45, lost
+    assert lost.get("create leases 409", 0) <= 75, lost
     assert set(lost) <= {"create leases 409"}
 
 
