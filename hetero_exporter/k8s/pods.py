@@ -11,6 +11,10 @@ lock: attribution never waits on the API during a collection cycle.
 
 Deleted pods are kept ``retain_deleted`` seconds, so a process still exiting when its pod
 object is gone keeps its labels.
+
+The same watch serves the health loop: this node's failed pods (the black-hole check) and the
+pods of the vendors' plugin selectors given at construction (stack health), trimmed, so the remedy
+does not list pods every reconcile (issue 39 §1); both answer None while the cache is not in sync.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter.model.pods import PodInfo
 from hetero_exporter.k8s.api import Api, WatchStream
@@ -73,6 +77,37 @@ def failed_pod(obj: Any) -> Optional[tuple[str, dict]]:
                    "message": str(status.get("message") or "")[:1024], "startTime": status.get("startTime")}}
 
 
+MAX_PLUGIN_PODS = 32  # pods one plugin selector answers, as the remedy's list is limited (a DaemonSet has one)
+
+
+def selector_terms(selector: str) -> Optional[tuple[tuple[str, str], ...]]:
+    """The (key, value) terms of an equality selector ``k=v,k2=v2`` (VendorSpec.plugin_pods' form);
+    None for any other form (``!=``, ``in``, existence): such a selector is not served here."""
+    terms = []
+    for term in selector.split(","):
+        key, eq, value = term.partition("=")
+        if not eq or not key or not value or "=" in value or any(c in term for c in "!() "):
+            return None
+        terms.append((key, value))
+    return tuple(terms) or None
+
+
+def plugin_view(obj: Mapping[str, Any]) -> dict:
+    """What the stack health reads of a plugin pod (health/plan/stack.py): names, uid, labels,
+    deletion time, node, phase, conditions and container statuses; the rest (spec, managed
+    fields, annotations) dropped."""
+    meta, spec, status = dict_at(obj, "metadata"), dict_at(obj, "spec"), dict_at(obj, "status")
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "deletionTimestamp") if k in meta},
+            "spec": {"nodeName": spec.get("nodeName")},
+            "status": {k: status[k] for k in ("phase", "conditions", "initContainerStatuses", "containerStatuses")
+                       if k in status}}
+
+
+def _matches(pod: Mapping[str, Any], terms: tuple[tuple[str, str], ...]) -> bool:
+    labels = dict_at(pod, "metadata").get("labels")
+    return isinstance(labels, dict) and all(labels.get(k) == v for k, v in terms)
+
+
 def _resource_version(obj: Any) -> Optional[str]:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
@@ -87,7 +122,8 @@ class PodCache(ListWatchThread):
 
     def __init__(self, api_client: Any, node_name: str, *, watch_seconds: int = 300,
                  request_timeout: float = 10.0, backoff: tuple[float, float] = (1.0, 30.0),
-                 retain_deleted: float = 300.0, clock: Callable[[], float] = time.time):
+                 retain_deleted: float = 300.0, clock: Callable[[], float] = time.time,
+                 plugin_selectors: Sequence[str] = ()):
         self.node_name = node_name
         self.watch_seconds = int(watch_seconds)
         self.request_timeout = request_timeout
@@ -99,6 +135,10 @@ class PodCache(ListWatchThread):
         self._deleted: dict[str, tuple[PodInfo, float]] = {}
         self._by_container: dict[str, str] = {}
         self._failed: dict[str, dict] = {}  # uid -> trimmed pod in phase Failed (black-hole check)
+        # selector -> its terms, and uid -> trimmed pod matching one of them (stack health); a
+        # subset of this node's pods, so bounded as the cache is
+        self._plugin_terms = {s: t for s in plugin_selectors if (t := selector_terms(s)) is not None}
+        self._plugins: dict[str, dict] = {}
         self._rv: Optional[str] = None
         self._synced = False
         self._error: Optional[str] = "not synced yet"
@@ -140,6 +180,27 @@ class PodCache(ListWatchThread):
                 return None
             return list(self._failed.values())
 
+    def plugin_pods(self, selector: str) -> Optional[list[dict]]:
+        """This node's pods that ``selector`` (one of ``plugin_selectors``) matches, trimmed
+        (``plugin_view``), by namespace and name as a list orders them, at most MAX_PLUGIN_PODS;
+        None while not in sync or for a selector not watched (the caller then lists them)."""
+        terms = self._plugin_terms.get(selector)
+        with self._lock:
+            if terms is None or not self._synced or self._error is not None:
+                return None
+            found = [p for p in self._plugins.values() if _matches(p, terms)]
+        found.sort(key=lambda p: (str(p["metadata"].get("namespace")), str(p["metadata"].get("name"))))
+        return found[:MAX_PLUGIN_PODS]
+
+    def _keep_plugin(self, obj: Any, etype: str) -> None:
+        uid = dict_at(obj, "metadata").get("uid") if isinstance(obj, dict) else None
+        if not isinstance(uid, str) or not uid:
+            return
+        if etype != "DELETED" and any(_matches(obj, t) for t in self._plugin_terms.values()):
+            self._plugins[uid] = plugin_view(obj)
+        else:
+            self._plugins.pop(uid, None)
+
     def _keep_failed(self, obj: Any, etype: str) -> None:
         got = failed_pod(obj)
         uid = dict_at(obj, "metadata").get("uid") if isinstance(obj, dict) else None
@@ -177,9 +238,10 @@ class PodCache(ListWatchThread):
             if p is not None:
                 fresh[p.uid] = p
         with self._lock:
-            self._failed = {}
+            self._failed, self._plugins = {}, {}
             for obj in items:
                 self._keep_failed(obj, "ADDED")
+                self._keep_plugin(obj, "ADDED")
             for uid, p in self._pods.items():
                 if uid not in fresh:
                     self._deleted[uid] = (p, now)
@@ -200,6 +262,7 @@ class PodCache(ListWatchThread):
         now = self._clock()
         with self._lock:
             self._keep_failed(obj, etype)
+            self._keep_plugin(obj, etype)
             if p is not None:
                 if etype == "DELETED":
                     old = self._pods.pop(p.uid, None)

@@ -99,13 +99,16 @@ class ClusterSide:
     def __init__(self, cluster: Cluster, node: str, cfg: RemedyConfig, metrics: HealthMetrics,
                  resource_of: Callable[[DeviceSample], str], slices: Any = None,
                  clock: Callable[[], float] = lambda: 0.0,
-                 failed_pods: Optional[Callable[[], Optional[list]]] = None, nodefeature_namespace: str = ""):
+                 failed_pods: Optional[Callable[[], Optional[list]]] = None, nodefeature_namespace: str = "",
+                 plugin_pods: Optional[Callable[[str], Optional[list]]] = None):
         self.node, self.cfg, self.metrics = node, cfg, metrics
         self._clock = clock
         self._resource_of = resource_of
         self._slice_cache = slices  # a started k8s.slice_cache.SliceCache, or None: list per reconcile
         # the pod cache's failed pods (watched); None, or it answering None: list them per reconcile
         self._failed_pods = failed_pods
+        # the pod cache's pods of a plugin selector (watched); None, or it answering None: list them
+        self._watched_plugins = plugin_pods
         self._dra = Dra(cluster) if cfg.device_taints else None
         self._pods = PodWrites(cluster)
         self._reads = Api(cluster.api_client, cluster.timeout_seconds) if cfg.stack else None
@@ -149,8 +152,9 @@ class ClusterSide:
 
     def _stack(self, snapshot: NodeSnapshot) -> Optional[tuple[PluginRead, ...]]:
         """The plugin pods on this node of each vendor with devices here (stack health,
-        health/plan/stack.py): one list per selector of the vendor's spec (label selector and
-        spec.nodeName, bounded); a failed list is a read of None (nothing is judged absent)."""
+        health/plan/stack.py), per selector of the vendor's spec: from the pod cache's watch when
+        it is in sync, else one list (label selector and spec.nodeName, bounded); a failed list
+        is a read of None (nothing is judged absent)."""
         if self._reads is None or self.cfg.mode == "observe":
             return None
         reads: list[PluginRead] = []
@@ -164,6 +168,10 @@ class ClusterSide:
 
     def _plugin_pods(self, selector: str) -> Optional[tuple[dict, ...]]:
         assert self._reads is not None
+        watched = self._watched_plugins(selector) if self._watched_plugins is not None else None
+        if watched is not None:
+            self._stack_failed.discard(selector)
+            return tuple(p for p in watched[:MAX_PLUGIN_PODS] if isinstance(p, dict))
         try:
             doc = self._reads.get(PODS, query={"labelSelector": selector, "fieldSelector": f"spec.nodeName={self.node}",
                                                "limit": str(MAX_PLUGIN_PODS)})

@@ -27,6 +27,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from hetero_exporter import vendors as vendor_specs
 from hetero_exporter.health.detect.texts import event_id, parse_rfc3339, rfc3339
 from hetero_exporter.health.plan.black_hole import NodeFault
 from hetero_exporter.health.plan.cluster import ClusterView, NodeFaults
@@ -161,6 +162,12 @@ def plan_stack(node_name: str, vendors: Sequence[str], reads: Sequence[PluginRea
                                          type="Normal", reason="AcceleratorPluginRecovered",
                                          message=f"{node_name}: {key} cleared", action="Recover", time=now))
     return sp
+
+
+def plugin_selectors() -> tuple[str, ...]:
+    """Every known vendor's plugin pod selectors, once each: what the pod cache keeps for the
+    remedy's reads (``PluginRead``), so they come from its watch instead of a list per reconcile."""
+    return tuple(sorted({sel.selector for spec in vendor_specs.specs().values() for sel in spec.plugin_pods}))
 
 
 def component_up(reads: Sequence[PluginRead], grace: float, now: float) -> dict[tuple[str, str], float]:
