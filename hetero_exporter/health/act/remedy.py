@@ -123,13 +123,15 @@ class Remedy:
     """``resource_of``: the extended resource a device is allocated as (``nvidia.com/gpu``; ''
     when none), from the vendor specs (cli wires it); ``slices``: a started SliceCache of this
     node (else the ResourceSlices are listed when needed); ``failed_pods``: the pod cache's
-    watched failed pods (else listed per reconcile); ``environ``: for POD_NAMESPACE; ``rng``:
+    watched failed pods (else listed per reconcile); ``plugin_pods``: its watched pods of a plugin
+    selector (else listed per reconcile); ``environ``: for POD_NAMESPACE; ``rng``:
     the resyncs' random phase (seedable; RESYNC_JITTER)."""
 
     def __init__(self, cluster: Optional[Cluster], node_name: str, policy: Policy, cfg: RemedyConfig,
                  metrics: Optional[HealthMetrics] = None, *, clock: Callable[[], float] = time.time,
                  resource_of: Callable[[DeviceSample], str] = no_resource, slices: Any = None,
                  failed_pods: Optional[Callable[[], Optional[list]]] = None,
+                 plugin_pods: Optional[Callable[[str], Optional[list]]] = None,
                  environ: Optional[Mapping[str, str]] = None, rng: Optional[random.Random] = None):
         self.node = node_name
         self.policy = policy
@@ -146,7 +148,7 @@ class Remedy:
                         f"{cfg.nodefeature_home(env)}", extra={"node": node_name})
         self._api = _Api(Nodes(live), Events(live), ClusterSide(
             live, node_name, cfg, self.metrics, resource_of, slices, clock, failed_pods,
-            nodefeature_namespace=cfg.nodefeature_home(env))) if live is not None else None
+            nodefeature_namespace=cfg.nodefeature_home(env), plugin_pods=plugin_pods)) if live is not None else None
         # the fleet-wide budget takes Lease slots in enforce mode only: a dry-run never taints
         self._fleet = FleetBudget(Leases(live, cfg.lease_namespace(env)),
                                   node_name, domain=cfg.domain, lease_seconds=int(cfg.budget_lease_seconds),
