@@ -414,8 +414,10 @@ class _Assembly:
         if not cluster.enabled:
             log.info("pod cache off", extra={"reason": cluster.reason})
             return None
+        from hetero_exporter.health.plan.stack import plugin_selectors
         from hetero_exporter.k8s.pods import PodCache
-        cache = PodCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds)
+        cache = PodCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds,
+                         plugin_selectors=plugin_selectors())
         log.info("pod cache on", extra={"source": cluster.source, "node": self.node})
         return cache
 
@@ -533,7 +535,8 @@ class _Assembly:
             slices = SliceCache(cluster.api_client, self.node, request_timeout=cluster.timeout_seconds)
         # attribution's watch of this node's pods, when it runs
         remedy = Remedy(cluster, self.node, policy, rcfg, metrics, clock=self.env.clock, resource_of=device_resource,
-                        slices=slices, failed_pods=pod_cache.failed_pods if pod_cache is not None else None)
+                        slices=slices, failed_pods=pod_cache.failed_pods if pod_cache is not None else None,
+                        plugin_pods=pod_cache.plugin_pods if pod_cache is not None else None)
         loop = HealthLoop(remedy, verdicts, boot_id=self.env.boot_id)
         log.info("health loop", extra={"mode": rcfg.mode, "writes": remedy.writes, "domain": rcfg.domain})
         udev = None
