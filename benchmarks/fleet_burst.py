@@ -3,7 +3,9 @@
 Each agent is the health code a real agent runs on its own simulated node of 8 accelerators: the
 verdicts (``HealthVerdicts.judge``), the ``HealthLoop`` thread with its ``Remedy`` (plan, act, the
 fleet budget's Lease slots, pod signals, DRA DeviceTaintRules), its own kubernetes client, and the
-watches a real agent keeps (this node's pods: ``PodCache``; its ResourceSlices: ``SliceCache``). All
+watches a real agent keeps (this node's pods: ``PodCache``, which also serves the stack health's
+plugin pods; its ResourceSlices: ``SliceCache``). Every node runs its vendor's device plugin pod
+(Ready, the GPU Operator's and Ascend's published labels), as a real accelerator node does. All
 agents talk to ONE loopback API server (tests/kubeapi.py, the real wire protocol) in a process of
 its own, which counts every request by verb and resource and notes when each Node gains or loses
 the taint.
@@ -57,6 +59,7 @@ from hetero_exporter.health.act.remedy import HealthLoop, Remedy  # noqa: E402
 from hetero_exporter.health.detect import policy as policy_mod  # noqa: E402
 from hetero_exporter.health.detect.verdicts import HealthVerdicts  # noqa: E402
 from hetero_exporter.health.plan import RemedyConfig  # noqa: E402
+from hetero_exporter.health.plan.stack import plugin_selectors  # noqa: E402
 from hetero_exporter.k8s.client import connect  # noqa: E402
 from hetero_exporter.k8s.pods import PodCache  # noqa: E402
 from hetero_exporter.k8s.slice_cache import SliceCache  # noqa: E402
@@ -80,6 +83,8 @@ ASCEND = {"vendor": "ascend", "count": 8, "product": "910B3", "memory_total": "6
           "firmware_version": "7.1.0.5.220", "pci_address": "0000:c1:00.0", "pci_stride": 1,
           "values": {"utilization_ratio": 0.4, "memory_used_bytes": "20GiB", "temperature_core_celsius": 50,
                      "power_watts": 200}}
+PLUGIN_NS = "kube-system"
+PLUGIN_LABELS = {"nvidia": {"app": "nvidia-device-plugin-daemonset"}, "ascend": {"name": "ascend-device-plugin-ds"}}
 XID79_LINE = "NVRM: Xid (PCI:{bus}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 
 
@@ -88,7 +93,7 @@ XID79_LINE = "NVRM: Xid (PCI:{bus}): 79, pid='<unknown>', name=<unknown>, GPU ha
 
 def _serve(conn: Any, bookmark_seconds: float) -> None:
     """The API server in a process of its own: answers the benchmark's commands on ``conn``."""
-    from kubeapi import NODES, KubeAPIServer
+    from kubeapi import NODES, PODS, KubeAPIServer, now_rfc3339
     api = KubeAPIServer(keep_requests=False, count_clients=True, bookmark_seconds=bookmark_seconds,
                         max_watch_seconds=3600.0).start()
     failing: set[str] = set()  # the failing agents' clients (User-Agent agent/<node>)
@@ -116,6 +121,13 @@ def _serve(conn: Any, bookmark_seconds: float) -> None:
                 api.seed_node(node, labels={"kubernetes.io/hostname": node, "node.kubernetes.io/accelerator": kind},
                               capacity={"nvidia.com/gpu": "8"} if kind == "nvidia" else {"huawei.com/Ascend910": "8"})
                 api.seed_pod(NAMESPACE, f"train-{node}", node, labels={"app": "train"}, containers=["main"])
+                api.create(PODS, PLUGIN_NS, {  # its device plugin, Ready (stack health reads it)
+                    "metadata": {"name": f"device-plugin-{node}", "labels": PLUGIN_LABELS[kind]},
+                    "spec": {"nodeName": node, "containers": [{"name": "plugin", "image": "plugin"}]},
+                    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True",
+                                                                   "lastTransitionTime": now_rfc3339()}],
+                               "containerStatuses": [{"name": "plugin", "restartCount": 0, "ready": True,
+                                                      "state": {"running": {"startedAt": now_rfc3339()}}}]}})
         elif cmd == "slices":
             for node, uuids in arg:
                 api.seed_resource_slice(f"{node}-gpu.nvidia.com", node, [
@@ -329,11 +341,12 @@ class NodeAgent:
         self.cluster = connect(shared.kubeconfig, env={}, timeout_seconds=30.0)
         api_client = self.cluster.api_client
         api_client.user_agent = f"agent/{node}"  # the API server counts each agent's requests apart
-        self.pods = PodCache(api_client, node, request_timeout=30.0)
+        self.pods = PodCache(api_client, node, request_timeout=30.0, plugin_selectors=plugin_selectors())
         self.slices = SliceCache(api_client, node, request_timeout=30.0) if self.vendor == "nvidia" else None
         resource = resource_of(kind)
         self.remedy = Remedy(self.cluster, node, shared.policy, shared.cfg, HealthMetrics(),
                              resource_of=lambda d: resource, slices=self.slices, failed_pods=self.pods.failed_pods,
+                             plugin_pods=self.pods.plugin_pods,
                              environ={"POD_NAMESPACE": AGENT_NS}, rng=shared.rng)
         # the loop's idle wake-up does nothing without an offer (each offer wakes it at once): 1 s
         # in the agent, 30 s here, so that a thousand loops in one process do not wake for nothing
