@@ -110,8 +110,11 @@ def run(options: Options, web_config_file: Optional[str]) -> int:
     and the health loop acts on them, until SIGTERM, SIGINT or SIGHUP."""
     from hetero_exporter.exposition.server import MetricsServer
     from hetero_exporter.store import SnapshotStore
-    from hetero_exporter.web import config as web_config
-    web = web_config.load(web_config_file) if web_config_file else None  # bad file: exit 2
+    web = None
+    if web_config_file:
+        # only with a web config file: its parser and the certificate code are not loaded otherwise
+        from hetero_exporter.web import config as web_config
+        web = web_config.load(web_config_file)  # bad file: exit 2
     agent = Agent.build(options)
     try:
         store = SnapshotStore()

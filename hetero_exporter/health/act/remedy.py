@@ -29,11 +29,10 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from hetero_exporter.health import plan as plan_mod
 from hetero_exporter.health.plan import pod_signals
-from hetero_exporter.health.act.fleet_budget import VIEW_SECONDS, FleetBudget, FleetView, fleet_view
 from hetero_exporter.health.act.metrics import HealthMetrics
 from hetero_exporter.health.plan import Book, Budget, ClusterView, Plan, RemedyConfig
 from hetero_exporter.health.plan import classes as classes_mod
@@ -41,15 +40,19 @@ from hetero_exporter.health.plan.book import holds_from_json
 from hetero_exporter.health.plan.budget import counted_classes
 from hetero_exporter.health.plan.records import PodRecord
 from hetero_exporter.health.detect.policy import Policy
-from hetero_exporter.health.act.remedy_cluster import Applied, ClusterSide
 from hetero_exporter.health.detect.gate import RecoveryGate
 from hetero_exporter.health.detect.verdicts import Evaluation, GatesOf, HealthVerdicts
 from hetero_exporter.k8s.client import Cluster, K8sError
-from hetero_exporter.k8s.events import Events, NodeEvent, ObjectRef
-from hetero_exporter.k8s.leases import Leases
-from hetero_exporter.k8s.nodes import Nodes
 from hetero_exporter.model import DeviceIdentity, DeviceSample, NodeSnapshot
 from hetero_exporter.model.evaluation import GATE_CODE
+
+if TYPE_CHECKING:
+    # imported where they are used, with cluster access only: a node without it never loads them
+    # (k8s.api, .dra, .events, .leases, .nodes, the fleet budget: ~0.5 MiB of RSS, issue 39 §5)
+    from hetero_exporter.health.act.fleet_budget import FleetBudget, FleetView
+    from hetero_exporter.health.act.remedy_cluster import Applied, ClusterSide
+    from hetero_exporter.k8s.events import Events
+    from hetero_exporter.k8s.nodes import Nodes
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,33 @@ def class_gates(cfg: RemedyConfig, resource_of: Callable[[DeviceSample], str] = 
     return gates
 
 
+def _cluster_parts(live: Cluster, node_name: str, cfg: RemedyConfig, metrics: HealthMetrics,
+                   env: Mapping[str, str], resource_of: Callable[[DeviceSample], str], slices: Any,
+                   clock: Callable[[], float], failed_pods: Optional[Callable[[], Optional[list]]],
+                   plugin_pods: Optional[Callable[[str], Optional[list]]]) -> "tuple[_Api, Optional[FleetBudget]]":
+    """The remedy's API (Node, events, the writes beyond the Node) and, in enforce mode, the
+    fleet-wide budget: made only with cluster access in a mode that writes."""
+    # here, not at module level: a node without cluster access never needs them (issue 39 §5)
+    from hetero_exporter.health.act.fleet_budget import FleetBudget
+    from hetero_exporter.health.act.remedy_cluster import ClusterSide
+    from hetero_exporter.k8s.events import Events
+    from hetero_exporter.k8s.leases import Leases
+    from hetero_exporter.k8s.nodes import Nodes
+    if cfg.nodefeature and not cfg.nodefeature_namespace and not env.get("POD_NAMESPACE"):
+        log.warning("nodefeature mode without POD_NAMESPACE (the DaemonSet sets it from the downward API) "
+                    "or health.nodefeature_namespace: the NodeFeature goes to namespace "
+                    f"{cfg.nodefeature_home(env)}", extra={"node": node_name})
+    api = _Api(Nodes(live), Events(live), ClusterSide(
+        live, node_name, cfg, metrics, resource_of, slices, clock, failed_pods,
+        nodefeature_namespace=cfg.nodefeature_home(env), plugin_pods=plugin_pods))
+    # the fleet-wide budget takes Lease slots in enforce mode only: a dry-run never taints
+    fleet = FleetBudget(Leases(live, cfg.lease_namespace(env)),
+                        node_name, domain=cfg.domain, lease_seconds=int(cfg.budget_lease_seconds),
+                        clock=clock, classes=[c.name for c in cfg.classes if c.budget_share is not None]
+                        ) if cfg.fleet_budget and cfg.mode == "enforce" else None
+    return api, fleet
+
+
 class Remedy:
     """``resource_of``: the extended resource a device is allocated as (``nvidia.com/gpu``; ''
     when none), from the vendor specs (cli wires it); ``slices``: a started SliceCache of this
@@ -142,18 +172,11 @@ class Remedy:
         live = cluster if cluster is not None and cluster.enabled and cfg.mode != "observe" else None
         on = live is not None
         env = os.environ if environ is None else environ
-        if on and cfg.nodefeature and not cfg.nodefeature_namespace and not env.get("POD_NAMESPACE"):
-            log.warning("nodefeature mode without POD_NAMESPACE (the DaemonSet sets it from the downward API) "
-                        "or health.nodefeature_namespace: the NodeFeature goes to namespace "
-                        f"{cfg.nodefeature_home(env)}", extra={"node": node_name})
-        self._api = _Api(Nodes(live), Events(live), ClusterSide(
-            live, node_name, cfg, self.metrics, resource_of, slices, clock, failed_pods,
-            nodefeature_namespace=cfg.nodefeature_home(env), plugin_pods=plugin_pods)) if live is not None else None
-        # the fleet-wide budget takes Lease slots in enforce mode only: a dry-run never taints
-        self._fleet = FleetBudget(Leases(live, cfg.lease_namespace(env)),
-                                  node_name, domain=cfg.domain, lease_seconds=int(cfg.budget_lease_seconds),
-                                  clock=clock, classes=[c.name for c in cfg.classes if c.budget_share is not None]
-                                  ) if live is not None and cfg.fleet_budget and cfg.mode == "enforce" else None
+        self._api: Optional[_Api] = None
+        self._fleet: Optional[FleetBudget] = None
+        if live is not None:
+            self._api, self._fleet = _cluster_parts(live, node_name, cfg, self.metrics, env, resource_of, slices,
+                                                    clock, failed_pods, plugin_pods)
         self._slot: Optional[bool] = None  # holds a budget slot; None: unknown (after a start)
         self._nodes_view: Optional[FleetView] = None  # the accelerator nodes as last listed (refusals reuse it)
         self._pods_book: Optional[dict[str, PodRecord]] = None  # pod records settled after the last writes
@@ -248,6 +271,8 @@ class Remedy:
         """Accelerator nodes and those carrying the taint (for each class of ``shares`` too: a
         device class's budget share); with the fleet-wide budget, the decision is a Lease slot
         (nodes failing in the same minute cannot overshoot)."""
+        # with cluster access only (the writer's listing below), so not at module level
+        from hetero_exporter.health.act.fleet_budget import VIEW_SECONDS, fleet_view
         # the accelerator label is ours in labels mode; in nodefeature mode nfd-master writes it (if
         # it accepts it), so the nodes are found by our marks as without labels
         selector = f"{self.cfg.present_label}=true" if self.cfg.inventory and not self.cfg.nodefeature else None
@@ -436,6 +461,7 @@ class Remedy:
         device's, so a resend after a restart is AlreadyExists, not a second event."""
         if self._api is None:
             return []
+        from hetero_exporter.k8s.events import NodeEvent  # with cluster access only
         events = self._api.events
         now = self._clock()
         for i, ident in enumerate(removed):
@@ -457,6 +483,7 @@ class Remedy:
     def _deliver(self, api: _Api, p: Plan, now: float) -> tuple[int, int]:
         """Send the outbox entries not known to be delivered (a resend is AlreadyExists);
         (sent now, still undelivered)."""
+        from hetero_exporter.k8s.events import NodeEvent, ObjectRef  # with cluster access only
         sent = 0
         ids = {e.get("id") for e in p.book.outbox}
         self._delivered &= ids
