@@ -29,6 +29,14 @@ clients >= 50 pods/s, p99 < 60 ms; body mode, 1,000 Nodes: first sight p99 < 600
 p99 < 150 ms.
 
     python benchmarks/scoring.py [--nodes 5000] [--body-nodes 1000] [--rounds 200] [--clients 4] [--no-body]
+
+``--per-pod`` (issue 39): no HTTP, one thread: the extender's CPU (``time.thread_time``) a pod of the
+4-client stream of benchmarks/extender_http.py (/filter by ``filter_json`` of a new shape over every
+name, then /prioritize of the names that passed, bodies encoded as its clients do), several runs,
+the best run's mean. It imports ``hetero_exporter`` from PYTHONPATH: run it with
+``PYTHONPATH=DIR`` to measure another checkout (``git archive``) on the same cluster.
+
+    python benchmarks/scoring.py --per-pod [--nodes 5000] [--rounds 100] [--runs 3]
 """
 
 from __future__ import annotations
@@ -131,7 +139,13 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4, help="concurrent clients of the concurrent case")
     ap.add_argument("--no-body", action="store_true", help="skip the nodes-in-request cases")
     ap.add_argument("--no-gc-policy", action="store_true", help="leave column fills to the GC (columns.GC off)")
+    ap.add_argument("--per-pod", action="store_true", help="in process, no HTTP: CPU ms a pod of /filter + "
+                                                           "/prioritize (issue 39)")
+    ap.add_argument("--runs", type=int, default=3, help="--per-pod: runs of --rounds pods (best kept)")
     args = ap.parse_args()
+    if args.per_pod:
+        per_pod(args)
+        return
     now = time.time()
 
     t = time.perf_counter()
@@ -197,6 +211,49 @@ def main() -> None:
         server2.stop()
     server.stop()
     report(args, build, load, size, body_size, results, pods, rate, cold, warm, filter_nodes)
+
+
+def per_pod(args: argparse.Namespace) -> None:
+    """CPU ms a pod (``time.thread_time``) of /filter and /prioritize, in process: each run a
+    stream of new shapes as the 4 clients of extender_http.py send them (pods of 39-43 GiB a
+    device, 1-8 GPUs), the best run's mean and p99 per call."""
+    import msgspec
+    import hetero_exporter
+    texts = cluster(args.nodes, time.time(), seed=1)
+    scorer = Scorer("binpack")
+    table = NodeTable(scorer)
+    table.replace(texts)
+    gc.freeze()
+    columns.GC.enabled = not args.no_gc_policy
+    ext = Extender(scorer, table, traces=256)
+    names = list(texts)
+    passed_of = msgspec.json.Decoder(dict).decode
+    best: dict[str, list[float]] = {}
+    for run in range(args.runs):
+        took: dict[str, list[float]] = {"filter": [], "prioritize": []}
+        for i in range(args.rounds):
+            k = i % 4
+            p = pod(1 + (i // 4) % 8, 40_000 + 1000 * k + run * args.rounds + i)
+            p["metadata"].update(uid=f"r{run}-{i}", resourceVersion="1")
+            body = msgspec.json.encode({"Pod": p, "NodeNames": names})
+            t = time.thread_time()
+            answer, _ = ext.filter_json(body)
+            took["filter"].append(time.thread_time() - t)
+            passed = passed_of(answer)["NodeNames"]
+            body = msgspec.json.encode({"Pod": p, "NodeNames": passed})
+            t = time.thread_time()
+            ext.prioritize(body)
+            took["prioritize"].append(time.thread_time() - t)
+        total = sum(took["filter"]) + sum(took["prioritize"])
+        if not best or total < sum(best["filter"]) + sum(best["prioritize"]):
+            best = took
+        print(f"run {run}: {total / args.rounds * 1e3:.2f} ms a pod")
+    print(f"# per pod, in process ({hetero_exporter.__file__}), {args.nodes} nodes, {args.rounds} pods, "
+          f"best of {args.runs} runs; load average {' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())}")
+    for verb, xs in best.items():
+        ms = [x * 1e3 for x in xs]
+        print(f"{verb}: mean {sum(ms) / len(ms):.2f} ms, p50 {pct(ms, 50):.2f}, p99 {pct(ms, 99):.2f}")
+    print(f"pod: {(sum(best['filter']) + sum(best['prioritize'])) / args.rounds * 1e3:.2f} ms CPU")
 
 
 def concurrent(address, names: list[str], clients: int, per_client: int) -> tuple[list[tuple[float, float]], float]:

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, Optional, Sequence, cast
 
 from hetero_exporter.scoring import explain, jsonsafe, wire
 from hetero_exporter.scoring.metrics import ExtenderMetrics
@@ -39,6 +39,7 @@ from hetero_exporter.model.keys import DEFAULT_DOMAIN, Keys
 log = logging.getLogger(__name__)
 
 _POINTS = [f"{p}}}" for p in range(11)]
+_POINTS_COMMA = [f"{p}}}," for p in range(11)]
 REASON_LIMIT = 600  # characters of a FailedNodes reason (the full one is in /explain)
 LOG_TEXT_LIMIT = 600  # characters of a request description or error in a log line
 RING_BYTES = 8 * 2**20  # the /explain ring's estimated size; the oldest calls go first
@@ -66,7 +67,7 @@ class Evaluation:
     request: Optional[Request]
     request_error: Optional[str]
     names: list[str]
-    states: list[Optional[NodeState]]
+    states: Sequence[Optional[NodeState]]
     verdicts: Verdicts
     now: float
     policy: str
@@ -146,12 +147,14 @@ class Extender:
         self._lock = threading.Lock()
         self._host_json: dict[str, str] = {}  # node name -> its JSON object's head, for /prioritize
         self.names = wire.NamesCache()  # NodeNames' JSON text -> the list (the same object again)
+        self.values = wire.ValueCache()  # a Pod's JSON text -> the pod and its Request, for the next verb
 
     # ------------------------------------------------------------------ protocol
 
-    def _names_args(self, body: bytes) -> Optional[tuple[dict, wire.NameList]]:
-        """(pod, node names) of a node-cache mode request by ``wire``: the names decoded only
-        when their bytes are new; None for anything else (``_args`` decodes the body whole)."""
+    def _names_args(self, body: bytes) -> Optional[tuple[dict, wire.NameList, Optional[wire.Decoded]]]:
+        """(pod, node names, the pod's entry in the values cache) of a node-cache mode request
+        by ``wire``: the names decoded only when their bytes are new, the other values (the
+        Pod) when theirs are; None for anything else (``_args`` decodes the body whole)."""
         top = wire.split(body) if self.table is not None else None
         key = _key(top, "NodeNames") if top is not None else None
         if top is None or key is None:
@@ -160,15 +163,23 @@ class Extender:
         if listed is None:
             return None
         doc: dict[str, Any] = {}
+        entries: dict[str, wire.Decoded] = {}
         try:  # the object's level is 1: its values may nest one level less
             for k, text in top.items():
-                doc[k] = listed.names if k == key else jsonsafe.loads(text, max_depth=jsonsafe.MAX_DEPTH - 1)
+                if k == key:
+                    doc[k] = listed.names
+                    continue
+                got = self.values.get(text)
+                if got is None:
+                    got = self.values.put(text, jsonsafe.loads(text, max_depth=jsonsafe.MAX_DEPTH - 1))
+                doc[k], entries[k] = got.value, got
         except jsonsafe.JSONRefused:
             return None
-        pod = _field(doc, "Pod")
+        pod_key = _key(doc, "Pod")
+        pod = doc[pod_key] if pod_key is not None else None
         if not isinstance(pod, dict) or _field(doc, "Nodes") is not None:
             return None
-        return pod, listed
+        return pod, listed, entries.get(cast(str, pod_key))
 
     def _args(self, body: bytes) -> tuple[dict, Optional[dict], Optional[list[str]]]:
         try:
@@ -251,17 +262,16 @@ class Extender:
                   ) -> tuple[Evaluation, Optional[dict], Optional[wire.NameList]]:
         fast = self._names_args(body)
         listed: Optional[wire.NameList] = None
+        entry: Optional[wire.Decoded] = None
         if fast is not None:
-            (pod, listed), nodes = fast, None
+            (pod, listed, entry), nodes = fast, None
             names: Optional[list[str]] = listed.names
         else:
             pod, nodes, names = self._args(body)
         trace = trace or self.pod_traces.for_pod(pod)
-        try:
-            req: Optional[Request] = request_from_pod(pod, self.domain)
-            error = None
-        except RequestError as e:
-            req, error = None, f"pod request unreadable: {e}"
+        req, error = entry.read if entry is not None and entry.read is not None else self._request(pod)
+        if entry is not None:
+            entry.read = (req, error)  # the Request is shared by the calls of these Pod bytes
         given: Optional[list[NodeState]] = None
         decoded_bytes = 0
         source: Optional[NodeTable]
@@ -279,6 +289,13 @@ class Extender:
         self._remember(ev, decoded_bytes, listed)
         self.metrics.count_decisions(verb, verdicts.counts())
         return ev, nodes, listed
+
+    def _request(self, pod: dict) -> tuple[Optional[Request], Optional[str]]:
+        """(the pod's request, None) or (None, why it cannot be read)."""
+        try:
+            return request_from_pod(pod, self.domain), None
+        except RequestError as e:
+            return None, f"pod request unreadable: {e}"
 
     def _verdicts(self, req: Optional[Request], error: Optional[str], table: NodeTable, names: list[str],
                   given: Optional[list[NodeState]]) -> Verdicts:
@@ -386,8 +403,16 @@ class Extender:
                     heads[i] = head = '{"Host":%s,"Score":' % json.dumps(name)
                     if len(name) <= NAME_CHARS:  # a real node name: worth keeping
                         hosts[name] = head
+        if not heads:
+            self._log("prioritize", ev)
+            return b"[]", ev
+        # heads and points interleaved, joined once: no string made per node
         filled = cast(list[str], heads)  # every None replaced above
-        out = ("[" + ",".join(map(str.__add__, filled, map(_POINTS.__getitem__, points))) + "]").encode()
+        parts = filled * 2  # the length wanted
+        parts[0::2] = filled
+        parts[1::2] = map(_POINTS_COMMA.__getitem__, points)
+        parts[0], parts[-1] = "[" + parts[0], _POINTS[points[-1]] + "]"
+        out = "".join(parts).encode()
         self._log("prioritize", ev)
         return out, ev
 

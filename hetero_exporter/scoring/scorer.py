@@ -207,6 +207,21 @@ def device_sig(g: Group, shared: bool) -> int:
     return got
 
 
+def device_checks(g: Group, shared: bool) -> tuple[int, ...]:
+    """Per device of ``g``, the id of what ``device_problem`` reads of it (and the vendor), kept
+    in the group's memo: the devices of one model and driver share it across nodes."""
+    key = ("device-checks", shared)
+    got = g.choices.get(key)
+    if got is None:
+        got = g.choices[key] = tuple(
+            # numbers by repr: equal floats may be written apart (-0.0 and 0.0 in a refusal's text)
+            intern_sig(("device-check", g.vendor, shared, repr(d.compute_units), repr(d.memory_total), d.features,
+                        d.driver, d.driver_key, d.runtime, d.runtime_key)
+                       + ((repr(d.load), repr(d.memory_free)) if shared else ()))
+            for d in g.devices)
+    return got
+
+
 def intern_sig(sig: tuple) -> int:
     """A never reused id for ``sig`` (equal signatures, equal ids while the table holds them)."""
     got = _SIG_IDS.get(sig)
@@ -217,16 +232,17 @@ def intern_sig(sig: tuple) -> int:
     return got
 
 
-def problems_seen(req: Request) -> dict:
-    """Per-request memo: group signature id -> (usable devices, refusal or None)."""
-    seen = req.scratch.get("problems")
+def problems_seen(req: Request, which: str = "problems") -> dict:
+    """Per-request memo: group signature id -> (usable devices, refusal or None); with
+    ``which="device-problems"``: ``device_checks`` id -> ``device_problem`` (None: it serves)."""
+    seen = req.scratch.get(which)
     if seen is None or len(seen) > SIG_LIMIT:
-        seen = req.scratch["problems"] = {}
+        seen = req.scratch[which] = {}
     return seen
 
 
 def _labels(devs: Sequence[Dev]) -> str:
-    return " ".join(d.label() for d in devs)
+    return " ".join([d.label() for d in devs])
 
 
 def _problems_text(problems: Mapping[str, list[Dev]]) -> str:
@@ -358,8 +374,11 @@ class Scorer:
         """(the devices of ``g`` meeting the per-device constraints, the refusal if too few)."""
         problems: dict[str, list[Dev]] = {}
         eligible = []
-        for i, d in enumerate(g.devices):
-            why = device_problem(d, req, g.vendor)
+        memo = problems_seen(req, "device-problems")
+        for i, (d, check) in enumerate(zip(g.devices, device_checks(g, req.shared))):
+            why = memo.get(check, _NOT_YET)
+            if why is _NOT_YET:  # devices alike in what the check reads, across groups: checked once
+                why = memo[check] = device_problem(d, req, g.vendor)
             if why is None:
                 eligible.append(i)
             else:

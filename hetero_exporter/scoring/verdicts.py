@@ -63,7 +63,7 @@ def reason_counts(decisions: Sequence[Decision], states: Sequence[Optional[NodeS
 class Verdicts:
     """The interface the extender reads (positions are those of the request's node names)."""
 
-    states: list[Optional[NodeState]]
+    states: Sequence[Optional[NodeState]]
 
     def __len__(self) -> int:
         return len(self.states)
@@ -113,7 +113,8 @@ class DecisionVerdicts(Verdicts):
     not be read (every decision says why)."""
 
     def __init__(self, decisions: list[Decision], states: list[Optional[NodeState]], request_ok: bool = True):
-        self._decisions, self.states, self.request_ok = decisions, states, request_ok
+        self._decisions, self.request_ok = decisions, request_ok
+        self.states: list[Optional[NodeState]] = states
 
     def points(self) -> list[int]:
         return [d.points for d in self._decisions]

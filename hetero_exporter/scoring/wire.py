@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import Generic, Optional, TypeVar
 
 try:
     import msgspec
@@ -55,26 +55,41 @@ class NameList:
     chars: int
 
 
-class NamesCache:
-    """JSON text of a NodeNames array -> its NameList; least recently used out past ``entries``
-    lists or ``max_bytes`` (estimated). Thread-safe."""
+V = TypeVar("V")
 
-    def __init__(self, entries: int = ENTRIES, max_bytes: int = MAX_BYTES):
+
+class _Kept(Generic[V]):
+    """JSON text -> what it was decoded to, least recently used first out. Thread-safe."""
+
+    def __init__(self, entries: int, max_bytes: int):
         self.entries, self.max_bytes = entries, max_bytes
-        self.bytes = 0
-        self._lists: "collections.OrderedDict[bytes, tuple[NameList, int]]" = collections.OrderedDict()
+        self._lists: "collections.OrderedDict[bytes, V]" = collections.OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._lists)
 
-    def get(self, text: bytes) -> Optional[NameList]:
-        """The list ``text`` encodes, decoded once; None if it is not an array of strings."""
+    def _kept(self, text: bytes) -> Optional[V]:
         with self._lock:
             got = self._lists.get(text)
             if got is not None:
                 self._lists.move_to_end(text)
-                return got[0]
+            return got
+
+
+class NamesCache(_Kept[tuple[NameList, int]]):
+    """JSON text of a NodeNames array -> its NameList; least recently used out past ``entries``
+    lists or ``max_bytes`` (estimated)."""
+
+    def __init__(self, entries: int = ENTRIES, max_bytes: int = MAX_BYTES):
+        super().__init__(entries, max_bytes)
+        self.bytes = 0
+
+    def get(self, text: bytes) -> Optional[NameList]:
+        """The list ``text`` encodes, decoded once; None if it is not an array of strings."""
+        got = self._kept(text)
+        if got is not None:
+            return got[0]
         if _NAMES is None:
             return None
         try:
@@ -102,3 +117,38 @@ class NamesCache:
                 _, (_, dropped) = self._lists.popitem(last=False)
                 self.bytes -= dropped
         return listed
+
+
+VALUES_KEPT = 64  # top-level values kept by their text (a pod's /filter and /prioritize send one Pod)
+VALUE_BYTES = 16 << 10  # ... if at most this long (a pod's spec is ~1-3 KB)
+
+
+@dataclass
+class Decoded:
+    """A top-level value decoded from its JSON text (shared: never changed) and what the
+    extender read of it (the Pod's Request or its refusal; None until read)."""
+
+    value: object
+    read: Optional[tuple] = None
+
+
+class ValueCache(_Kept[Decoded]):
+    """JSON text of a request's top-level value -> ``Decoded``, least recently used out past
+    ``entries`` (values longer than ``max_bytes`` are not kept): kube-scheduler sends a pod's
+    /filter and /prioritize the same Pod bytes, which are then decoded and read once."""
+
+    def __init__(self, entries: int = VALUES_KEPT, max_bytes: int = VALUE_BYTES):
+        super().__init__(entries, max_bytes)
+
+    def get(self, text: bytes) -> Optional[Decoded]:
+        return self._kept(text)
+
+    def put(self, text: bytes, value: object) -> Decoded:
+        """``value`` (decoded from ``text``) kept if ``text`` is short enough."""
+        got = Decoded(value)
+        if len(text) <= self.max_bytes:
+            with self._lock:
+                self._lists[text] = got
+                while len(self._lists) > self.entries:
+                    self._lists.popitem(last=False)
+        return got
