@@ -125,6 +125,7 @@ def test_a_list_gathered_again_is_read_once_until_a_row_changes(monkeypatch):
     first = table.verdicts(table.scorer, req, names)
     again = table.verdicts(table.scorer, req, names)
     assert again.states is first.states  # read once: the same arrays
+    assert first.states[np.int64(1)] is first.states[1] is table.get("b") and list(first.states) == first.states[:]
     assert not first.times.flags.writeable
     before = table.get("b")
     table.update("b", text("b"))  # now an NVIDIA node: the list is read anew

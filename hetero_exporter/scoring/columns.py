@@ -144,7 +144,7 @@ class States(Sequence[Optional[NodeState]]):
         return len(self.array)
 
     def __getitem__(self, i: Any) -> Any:
-        return self.array[i] if isinstance(i, int) else self.array[i].tolist()
+        return self.array[i].tolist() if isinstance(i, slice) else self.array[i]  # a slice: a list, as a list's
 
     def __iter__(self) -> Any:
         return iter(self.array.tolist())
