@@ -147,8 +147,11 @@ def start_extender(api: KubeAPIServer, workdir: str, timeout: float, tree: Optio
         cmd = [sys.executable, "-m", "hetero_exporter.cli", *cmd[1 if exe.exists() else 3:]]
         env["PYTHONPATH"] = os.pathsep.join([str(Path(tree).resolve()), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     t0 = time.perf_counter()
+    # the other tree's directory as the working one: ``python -m`` puts the working directory
+    # first on sys.path, ahead of PYTHONPATH (run from this checkout, the baseline imported this
+    # checkout's package, not its own: figures before this fix compared a tree with itself)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "extender.log"), "wb"),
-                            env=env)
+                            env=env, cwd=str(Path(tree).resolve()) if tree is not None else None)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
