@@ -151,10 +151,15 @@ class Extender:
 
     # ------------------------------------------------------------------ protocol
 
-    def _names_args(self, body: bytes) -> Optional[tuple[dict, wire.NameList, Optional[wire.Decoded]]]:
-        """(pod, node names, the pod's entry in the values cache) of a node-cache mode request
-        by ``wire``: the names decoded only when their bytes are new, the other values (the
-        Pod) when theirs are; None for anything else (``_args`` decodes the body whole)."""
+    def _names_args(self, body: bytes) -> Optional[tuple[dict, wire.NameList]]:
+        """(pod, node names) of a node-cache mode request by ``wire``: the names decoded only
+        when their bytes are new; None for anything else (``_args`` decodes the body whole)."""
+        got = self._names_request(body)
+        return (got[0], got[1]) if got is not None else None
+
+    def _names_request(self, body: bytes) -> Optional[tuple[dict, wire.NameList, Optional[wire.Decoded]]]:
+        """``_names_args`` and the pod's entry in the values cache: the other values (the Pod)
+        decoded only when their bytes are new, the Request read once for them."""
         top = wire.split(body) if self.table is not None else None
         key = _key(top, "NodeNames") if top is not None else None
         if top is None or key is None:
@@ -260,7 +265,7 @@ class Extender:
 
     def _evaluate(self, verb: str, body: bytes, trace: Optional[str]
                   ) -> tuple[Evaluation, Optional[dict], Optional[wire.NameList]]:
-        fast = self._names_args(body)
+        fast = self._names_request(body)
         listed: Optional[wire.NameList] = None
         entry: Optional[wire.Decoded] = None
         if fast is not None:
