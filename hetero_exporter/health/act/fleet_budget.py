@@ -64,6 +64,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Protocol
 
+from hetero_exporter.health.detect.texts import parse_k8s_time
 from hetero_exporter.health.plan import Budget, RemedyConfig
 from hetero_exporter.health.plan.budget import ClassBudget, class_limit, class_taints
 from hetero_exporter.model.keys import Keys
@@ -144,14 +145,7 @@ def micro_time(t: float) -> str:
 
 def parse_time(v: object) -> Optional[float]:
     """Unix seconds of a MicroTime (or RFC 3339 Time), None when it is not one."""
-    if not isinstance(v, str) or len(v) > 40:
-        return None
-    for fmt in (MICROTIME, "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return datetime.datetime.strptime(v, fmt).replace(tzinfo=datetime.timezone.utc).timestamp()
-        except ValueError:
-            continue
-    return None
+    return parse_k8s_time(v, micro=True)
 
 
 def parse_slot(obj: object, now: float, pattern: re.Pattern[str] = _SLOT_NAME) -> Optional[Slot]:

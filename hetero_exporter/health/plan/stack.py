@@ -80,8 +80,10 @@ def crash_loop(pod: Mapping[str, Any], grace: float, now: float) -> Optional[str
         restarts = restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else 0
         if json_at(c, "state", "waiting", "reason") == "CrashLoopBackOff":
             return f"container {str(c.get('name'))[:63]} in CrashLoopBackOff ({restarts} restarts)"
+        if restarts < RESTARTS:
+            continue  # few restarts: when the last one ended does not matter (not parsed)
         finished = parse_rfc3339(json_at(c, "lastState", "terminated", "finishedAt"))
-        if restarts >= RESTARTS and finished is not None and 0 <= now - finished < grace:
+        if finished is not None and 0 <= now - finished < grace:
             return f"container {str(c.get('name'))[:63]} restarted {restarts} times, last at {rfc3339(finished)}"
     return None
 
