@@ -116,6 +116,12 @@ def prom(tmp_path_factory):
             server.wait_for(lambda: len(server.query(N.HEALTH_NODE_UNHEALTHY.name)) == 2, 30, "health verdicts")
         except PromError:
             pass
+        try:  # the energy split needs two power readings and the pods' attribution: later than the
+            # first scrapes on a loaded machine (increase() wants two points of it)
+            server.wait_for(lambda: bool(server.query(f"count_over_time({N.CONTAINER_ENERGY.name}[1m]) >= 2")),
+                            60, "container energy")
+        except PromError:
+            pass
         yield server
     finally:
         if server is not None:
