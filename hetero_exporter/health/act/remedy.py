@@ -125,7 +125,7 @@ def class_gates(cfg: RemedyConfig, resource_of: Callable[[DeviceSample], str] = 
 def _cluster_parts(live: Cluster, node_name: str, cfg: RemedyConfig, metrics: HealthMetrics,
                    env: Mapping[str, str], resource_of: Callable[[DeviceSample], str], slices: Any,
                    clock: Callable[[], float], failed_pods: Optional[Callable[[], Optional[list]]],
-                   plugin_pods: Optional[Callable[[str], Optional[list]]]) -> "tuple[_Api, Optional[FleetBudget]]":
+                   plugin_pods: Optional[Callable[[str], Optional[list[dict[str, Any]]]]]) -> "tuple[_Api, Optional[FleetBudget]]":
     """The remedy's API (Node, events, the writes beyond the Node) and, in enforce mode, the
     fleet-wide budget: made only with cluster access in a mode that writes."""
     # here, not at module level: a node without cluster access never needs them (issue 39 §5)
@@ -161,7 +161,7 @@ class Remedy:
                  metrics: Optional[HealthMetrics] = None, *, clock: Callable[[], float] = time.time,
                  resource_of: Callable[[DeviceSample], str] = no_resource, slices: Any = None,
                  failed_pods: Optional[Callable[[], Optional[list]]] = None,
-                 plugin_pods: Optional[Callable[[str], Optional[list]]] = None,
+                 plugin_pods: Optional[Callable[[str], Optional[list[dict[str, Any]]]]] = None,
                  environ: Optional[Mapping[str, str]] = None, rng: Optional[random.Random] = None):
         self.node = node_name
         self.policy = policy

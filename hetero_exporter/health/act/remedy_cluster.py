@@ -100,7 +100,7 @@ class ClusterSide:
                  resource_of: Callable[[DeviceSample], str], slices: Any = None,
                  clock: Callable[[], float] = lambda: 0.0,
                  failed_pods: Optional[Callable[[], Optional[list]]] = None, nodefeature_namespace: str = "",
-                 plugin_pods: Optional[Callable[[str], Optional[list]]] = None):
+                 plugin_pods: Optional[Callable[[str], Optional[list[dict[str, Any]]]]] = None):
         self.node, self.cfg, self.metrics = node, cfg, metrics
         self._clock = clock
         self._resource_of = resource_of
