@@ -12,13 +12,13 @@ the taint.
 
 The snapshots come from the real collectors over the simulation (``nvml`` over the fake pynvml;
 ``npu_smi`` over the fake npu-smi executable; the kernel-log source over a simulated /dev/kmsg):
-each node collects its idle snapshot at the start, its fault snapshot just before the burst and
-its recovered one just before the recovery, on a clock whose wall time is real and whose scenario
-time is the phase's. Between collections each agent's collection tick (every ``--interval`` s, its
-first one offset by the sampler's own start jitter) hands its last snapshot, re-stamped, to the
-real judge and offers it to its health loop, as ``Sampler.run`` does. What is not run per node is
-the collector's cost at the tick (it never touches the API server); the fault snapshot's
-collection time is measured and reported apart (``collect_seconds``).
+each node *shape* collects its idle, fault and recovered snapshots, in that order of scenario time,
+before any agent starts, so the simulated tools never run on the machine the fleet saturates.
+Each agent's collection tick (every ``--interval`` s, its first one offset by the sampler's own
+start jitter) hands its current snapshot, re-stamped, to the real judge and offers it to its
+health loop, as ``Sampler.run`` does; at a phase the next snapshot becomes current. What is not
+run per node is the collector's cost at the tick (it never touches the API server); the fault
+snapshot's collection time is measured and reported apart (``collect_seconds``).
 
 Phases: idle for ``--idle-periods`` resync periods (a short ``--resync``; rates are per minute of
 wall time); then F faults at once on F different nodes (a lost GPU, XID 79, an Ascend SeparateNPU
@@ -507,15 +507,48 @@ def settle(failing: list[NodeAgent], timeout: float) -> float:
     return time.monotonic()
 
 
-def build(s: Settings, server: Server, workdir: str) -> tuple[list[NodeAgent], dict[str, Shape]]:
-    """The shapes (one per kind), each collected once before the fault (counters readable before
-    it), then the agents with their idle snapshots, their watches and health loops started."""
+@dataclasses.dataclass
+class Ahead:
+    """A phase's shape snapshots, collected before any agent starts (``collect_ahead``), and how
+    long each shape's first collection took (seconds)."""
+
+    snaps: dict[str, NodeSnapshot]
+    collect_seconds: dict[str, float]
+
+
+def collect_ahead(shapes: dict[str, Shape], kinds: list[str], scenario_t: float, judge: Optional[HealthVerdicts]) -> Ahead:
+    """Each shape of ``kinds`` collected at ``scenario_t`` and a second later (NVML's event thread
+    has delivered the XID by the second); with ``judge``, again (bounded) until it fails a device."""
+    snaps: dict[str, NodeSnapshot] = {}
+    seconds: dict[str, float] = {}
+    for step in (0.0, 1.0):
+        time.sleep(0.3)
+        for k in kinds:
+            snaps[k] = shapes[k].collect(scenario_t + step)
+            if step == 0.0:
+                seconds[k] = shapes[k].collect_seconds
+    if judge is not None:
+        show_faults(shapes, snaps, scenario_t + 1.0, judge)
+    return Ahead(snaps, seconds)
+
+
+def build(s: Settings, server: Server, workdir: str) -> tuple[list[NodeAgent], dict[str, Shape], tuple[Ahead, Ahead]]:
+    """The shapes (one per kind), each collected for its three phases (idle, fault, recovery)
+    before any agent starts, then the agents with their idle snapshots, their watches and health
+    loops started. Collecting ahead keeps the simulated tools off a machine the fleet saturates (at
+    1,000 agents the fake npu-smi missed its 1 s deadline in 20 collections in a row); what an
+    agent runs between a fault and its writes (judge, plan, act) is unchanged: the snapshot is
+    handed to its judge at the burst, re-stamped, as a collection tick does."""
     fleet = plan_fleet(s.nodes, s.faults, s.ascend_nodes)
     server.ask("seed", [(n, vendor_of(k)) for n, k in fleet])
     shapes = {k: Shape(k, workdir) for k in sorted({k for _, k in fleet})}
     idle = {k: shape.collect(FAULT_AT - 10) for k, shape in shapes.items()}
+    policy = policy_mod.load()
+    failing = sorted({k for _, k in fleet[:s.faults]})
+    ahead = (collect_ahead(shapes, failing, FAULT_AT + 1, HealthVerdicts(policy)),
+             collect_ahead(shapes, failing, RESET_AT + 1, None))
     rng = random.Random(s.seed)
-    shared = Shared(server.kubeconfig(Path(workdir) / "kubeconfig"), policy_mod.load(), health_config(s), workdir,
+    shared = Shared(server.kubeconfig(Path(workdir) / "kubeconfig"), policy, health_config(s), workdir,
                     s.interval, rng)
     agents = []
     for node, kind in fleet:
@@ -529,7 +562,7 @@ def build(s: Settings, server: Server, workdir: str) -> tuple[list[NodeAgent], d
         if a.slices is not None:
             a.slices.start()
         a.loop.start()
-    return agents, shapes
+    return agents, shapes, ahead
 
 
 # Evidence of the recovery the real judge needs, per kind: the device back through NVML after it
@@ -556,31 +589,20 @@ def show_faults(shapes: dict[str, Shape], snaps: dict[str, NodeSnapshot], scenar
 
 
 def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], shapes: dict[str, Shape],
-          scenario_t: float, recovery: bool = False) -> dict:
-    """One phase of the failing nodes (fault or recovery): each shape collects ahead (twice: NVML's
-    event thread has delivered the XID by the second), every failing node gets its own copy, all
-    are handed over at once; wait until each failing agent finished a reconcile of it. The
-    requests of the phase, its per-second peak, when each node was handed its snapshot."""
+          ahead: Ahead, recovery: bool = False) -> dict:
+    """One phase of the failing nodes (fault or recovery): every failing node gets its own copy of
+    its shape's snapshot (collected ahead), all are handed over at once; wait until each failing
+    agent finished a reconcile of it. The requests of the phase, its per-second peak, when each
+    node was handed its snapshot."""
     failing = agents[:s.faults]
-    kinds = sorted({a.kind for a in failing})
-    collect: dict[str, float] = {}
-    snaps: dict[str, NodeSnapshot] = {}
-    for step in (0.0, 1.0):
-        time.sleep(0.3)
-        for k in kinds:
-            snaps[k] = shapes[k].collect(scenario_t + step)
-            if step == 0.0:
-                collect[k] = shapes[k].collect_seconds
-    if not recovery:
-        show_faults(shapes, snaps, scenario_t + 1.0, HealthVerdicts(failing[0].verdicts.policy))
     for a in failing:
         boot = f"{a.boot_id}-rebooted" if recovery and a.kind in REBOOTED else a.boot_id
-        a.pending = shapes[a.kind].personal(snaps[a.kind], a.node, boot)
+        a.pending = shapes[a.kind].personal(ahead.snaps[a.kind], a.node, boot)
     before, seconds_before, failing_before, unchanged_before = server.ask("tally")
     t0 = time.monotonic()
     handed = ticker.switch(failing)
     last = settle(failing, s.settle_timeout)
-    unsettled = {}
+    unsettled: dict[str, int] = {}
     for a in failing:
         if a.done_at is None:
             o = a.loop.last
@@ -596,7 +618,7 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
             "elapsed": max(0.0, last - t0), "unsettled": unsettled,
             "reconciled": [a.done_at - h for a, h in zip(failing, handed) if a.done_at is not None],
             "peak_requests_per_second": max(window.values(), default=0),
-            "collect_seconds": collect}
+            "collect_seconds": ahead.collect_seconds}
 
 
 def retries(s: Settings, server: Server, phase: dict) -> dict[str, int]:
@@ -637,7 +659,7 @@ def run(s: Settings) -> dict:
     ticker: Optional[Ticker] = None
     try:
         t_start = time.monotonic()
-        agents, shapes = build(s, server, workdir)
+        agents, shapes, (fault_ahead, recovery_ahead) = build(s, server, workdir)
         progress(f"{len(agents)} agents built")
         ticker = Ticker(agents, s.interval, random.Random(s.seed + 1)).start()
         if not wait_for(lambda: server.ask("annotated") >= s.nodes, s.settle_timeout, 1.0):
@@ -651,10 +673,10 @@ def run(s: Settings) -> dict:
         time.sleep(idle_seconds)
         idle = delta(server.ask("tally")[0], idle0)
         progress("fault burst")
-        fault = burst(s, server, ticker, agents, shapes, FAULT_AT + 1)
+        fault = burst(s, server, ticker, agents, shapes, fault_ahead)
         fault["retry_requests"] = retries(s, server, fault)
         progress("recovery")
-        recovery = burst(s, server, ticker, agents, shapes, RESET_AT + 1, recovery=True)
+        recovery = burst(s, server, ticker, agents, shapes, recovery_ahead, recovery=True)
         marks = server.ask("marks")
         return report(s, agents, idle, idle_seconds, fault, recovery, marks, startup)
     finally:
