@@ -113,6 +113,7 @@ def slot_of(kube_api):
 def test_an_expired_slot_is_taken_over_and_its_old_holder_knows(kube_api, agents, clock):
     a, b = agents("gpu-a"), agents("gpu-b")
     assert a.acquire(1, ()).granted
+    a.carrying()  # its taint landed
     clock.t += 599
     refused = b.acquire(1, ())
     assert not refused.granted and refused.why == "1 of 1 taint slots are held by gpu-a"
@@ -437,6 +438,48 @@ def test_a_slot_held_without_the_taint_past_the_grace_is_free(kube_api, agents, 
         clock.t += 10
         a.renew()
     assert b.acquire(1, (), nodes=nodes).granted
+
+
+def test_a_holder_whose_taint_has_not_landed_near_the_grace_does_not_taint_on_its_slot(kube_api, agents, clock):
+    """Seen at 1,000 agents on 2 CPUs (issue 39): Node patches took minutes, other agents counted
+    the slot of a node whose taint had not landed free after the grace and took it over, then
+    both taints landed: 106 nodes tainted against a budget of 100."""
+    a, b = agents("gpu-a"), agents("gpu-b")
+    nodes = {"gpu-a", "gpu-b"}
+    assert a.acquire(1, (), nodes=nodes).granted  # slot taken; its Node patch times out (overloaded API)
+    assert not b.acquire(1, (), nodes=nodes).granted  # gpu-b sees gpu-a holding untainted from now on
+    clock.t += 80
+    assert a.acquire(1, (), nodes=nodes).granted  # still within grace - landing (120 - 30 s)
+    clock.t += 15
+    late = a.acquire(1, (), nodes=nodes)
+    assert not late.granted and "without its taint landing" in late.why
+    clock.t += 30
+    assert b.acquire(1, (), nodes=nodes).granted  # gpu-b counts it free now: gpu-a never tainted on it
+    clock.t += 3600
+    assert not a.acquire(1, (), nodes=nodes).granted  # the others' count of it goes on: not before 6 h
+
+
+def test_carrying_the_taint_resets_the_holders_own_count(kube_api, agents, clock):
+    a = agents("gpu-a")
+    assert a.acquire(1, ()).granted
+    a.carrying()  # its taint landed
+    clock.t += 500
+    assert a.acquire(1, ()).granted  # renewed while tainted: no deadline
+    assert a.release() is None
+    clock.t += 3600  # a new failure an hour later
+    assert a.acquire(1, ()).granted
+    clock.t += 100
+    assert not a.acquire(1, ()).granted  # that taint did not land within grace - landing
+
+
+def test_a_refused_holder_may_taint_again_once_it_held_nothing_for_the_forget_time(kube_api, agents, clock):
+    a = agents("gpu-a")
+    assert a.acquire(1, ()).granted
+    clock.t += 100
+    assert not a.acquire(1, ()).granted
+    assert a.release() is None
+    clock.t += 6 * 3600 + 1
+    assert a.acquire(1, ()).granted
 
 
 # --------------------------------------------------------------------------- issue 35, item 6

@@ -24,6 +24,14 @@ With ``limit`` slots, at most ``limit`` nodes hold one, whatever the timing. No 
   again only once the node was seen tainted or holding nothing for ``FORGET_SECONDS``. A node holds
   one slot: its others are free. An untainted holder's lease counts for at most this agent's own
   ``lease_seconds`` (a 7-day lease of someone else's does not hold longer).
+- The same rule, seen from the holder: this node grants itself a taint only while other agents
+  still count its slot (``landing`` seconds before the grace runs out, by its own clock, which
+  starts no later than theirs: at its first slot write). Its taint patch is sent right after the
+  grant and lands, or times out, within ``landing``; a taint that lands later than the grace could
+  find its slot taken over (two nodes tainted on one slot). A node past it is refused, as others
+  would count its slot free, until it is seen carrying the taint or has held nothing for
+  ``FORGET_SECONDS`` (what resets the others' count). An overloaded API server (a Node patch
+  that took minutes at 1,000 agents on 2 CPUs) exceeded the budget before this rule.
 - A Lease with a slot's name but without the slots' labels (not in the listing; found when its
   name is answered AlreadyExists) is read by name and judged as a slot by the same rules: taken
   only by a tainted node of the cluster, else reclaimed (replaced, with the resourceVersion read,
@@ -80,6 +88,7 @@ _ROUNDS = 8  # read and try; again after each lost race, with what the winners w
 TRIES_PER_ROUND = 2  # writes one round may lose before reading the slots again
 SPREAD_ABOVE = 8  # with more free slots than this, a node starts at a random one (small pools: lowest first)
 UNTAINTED_GRACE_SECONDS = 120.0  # a node holding slots this long without the taint is not using them
+LANDING_SECONDS = 30.0  # a taint lands (or its patch times out) this soon after its grant
 FORGET_SECONDS = 6 * 3600.0  # a holder unseen this long gets its grace again (a new failure)
 MAX_HOLDERS = 4096  # holders remembered (nodes of the cluster; the oldest go first)
 MAX_FOREIGN = 64  # unlabelled Leases of slot names remembered (read by name at each acquire)
@@ -246,9 +255,11 @@ class FleetBudget:
 
     def __init__(self, leases: SlotStore, node: str, *, domain: str, lease_seconds: int = 600,
                  clock: Callable[[], float] = time.time, monotonic: Optional[Callable[[], float]] = None,
-                 untainted_grace: float = UNTAINTED_GRACE_SECONDS, pool: str = "", classes: Iterable[str] = ()):
+                 untainted_grace: float = UNTAINTED_GRACE_SECONDS, pool: str = "", classes: Iterable[str] = (),
+                 landing: float = LANDING_SECONDS):
         """``pool``: a device class's pool of slots ("" the fleet's); ``classes``: the classes
-        with a budget share (the fleet's budget keeps a pool for each)."""
+        with a budget share (the fleet's budget keeps a pool for each); ``landing``: seconds a
+        taint may take to land after its grant (its Node patch's timeout, with room)."""
         if not 0 < int(lease_seconds) <= MAX_LEASE_SECONDS:
             raise ValueError(f"lease_seconds: between 1 and {MAX_LEASE_SECONDS}, not {lease_seconds!r}")
         self.leases = leases
@@ -262,6 +273,11 @@ class FleetBudget:
         # elapsed time on this agent's clock: the real monotonic clock, or a test's own clock
         self._mono = monotonic or (time.monotonic if clock is time.time else clock)
         self._grace = float(untainted_grace)
+        self._landing = min(float(landing), self._grace / 2)  # a longer one would leave no time to grant
+        # this node's own count, as the others keep it: since when it holds slots untainted, and
+        # when it last held one (monotonic); reset when it carries the taint
+        self._own: Optional[tuple[float, float]] = None
+        self._carrying = False  # it carries the taint now (until it gives its slots back)
         self._seen: dict[str, tuple[Optional[str], float]] = {}  # slot -> (resourceVersion, when it moved)
         # holder -> (since when seen holding untainted, when last seen holding)
         self._untainted: dict[str, tuple[float, float]] = {}
@@ -271,7 +287,8 @@ class FleetBudget:
         self._renew_note: Optional[str] = None  # what renew() said last, until then
         self._rng = random.Random(f"{pool}/{node}")  # the order free slots are tried in, once contended
         self._pools = {c: FleetBudget(leases, node, domain=domain, lease_seconds=lease_seconds, clock=clock,
-                                      monotonic=monotonic, untainted_grace=untainted_grace, pool=c)
+                                      monotonic=monotonic, untainted_grace=untainted_grace, pool=c,
+                                      landing=landing)
                        for c in classes} if not pool else {}
 
     # ------------------------------------------------------------------ reads and writes
@@ -329,6 +346,29 @@ class FleetBudget:
     def _wrote(self, answer: dict, now: float) -> None:
         self._held = parse_slot(answer, now, self._pattern)
         self._next_renew, self._renew_note = now + self.lease_seconds / 3, None
+        if self._carrying:
+            return
+        mono = self._mono()
+        since = self._own[0] if self._own is not None and mono - self._own[1] <= FORGET_SECONDS else mono
+        self._own = (since, mono)
+
+    def _too_late(self, mono: float) -> Optional[str]:
+        """Why this node may not taint on a slot now (the others may count it free by the time
+        the taint lands), else None."""
+        if self._own is None or mono - self._own[1] > FORGET_SECONDS:
+            return None
+        held = mono - self._own[0]
+        if held <= self._grace - self._landing:
+            return None
+        return (f"this node has held taint slots for {held:.0f} s without its taint landing: other nodes count "
+                f"them free after {self._grace:.0f} s, so it does not taint on them (it may again once it has "
+                f"held none for {FORGET_SECONDS / 3600:.0f} h)")
+
+    def carrying(self) -> None:
+        """This node carries the taint (the others reset their count of it when they see so)."""
+        self._own, self._carrying = None, True
+        for pool in self._pools.values():
+            pool.carrying()
 
     def _renew(self, slot: Slot, now: float) -> None:
         body = self._body(slot.name, now, resource_version=slot.resource_version,
@@ -396,6 +436,9 @@ class FleetBudget:
         is free)."""
         now, mono = self._clock(), self._mono()
         marked = {t for t in tainted if isinstance(t, str)} - {self.node}
+        late = self._too_late(mono)
+        if late is not None:
+            return self._result(False, len(marked), late)
         why, held = "", 0
         suspects: set[int] = set()  # slots answered AlreadyExists though not listed: read by name
         contended = False
@@ -555,7 +598,9 @@ class FleetBudget:
 
     def _release_own(self) -> Optional[str]:
         now = self._clock()
-        self._held, self._next_renew = None, 0.0
+        self._held, self._next_renew, self._carrying = None, 0.0, False
+        if self._own is not None:  # the others' count of it goes on from when they last saw it hold
+            self._own = (self._own[0], self._mono())
         for _ in range(_ROUNDS):
             try:
                 mine = self._mine(self._read(now))

@@ -141,11 +141,12 @@ def _cluster_parts(live: Cluster, node_name: str, cfg: RemedyConfig, metrics: He
     api = _Api(Nodes(live), Events(live), ClusterSide(
         live, node_name, cfg, metrics, resource_of, slices, clock, failed_pods,
         nodefeature_namespace=cfg.nodefeature_home(env), plugin_pods=plugin_pods))
-    # the fleet-wide budget takes Lease slots in enforce mode only: a dry-run never taints
+    # the fleet-wide budget takes Lease slots in enforce mode only: a dry-run never taints. A
+    # grant's taint lands within two requests' timeouts (the Node patch, a conflict's retry)
     fleet = FleetBudget(Leases(live, cfg.lease_namespace(env)),
                         node_name, domain=cfg.domain, lease_seconds=int(cfg.budget_lease_seconds),
-                        clock=clock, classes=[c.name for c in cfg.classes if c.budget_share is not None]
-                        ) if cfg.fleet_budget and cfg.mode == "enforce" else None
+                        clock=clock, classes=[c.name for c in cfg.classes if c.budget_share is not None],
+                        landing=2 * live.timeout_seconds) if cfg.fleet_budget and cfg.mode == "enforce" else None
     return api, fleet
 
 
@@ -305,6 +306,7 @@ class Remedy:
         if self._fleet is None:
             return
         if p.book.taint and p.book.taint.get("applied"):
+            self._fleet.carrying()
             note = self._fleet.renew(p.book.taint.get("classes") or ())  # the slots of its classes now
             self._slot = note is None
         elif p.book.taint is None and self._slot is not False:
