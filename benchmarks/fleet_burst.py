@@ -69,6 +69,7 @@ from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
 from hetero_exporter.simulate.scenario import from_dict  # noqa: E402
 
 TAINT = "hetero-exporter.io/accelerator-unhealthy"
+SLOT_PREFIX = "hetero-exporter-taint-slot-"
 NAMESPACE = "ml"
 AGENT_NS = "hetero-exporter"
 FAULT_AT, RESET_AT = 1000.0, 2000.0  # scenario seconds of the fault and of the recovery
@@ -93,12 +94,13 @@ XID79_LINE = "NVRM: Xid (PCI:{bus}): 79, pid='<unknown>', name=<unknown>, GPU ha
 
 def _serve(conn: Any, bookmark_seconds: float) -> None:
     """The API server in a process of its own: answers the benchmark's commands on ``conn``."""
-    from kubeapi import NODES, PODS, KubeAPIServer, now_rfc3339
+    from kubeapi import LEASES, NODES, PODS, KubeAPIServer, now_rfc3339
     api = KubeAPIServer(keep_requests=False, count_clients=True, bookmark_seconds=bookmark_seconds,
                         max_watch_seconds=3600.0).start()
     failing: set[str] = set()  # the failing agents' clients (User-Agent agent/<node>)
     marks: list[tuple[float, str, bool]] = []  # (monotonic, node, tainted) at each change
     tainted: set[str] = set()
+    slots: list[tuple[float, str, Optional[str]]] = []  # (monotonic, Lease, holder or None) at each write
     store = api._store
 
     def recording_store(res: Any, ns: str, name: str, obj: Optional[dict], old: Optional[dict], etype: str) -> None:
@@ -108,6 +110,8 @@ def _serve(conn: Any, bookmark_seconds: float) -> None:
             if on != (name in tainted):
                 (tainted.add if on else tainted.discard)(name)
                 marks.append((time.monotonic(), name, on))
+        elif res is LEASES and name.startswith(SLOT_PREFIX):
+            slots.append((time.monotonic(), name, None if obj is None else (obj.get("spec") or {}).get("holderIdentity")))
 
     api._store = recording_store  # type: ignore[method-assign]
     conn.send({"url": api.url, "token": api.token})
@@ -143,6 +147,8 @@ def _serve(conn: Any, bookmark_seconds: float) -> None:
             out = (api.tally(), api.per_second(), dict(mine), api.unchanged_writes())
         elif cmd == "marks":
             out = list(marks)
+        elif cmd == "slots":
+            out = list(slots)
         elif cmd == "annotated":  # nodes the agents have reconciled once (their inventory written)
             out = sum(1 for n in api.list(NODES) if "hetero-exporter.io/devices" in n["metadata"].get("annotations", {}))
         conn.send(out)
@@ -516,9 +522,12 @@ class Ahead:
     collect_seconds: dict[str, float]
 
 
-def collect_ahead(shapes: dict[str, Shape], kinds: list[str], scenario_t: float, judge: Optional[HealthVerdicts]) -> Ahead:
+def collect_ahead(shapes: dict[str, Shape], kinds: list[str], scenario_t: float,
+                  shows: Callable[[str, NodeSnapshot], bool], tries: int = 90) -> Ahead:
     """Each shape of ``kinds`` collected at ``scenario_t`` and a second later (NVML's event thread
-    has delivered the XID by the second); with ``judge``, again (bounded) until it fails a device."""
+    has delivered the XID by the second), then again every second (bounded) until ``shows`` says
+    the snapshot shows the phase: a fault not yet delivered, or a lost GPU that the collector
+    probes again only after its back-off (wall time), would hand the agents nothing to do."""
     snaps: dict[str, NodeSnapshot] = {}
     seconds: dict[str, float] = {}
     for step in (0.0, 1.0):
@@ -527,9 +536,27 @@ def collect_ahead(shapes: dict[str, Shape], kinds: list[str], scenario_t: float,
             snaps[k] = shapes[k].collect(scenario_t + step)
             if step == 0.0:
                 seconds[k] = shapes[k].collect_seconds
-    if judge is not None:
-        show_faults(shapes, snaps, scenario_t + 1.0, judge)
+    for k in kinds:
+        for _ in range(tries):
+            if shows(k, snaps[k]):
+                break
+            time.sleep(1.0)
+            snaps[k] = shapes[k].collect(scenario_t + 1.0)
+        else:
+            progress(f"the {k} shape did not show its phase after {tries} collections")
     return Ahead(snaps, seconds)
+
+
+def fails(policy: Any, *before: NodeSnapshot, boot: str = "") -> Callable[[str, NodeSnapshot], bool]:
+    """Whether a fresh judge, fed ``before`` (of the kind), then the snapshot (with ``boot``
+    appended to its boot id: a reboot), fails or degrades a device of it."""
+    def check(kind: str, snap: NodeSnapshot) -> bool:
+        judge = HealthVerdicts(policy)
+        for b in before:
+            judge.judge(b)
+        ev = judge.judge(dataclasses.replace(snap, boot_id=f"{snap.boot_id}{boot}") if boot else snap)[1]
+        return bool(ev.node.failed or ev.node.degraded)
+    return check
 
 
 def build(s: Settings, server: Server, workdir: str) -> tuple[list[NodeAgent], dict[str, Shape], tuple[Ahead, Ahead]]:
@@ -545,8 +572,11 @@ def build(s: Settings, server: Server, workdir: str) -> tuple[list[NodeAgent], d
     idle = {k: shape.collect(FAULT_AT - 10) for k, shape in shapes.items()}
     policy = policy_mod.load()
     failing = sorted({k for _, k in fleet[:s.faults]})
-    ahead = (collect_ahead(shapes, failing, FAULT_AT + 1, HealthVerdicts(policy)),
-             collect_ahead(shapes, failing, RESET_AT + 1, None))
+    fault = collect_ahead(shapes, failing, FAULT_AT + 1, fails(policy))
+
+    def recovered(kind: str, snap: NodeSnapshot) -> bool:  # every device answers its collector again
+        return all(d.report.state in ("ok", "degraded") for d in snap.devices)
+    ahead = (fault, collect_ahead(shapes, failing, RESET_AT + 1, recovered))
     rng = random.Random(s.seed)
     shared = Shared(server.kubeconfig(Path(workdir) / "kubeconfig"), policy, health_config(s), workdir,
                     s.interval, rng)
@@ -569,23 +599,6 @@ def build(s: Settings, server: Server, workdir: str) -> tuple[list[NodeAgent], d
 # was lost (readable), or, for an Xid 79 seen only in the kernel log (NVML answered throughout),
 # the reboot its catalogue action asks for: the node's boot id changes.
 REBOOTED = frozenset({"kernel-log"})
-
-
-def show_faults(shapes: dict[str, Shape], snaps: dict[str, NodeSnapshot], scenario_t: float,
-                judge: HealthVerdicts, tries: int = 20) -> None:
-    """Collect each fault shape again (bounded) until a fresh judge fails a device of it: on a
-    saturated machine NVML's event thread or the kernel-log source may not have delivered the
-    fault by the second collection, and agents handed a snapshot without it have nothing to do
-    (at 1,000 nodes, 69 such agents were counted as never settling)."""
-    for kind in sorted(snaps):
-        for _ in range(tries):
-            ev = judge.judge(snaps[kind])[1]
-            if ev.node.failed or ev.node.degraded:
-                break
-            time.sleep(0.5)
-            snaps[kind] = shapes[kind].collect(scenario_t)
-        else:
-            progress(f"the {kind} shape showed no failed device after {tries} collections")
 
 
 def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], shapes: dict[str, Shape],
@@ -639,6 +652,34 @@ def latencies(marks: list[tuple[float, str, bool]], handed: dict[str, float], on
     return out
 
 
+def over_budget(marks: list[tuple[float, str, bool]], slots: list[tuple[float, str, Optional[str]]],
+                budget: int) -> dict:
+    """Where the taints outnumbered the budget, why: at the first such moment, the tainted nodes
+    that held no slot then, and for those, the slots they held before (taken over by whom, when)."""
+    changes = sorted([(t, 0, n, on) for t, n, on in marks] + [(t, 1, lease, h) for t, lease, h in slots],
+                     key=lambda c: (c[0], c[1]))
+    tainted: set[str] = set()
+    holder: dict[str, Optional[str]] = {}
+    history: dict[str, list[tuple[float, str, Optional[str]]]] = {}  # node -> (when, lease, new holder)
+    for t, kind, name, what in changes:
+        if kind == 1:
+            before = holder.get(name)
+            holder[name] = what
+            if before is not None and before != what:
+                history.setdefault(before, []).append((t, name, what))
+            continue
+        (tainted.add if what else tainted.discard)(name)
+        if what and len(tainted) > budget:
+            held = {h for h in holder.values() if h}
+            without = sorted(tainted - held)
+            return {"at_seconds": round(t - changes[0][0], 3), "tainted": len(tainted), "slots_held": len(held),
+                    "tainted_holding_no_slot": len(without),
+                    "their_slots_taken_over": {n: [(round(w - changes[0][0], 3), lease, by)
+                                                   for w, lease, by in history.get(n, [])][-3:]
+                                               for n in without[:10]}}
+    return {}
+
+
 def max_at_once(marks: list[tuple[float, str, bool]]) -> int:
     now, top = 0, 0
     for _, _, on in sorted(marks):
@@ -678,7 +719,7 @@ def run(s: Settings) -> dict:
         progress("recovery")
         recovery = burst(s, server, ticker, agents, shapes, recovery_ahead, recovery=True)
         marks = server.ask("marks")
-        return report(s, agents, idle, idle_seconds, fault, recovery, marks, startup)
+        return report(s, agents, idle, idle_seconds, fault, recovery, marks, startup, server.ask("slots"))
     finally:
         if ticker is not None:
             ticker.stop()
@@ -699,7 +740,7 @@ def per_fault(s: Settings, phase: dict, idle: dict[str, int], idle_seconds: floa
 
 
 def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seconds: float, fault: dict,
-           recovery: dict, marks: list, startup: float) -> dict:
+           recovery: dict, marks: list, startup: float, slots: list) -> dict:
     minutes = idle_seconds * s.scale / 60.0  # of real (unscaled) agent time
     beyond = {k: v for k, v in idle.items() if not k.startswith("watch ")}
     failing = agents[:s.faults]
@@ -739,6 +780,7 @@ def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seco
         "max_tainted_at_once": max_at_once(marks),
         "budget": budget,
         "budget_exceeded": max_at_once(marks) > budget,
+        "budget_excess": over_budget(marks, slots, budget),
         "peak_requests_per_second": fault["peak_requests_per_second"],
         "recovery_peak_requests_per_second": recovery["peak_requests_per_second"],
         "collect_seconds_median": {k: round(v, 4) for k, v in fault["collect_seconds"].items()},
