@@ -459,6 +459,26 @@ def test_a_holder_whose_taint_has_not_landed_near_the_grace_does_not_taint_on_it
     assert not a.acquire(1, (), nodes=nodes).granted  # the others' count of it goes on: not before 6 h
 
 
+def test_a_slow_api_server_stretches_the_grace_before_a_slot_is_taken_over(kube_api, agents, clock):
+    """A server that answers late applies writes late: a holder's taint sent in time may land
+    after the plain grace. Listings that took 50 s stretch it by 100 s (for 10 minutes)."""
+    a, b = agents("gpu-a"), agents("gpu-b")
+    nodes = {"gpu-a", "gpu-b"}
+    assert a.acquire(1, (), nodes=nodes).granted
+    listing = b.leases.list
+
+    def slow(*args, **kw):
+        clock.t += 50  # the answer came 50 s later
+        return listing(*args, **kw)
+    b.leases.list = slow  # type: ignore[method-assign]
+    assert not b.acquire(1, (), nodes=nodes).granted  # first seen at T0 + 50
+    b.leases.list = listing  # type: ignore[method-assign]
+    clock.t += 130  # past the plain grace, within the stretched one
+    assert not b.acquire(1, (), nodes=nodes).granted
+    clock.t += 100
+    assert b.acquire(1, (), nodes=nodes).granted
+
+
 def test_carrying_the_taint_resets_the_holders_own_count(kube_api, agents, clock):
     a = agents("gpu-a")
     assert a.acquire(1, ()).granted

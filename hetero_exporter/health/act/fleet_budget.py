@@ -31,7 +31,9 @@ With ``limit`` slots, at most ``limit`` nodes hold one, whatever the timing. No 
   find its slot taken over (two nodes tainted on one slot). A node past it is refused, as others
   would count its slot free, until it is seen carrying the taint or has held nothing for
   ``FORGET_SECONDS`` (what resets the others' count). An overloaded API server (a Node patch
-  that took minutes at 1,000 agents on 2 CPUs) exceeded the budget before this rule.
+  that took minutes at 1,000 agents on 2 CPUs) exceeded the budget before this rule. A taint sent
+  in time may still be applied late by such a server: the others stretch the grace by twice the
+  slowest listing of the slots they saw in the last ``LAG_MEMORY_SECONDS``.
 - A Lease with a slot's name but without the slots' labels (not in the listing; found when its
   name is answered AlreadyExists) is read by name and judged as a slot by the same rules: taken
   only by a tainted node of the cluster, else reclaimed (replaced, with the resourceVersion read,
@@ -89,6 +91,7 @@ TRIES_PER_ROUND = 2  # writes one round may lose before reading the slots again
 SPREAD_ABOVE = 8  # with more free slots than this, a node starts at a random one (small pools: lowest first)
 UNTAINTED_GRACE_SECONDS = 120.0  # a node holding slots this long without the taint is not using them
 LANDING_SECONDS = 30.0  # a taint lands (or its patch times out) this soon after its grant
+LAG_MEMORY_SECONDS = 600.0  # a slow answer of the API server stretches the grace this long
 FORGET_SECONDS = 6 * 3600.0  # a holder unseen this long gets its grace again (a new failure)
 MAX_HOLDERS = 4096  # holders remembered (nodes of the cluster; the oldest go first)
 MAX_FOREIGN = 64  # unlabelled Leases of slot names remembered (read by name at each acquire)
@@ -274,6 +277,7 @@ class FleetBudget:
         self._mono = monotonic or (time.monotonic if clock is time.time else clock)
         self._grace = float(untainted_grace)
         self._landing = min(float(landing), self._grace / 2)  # a longer one would leave no time to grant
+        self._lag = (0.0, float("-inf"))  # (seconds the slowest recent listing of the slots took, when)
         # this node's own count, as the others keep it: since when it holds slots untainted, and
         # when it last held one (monotonic); reset when it carries the taint
         self._own: Optional[tuple[float, float]] = None
@@ -297,7 +301,10 @@ class FleetBudget:
         """The slots: the labelled Leases listed, and the unlabelled ones of slot names met
         before, read by name (those that went or got our labels are forgotten)."""
         slots: dict[int, Slot] = {}
-        for obj in self.leases.list(self.selector):
+        started = self._mono()
+        listed = self.leases.list(self.selector)
+        self._note_lag(self._mono() - started)
+        for obj in listed:
             s = parse_slot(obj, now, self._pattern)
             if s is not None and s.index not in slots:
                 slots[s.index] = s
@@ -351,6 +358,18 @@ class FleetBudget:
         mono = self._mono()
         since = self._own[0] if self._own is not None and mono - self._own[1] <= FORGET_SECONDS else mono
         self._own = (since, mono)
+
+    def _note_lag(self, took: float) -> None:
+        mono = self._mono()
+        if took >= self._lag[0] or mono - self._lag[1] > LAG_MEMORY_SECONDS:
+            self._lag = (took, mono)
+
+    def _grace_now(self, mono: float) -> float:
+        """The grace, stretched by twice the slowest listing of the last ``LAG_MEMORY_SECONDS``
+        (at most a lease): a server that answers this agent late applies the others' writes late
+        too, and a holder's taint sent within its own deadline may land that much later."""
+        lag = self._lag[0] if mono - self._lag[1] <= LAG_MEMORY_SECONDS else 0.0
+        return self._grace + 2 * min(lag, float(self.lease_seconds))
 
     def _too_late(self, mono: float) -> Optional[str]:
         """Why this node may not taint on a slot now (the others may count it free by the time
@@ -413,7 +432,7 @@ class FleetBudget:
         moved = self._seen.get(s.name, (None, mono))[1]
         if s.duration is None or mono - moved >= min(s.duration, self.lease_seconds):
             return False  # not renewed within its lease (at most ours), by our clock
-        return mono - self._untainted.get(s.holder, (mono, mono))[0] <= self._grace
+        return mono - self._untainted.get(s.holder, (mono, mono))[0] <= self._grace_now(mono)
 
     def _others(self, slots: dict[int, Slot], mono: float, tainted: Collection[str],
                 nodes: Optional[Collection[str]]) -> list[Slot]:
