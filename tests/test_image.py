@@ -5,7 +5,7 @@ the image) and the scripts' argument errors. With an image: scripts/check-image.
 inside it (version, inspect --simulate, run --simulate answering /readyz and /metrics). The image
 is the one HETERO_IMAGE names (HETERO_IMAGE_STORE: the store it was built in), or, with
 HETERO_BUILD_IMAGE=1 and buildah, one scripts/build-image.sh builds here in a store of its own.
-.ci/run sets neither: it builds and checks the image itself after the tests, once.
+.ci/run sets neither: it builds and checks the image itself, once, beside its second test run.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def image(tmp_path_factory):
     if os.environ.get("HETERO_BUILD_IMAGE") != "1":
         pytest.skip("no image: HETERO_IMAGE=NAME checks a built one (HETERO_IMAGE_STORE=DIR where it was "
                     "built elsewhere), HETERO_BUILD_IMAGE=1 builds one here; .ci/run builds and checks "
-                    "the image itself after the tests")
+                    "the image itself beside its second test run")
     if shutil.which("buildah") is None or os.geteuid() != 0:
         pytest.skip("HETERO_BUILD_IMAGE=1 needs buildah and root (apt-get install buildah debootstrap)")
     store = tmp_path_factory.mktemp("image-store")
