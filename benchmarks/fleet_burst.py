@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from hetero_exporter import registry  # noqa: E402
+from hetero_exporter.health.act.fleet_budget import SLOT_PREFIX  # noqa: E402
 from hetero_exporter.health.act.metrics import HealthMetrics  # noqa: E402
 from hetero_exporter.health.act.remedy import HealthLoop, Remedy  # noqa: E402
 from hetero_exporter.health.detect import policy as policy_mod  # noqa: E402
@@ -69,7 +70,6 @@ from hetero_exporter.sdk.contract import CollectorOptions  # noqa: E402
 from hetero_exporter.simulate.scenario import from_dict  # noqa: E402
 
 TAINT = "hetero-exporter.io/accelerator-unhealthy"
-SLOT_PREFIX = "hetero-exporter-taint-slot-"
 NAMESPACE = "ml"
 AGENT_NS = "hetero-exporter"
 FAULT_AT, RESET_AT = 1000.0, 2000.0  # scenario seconds of the fault and of the recovery
@@ -523,7 +523,7 @@ class Ahead:
 
 
 def collect_ahead(shapes: dict[str, Shape], kinds: list[str], scenario_t: float,
-                  shows: Callable[[str, NodeSnapshot], bool], tries: int = 90) -> Ahead:
+                  shows: Callable[[NodeSnapshot], bool], tries: int = 90) -> Ahead:
     """Each shape of ``kinds`` collected at ``scenario_t`` and a second later (NVML's event thread
     has delivered the XID by the second), then again every second (bounded) until ``shows`` says
     the snapshot shows the phase: a fault not yet delivered, or a lost GPU that the collector
@@ -538,7 +538,7 @@ def collect_ahead(shapes: dict[str, Shape], kinds: list[str], scenario_t: float,
                 seconds[k] = shapes[k].collect_seconds
     for k in kinds:
         for _ in range(tries):
-            if shows(k, snaps[k]):
+            if shows(snaps[k]):
                 break
             time.sleep(1.0)
             snaps[k] = shapes[k].collect(scenario_t + 1.0)
@@ -547,14 +547,10 @@ def collect_ahead(shapes: dict[str, Shape], kinds: list[str], scenario_t: float,
     return Ahead(snaps, seconds)
 
 
-def fails(policy: Any, *before: NodeSnapshot, boot: str = "") -> Callable[[str, NodeSnapshot], bool]:
-    """Whether a fresh judge, fed ``before`` (of the kind), then the snapshot (with ``boot``
-    appended to its boot id: a reboot), fails or degrades a device of it."""
-    def check(kind: str, snap: NodeSnapshot) -> bool:
-        judge = HealthVerdicts(policy)
-        for b in before:
-            judge.judge(b)
-        ev = judge.judge(dataclasses.replace(snap, boot_id=f"{snap.boot_id}{boot}") if boot else snap)[1]
+def fails(policy: Any) -> Callable[[NodeSnapshot], bool]:
+    """Whether a fresh judge fails or degrades a device of the snapshot."""
+    def check(snap: NodeSnapshot) -> bool:
+        ev = HealthVerdicts(policy).judge(snap)[1]
         return bool(ev.node.failed or ev.node.degraded)
     return check
 
@@ -574,7 +570,7 @@ def build(s: Settings, server: Server, workdir: str) -> tuple[list[NodeAgent], d
     failing = sorted({k for _, k in fleet[:s.faults]})
     fault = collect_ahead(shapes, failing, FAULT_AT + 1, fails(policy))
 
-    def recovered(kind: str, snap: NodeSnapshot) -> bool:  # every device answers its collector again
+    def recovered(snap: NodeSnapshot) -> bool:  # every device answers its collector again
         return all(d.report.state in ("ok", "degraded") for d in snap.devices)
     ahead = (fault, collect_ahead(shapes, failing, RESET_AT + 1, recovered))
     rng = random.Random(s.seed)

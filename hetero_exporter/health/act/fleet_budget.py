@@ -356,8 +356,15 @@ class FleetBudget:
         if self._carrying:
             return
         mono = self._mono()
-        since = self._own[0] if self._own is not None and mono - self._own[1] <= FORGET_SECONDS else mono
-        self._own = (since, mono)
+        since = self._own_since(mono)
+        self._own = (mono if since is None else since, mono)
+
+    def _own_since(self, mono: float) -> Optional[float]:
+        """Since when the others count this node as holding slots untainted (None: they do not,
+        or forgot it after ``FORGET_SECONDS`` of holding nothing)."""
+        if self._own is None or mono - self._own[1] > FORGET_SECONDS:
+            return None
+        return self._own[0]
 
     def _note_lag(self, took: float) -> None:
         mono = self._mono()
@@ -374,9 +381,10 @@ class FleetBudget:
     def _too_late(self, mono: float) -> Optional[str]:
         """Why this node may not taint on a slot now (the others may count it free by the time
         the taint lands), else None."""
-        if self._own is None or mono - self._own[1] > FORGET_SECONDS:
+        since = self._own_since(mono)
+        if since is None:
             return None
-        held = mono - self._own[0]
+        held = mono - since
         if held <= self._grace - self._landing:
             return None
         return (f"this node has held taint slots for {held:.0f} s without its taint landing: other nodes count "
