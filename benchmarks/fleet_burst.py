@@ -684,6 +684,24 @@ def max_at_once(marks: list[tuple[float, str, bool]]) -> int:
     return top
 
 
+def seconds_over(marks: list[tuple[float, str, bool]], budget: int) -> float:
+    """How long (server seconds, in all) more nodes carried the taint than the budget allows."""
+    now, since, total = 0, None, 0.0
+    for t, _, on in sorted(marks):
+        now += 1 if on else -1
+        if now > budget and since is None:
+            since = t
+        elif now <= budget and since is not None:
+            total, since = total + t - since, None
+    return total
+
+
+def taken_back(marks: list[tuple[float, str, bool]], handed: dict[str, float]) -> int:
+    """Taints that came off a node before its recovery was handed over (``handed``: node ->
+    then): a recheck that found its slot taken over and none free (fleet_budget.py's fence)."""
+    return sum(1 for t, n, on in marks if not on and n in handed and t < handed[n])
+
+
 def progress(what: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {what}", file=sys.stderr, flush=True)
 
@@ -777,6 +795,8 @@ def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seco
         "budget": budget,
         "budget_exceeded": max_at_once(marks) > budget,
         "budget_excess": over_budget(marks, slots, budget),
+        "over_budget_seconds": round(seconds_over(marks, budget), 3),
+        "taints_taken_back": taken_back(marks, {a.node: t for a, t in zip(failing, recovery["handed"])}),
         "peak_requests_per_second": fault["peak_requests_per_second"],
         "recovery_peak_requests_per_second": recovery["peak_requests_per_second"],
         "collect_seconds_median": {k: round(v, 4) for k, v in fault["collect_seconds"].items()},

@@ -108,6 +108,26 @@ def test_a_fleet_wide_grant_decides_after_the_checks():
     assert not t.refused and t.taint["applied"]
 
 
+def test_a_recheck_asks_the_budget_again_for_a_taint_already_on():
+    """Its fleet slot was taken over before its taint landed (fleet_budget.py, the fence)."""
+    on = plan_taint("n1", [], None, False, None, _sick("GPU-0"), ENFORCE, 1.0, Budget(10, 0, granted=True))
+    args = ("n1", on.taints, on.taint, False, None, _sick("GPU-0"), ENFORCE, 2.0)
+    full = plan_taint(*args, Budget(10, 1, granted=False), recheck=True)
+    assert full.refused and full.taint is None and full.taints == [] and full.spec == {"taints": None}
+    assert ("untaint", KEY) in full.actions and full.refused_since == 2.0
+    (ev,) = full.events
+    assert ev["reason"] == "AcceleratorTaintBudgetExhausted" and ev["message"].startswith("taking the taint off n1 (")
+    assert "its taint slot was taken over before its taint landed and none is free now" in ev["message"]
+    kept = plan_taint(*args, Budget(10, 1, granted=True), recheck=True)  # another slot was free
+    assert not kept.refused and kept.taint == on.taint and kept.spec == {} and not kept.events
+    unknown = plan_taint(*args, Budget(0, 0, error="timeout"), recheck=True)  # unknown never takes it off
+    assert not unknown.refused and unknown.taint == on.taint and "the taint stays until it can" in unknown.explain[-2]
+    assert not plan_taint(*args, Budget(10, 1, granted=False)).refused  # no recheck: the budget is not asked
+    cfg = dataclasses.replace(ENFORCE, cordon=True)
+    off = plan_cordon("n1", True, _sick("GPU-0"), True, False, True, cfg)  # the refusal takes our cordon too
+    assert off.unschedulable is False and not off.cordoned and off.actions == (("uncordon", "n1"),)
+
+
 # --------------------------------------------------------------------------- cordon
 
 

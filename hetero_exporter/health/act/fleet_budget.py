@@ -34,6 +34,11 @@ With ``limit`` slots, at most ``limit`` nodes hold one, whatever the timing. No 
   that took minutes at 1,000 agents on 2 CPUs) exceeded the budget before this rule. A taint sent
   in time may still be applied late by such a server: the others stretch the grace by twice the
   slowest listing of the slots they saw in the last ``LAG_MEMORY_SECONDS``.
+- The fence, for whatever lag is left: a node that takes over another node's slot reads that
+  Node right after (``carries``) and gives the slot back when it carries the taint; a node whose
+  taint has landed reads its slot back (``confirm``) and, when it was taken over, takes another
+  or gives the taint back (``lost``: the remedy's recheck). The API server orders these writes
+  and reads, so at least one of the two nodes sees the other's and backs off.
 - A Lease with a slot's name but without the slots' labels (not in the listing; found when its
   name is answered AlreadyExists) is read by name and judged as a slot by the same rules: taken
   only by a tainted node of the cluster, else reclaimed (replaced, with the resourceVersion read,
@@ -259,10 +264,12 @@ class FleetBudget:
     def __init__(self, leases: SlotStore, node: str, *, domain: str, lease_seconds: int = 600,
                  clock: Callable[[], float] = time.time, monotonic: Optional[Callable[[], float]] = None,
                  untainted_grace: float = UNTAINTED_GRACE_SECONDS, pool: str = "", classes: Iterable[str] = (),
-                 landing: float = LANDING_SECONDS):
+                 landing: float = LANDING_SECONDS, carries: Optional[Callable[[str], Optional[bool]]] = None):
         """``pool``: a device class's pool of slots ("" the fleet's); ``classes``: the classes
         with a budget share (the fleet's budget keeps a pool for each); ``landing``: seconds a
-        taint may take to land after its grant (its Node patch's timeout, with room)."""
+        taint may take to land after its grant (its Node patch's timeout, with room);
+        ``carries``: node -> whether it carries the taint now, read by name (None: unknown),
+        the fence of a takeover (``_fenced``; without it, no fence)."""
         if not 0 < int(lease_seconds) <= MAX_LEASE_SECONDS:
             raise ValueError(f"lease_seconds: between 1 and {MAX_LEASE_SECONDS}, not {lease_seconds!r}")
         self.leases = leases
@@ -282,6 +289,8 @@ class FleetBudget:
         # when it last held one (monotonic); reset when it carries the taint
         self._own: Optional[tuple[float, float]] = None
         self._carrying = False  # it carries the taint now (until it gives its slots back)
+        self._carries = carries
+        self._lost = False  # carrying the taint, this node found its slot taken over or gone
         self._seen: dict[str, tuple[Optional[str], float]] = {}  # slot -> (resourceVersion, when it moved)
         # holder -> (since when seen holding untainted, when last seen holding)
         self._untainted: dict[str, tuple[float, float]] = {}
@@ -292,7 +301,7 @@ class FleetBudget:
         self._rng = random.Random(f"{pool}/{node}")  # the order free slots are tried in, once contended
         self._pools = {c: FleetBudget(leases, node, domain=domain, lease_seconds=lease_seconds, clock=clock,
                                       monotonic=monotonic, untainted_grace=untainted_grace, pool=c,
-                                      landing=landing)
+                                      landing=landing, carries=carries)
                        for c in classes} if not pool else {}
 
     # ------------------------------------------------------------------ reads and writes
@@ -352,7 +361,7 @@ class FleetBudget:
 
     def _wrote(self, answer: dict, now: float) -> None:
         self._held = parse_slot(answer, now, self._pattern)
-        self._next_renew, self._renew_note = now + self.lease_seconds / 3, None
+        self._next_renew, self._renew_note, self._lost = now + self.lease_seconds / 3, None, False
         if self._carrying:
             return
         mono = self._mono()
@@ -391,11 +400,50 @@ class FleetBudget:
                 f"them free after {self._grace:.0f} s, so it does not taint on them (it may again once it has "
                 f"held none for {FORGET_SECONDS / 3600:.0f} h)")
 
-    def carrying(self) -> None:
-        """This node carries the taint (the others reset their count of it when they see so)."""
+    def carrying(self) -> bool:
+        """This node carries the taint (the others reset their count of it when they see so).
+        True the first time since it took its slots (or since this agent started): its taint
+        has just landed, so ``confirm`` the slots."""
+        news = not self._carrying
         self._own, self._carrying = None, True
         for pool in self._pools.values():
             pool.carrying()
+        return news
+
+    @property
+    def lost(self) -> bool:
+        """Carrying the taint, this node found its fleet slot (or one of its classes') taken
+        over or gone: it must take another or give the taint back (the remedy's recheck)."""
+        return self._lost
+
+    def confirm(self) -> Optional[str]:
+        """Read back the slots this node wrote (a GET each), once its taint has landed: None
+        while they are its own (or this agent wrote none: ``renew`` finds them by listing);
+        else why not (``lost`` is set when one was taken over or deleted; a read that fails
+        says so and leaves it unknown).
+
+        One half of the fence against a taint landing after its slot was counted free: the
+        node that took the slot over reads this node's Node after its write (``_fenced``),
+        this node reads the slot after its taint landed. The API server orders the four
+        requests, so at least one of the two sees the other's write and backs off: never
+        both tainted on one slot once both have looked."""
+        now = self._clock()
+        for budget in (self, *self._pools.values()):
+            held = budget._held
+            if held is None:
+                continue
+            try:
+                s = parse_slot(budget.leases.get(held.name), now, budget._pattern)
+            except Exception as e:
+                if not _api_error(e):
+                    raise
+                return f"cannot read back taint slot {held.name}: {e}"
+            if s is None or s.holder != self.node:
+                budget._held = None
+                self._lost = True
+                by = f"taken over by {s.holder}" if s is not None and s.holder else "deleted"
+                return f"taint slot {held.name} was {by} before this node's taint landed"
+        return None
 
     def _renew(self, slot: Slot, now: float) -> None:
         body = self._body(slot.name, now, resource_version=slot.resource_version,
@@ -531,6 +579,9 @@ class FleetBudget:
                     self._renew(slot, now)
                     return self._result(True, held, f"this node holds taint slot {index} (renewed)")
                 self._take(index, slot, now)
+                fenced = self._fenced(slot)
+                if fenced is not None:
+                    return self._result(False, held + 1, fenced)
                 return self._result(True, held, f"taint slot {index} taken; {held} other nodes use the "
                                                 f"budget of {limit}")
             except Exception as e:
@@ -542,6 +593,28 @@ class FleetBudget:
                     return self._result(False, held, f"cannot write taint slot {index}: {e}", error=str(e))
                 lost_race = True  # another node won this slot: another one, or read again
         return suspects, lost_race
+
+    def _fenced(self, taken: Optional[Slot]) -> Optional[str]:
+        """The other half of ``confirm``'s fence: after taking over another node's slot, read
+        that node (``carries``). When it carries the taint now (it landed after the listing
+        that counted the slot free) or cannot be read, the slot is given back (deleted with
+        its uid and resourceVersion; if that fails it expires unrenewed) and this says why;
+        None: the slot is this node's to taint on."""
+        holder = taken.holder if taken is not None else None
+        if taken is None or holder is None or holder == self.node or self._carries is None:
+            return None
+        carried = self._carries(holder)
+        if carried is False:
+            return None
+        mine, self._held, self._next_renew = self._held, None, 0.0
+        if mine is not None and mine.resource_version:
+            try:
+                self.leases.delete(mine.name, mine.uid, mine.resource_version)
+            except Exception as e:
+                if not _api_error(e):
+                    raise
+        state = "carries the taint now" if carried else "could not be read"
+        return f"taint slot {taken.index} was taken over from {holder}, which {state}: given back"
 
     def full(self, limit: int, view: FleetView) -> Optional[Acquired]:
         """A refusal read from the slots alone, with an earlier listing of the nodes (``view``):
@@ -604,7 +677,7 @@ class FleetBudget:
                     mine = self._mine(self._read(now))
                     if not mine:
                         self._held, self._next_renew = None, now + self.lease_seconds / 3
-                        self._renew_note = "this node holds no taint slot"
+                        self._renew_note, self._lost = "this node holds no taint slot", self._carrying
                         return self._renew_note
                     slot = mine[0]
                 self._renew(slot, now)
@@ -625,7 +698,7 @@ class FleetBudget:
 
     def _release_own(self) -> Optional[str]:
         now = self._clock()
-        self._held, self._next_renew, self._carrying = None, 0.0, False
+        self._held, self._next_renew, self._carrying, self._lost = None, 0.0, False, False
         if self._own is not None:  # the others' count of it goes on from when they last saw it hold
             self._own = (self._own[0], self._mono())
         for _ in range(_ROUNDS):

@@ -85,6 +85,17 @@ class _Api:
 FAILING = ("failed", "degraded", "recovering")  # states whose devices the cluster side acts on
 MAX_REMOVED = 256  # removal events waiting for the API: a node has a few dozen devices at most
 
+def _both(first: Outcome, then: Outcome) -> Outcome:
+    """Two reconciles of one cycle (a recheck right after the first) as one outcome: the
+    second's plan and error, what either wrote or sent."""
+    then.wrote_node = first.wrote_node or then.wrote_node
+    then.wrote_condition = first.wrote_condition or then.wrote_condition
+    then.events_sent += first.events_sent
+    then.conflicts += first.conflicts
+    then.notes[:0] = first.notes
+    return then
+
+
 def _result(what: str) -> str:
     if what == "refused":
         return "refused"
@@ -146,8 +157,22 @@ def _cluster_parts(live: Cluster, node_name: str, cfg: RemedyConfig, metrics: He
     fleet = FleetBudget(Leases(live, cfg.lease_namespace(env)),
                         node_name, domain=cfg.domain, lease_seconds=int(cfg.budget_lease_seconds),
                         clock=clock, classes=[c.name for c in cfg.classes if c.budget_share is not None],
-                        landing=2 * live.timeout_seconds) if cfg.fleet_budget and cfg.mode == "enforce" else None
+                        landing=2 * live.timeout_seconds,
+                        carries=lambda name: carries_taint(api.nodes, name, cfg.taint_key)
+                        ) if cfg.fleet_budget and cfg.mode == "enforce" else None
     return api, fleet
+
+
+def carries_taint(nodes: Nodes, name: str, key: str) -> Optional[bool]:
+    """Whether Node ``name`` carries a taint with ``key`` now (read by name; a Node that is
+    gone carries none); None when it cannot be read (the fleet budget's fence, fleet_budget.py)."""
+    try:
+        node = nodes.get(name)
+    except K8sError as e:
+        return False if e.status == 404 else None
+    spec = node.get("spec") if isinstance(node, dict) else None
+    taints = spec.get("taints") if isinstance(spec, dict) else None
+    return any(isinstance(t, dict) and t.get("key") == key for t in taints or ())
 
 
 class Remedy:
@@ -301,16 +326,21 @@ class Remedy:
             log.info("health: no fleet-wide taint slot", extra={"node": self.node, "why": got.why})
         return budget
 
+    def _lost(self) -> bool:
+        return self._fleet is not None and self._fleet.lost
+
     def _keep_slot(self, p: Plan) -> None:
         """Renew the budget slot while the taint is on; give it back once it is off."""
         if self._fleet is None:
             return
         if p.book.taint and p.book.taint.get("applied"):
-            self._fleet.carrying()
-            note = self._fleet.renew(p.book.taint.get("classes") or ())  # the slots of its classes now
+            # the taint has just landed: read the slots back (the fence; a lost one is rechecked)
+            note = self._fleet.confirm() if self._fleet.carrying() else None
+            if note is None:
+                note = self._fleet.renew(p.book.taint.get("classes") or ())  # the slots of its classes now
             self._slot = note is None
-        elif p.book.taint is None and self._slot is not False:
-            note = self._fleet.release()  # also after a start: a slot held before it is given back
+        elif p.book.taint is None and (self._slot is not False or self._fleet.lost):
+            note = self._fleet.release()  # also after a start, or a recheck: what is held is given back
             self._slot = False if note is None else None
         else:
             return
@@ -355,8 +385,14 @@ class Remedy:
         if sig == self._last_sig and now - self._last_full < resync:
             if self._fleet is not None and self._slot:
                 self._fleet.renew()  # a held slot outlives quiet cycles (writes only when a third is gone)
-            return Outcome(skipped="nothing changed since the last reconcile")
-        out = self._reconcile(api, snapshot, ev, now)
+            if not self._lost():
+                return Outcome(skipped="nothing changed since the last reconcile")
+        recheck = self._lost()
+        out = self._reconcile(api, snapshot, ev, now, recheck=recheck)
+        if not recheck and self._lost() and out.error is None:
+            # carrying the taint, this node has just found its slot taken over: take another or
+            # give the taint back now (until then the fleet may carry one taint over its budget)
+            out = _both(out, self._reconcile(api, snapshot, ev, self._clock(), recheck=True))
         deferred = out.plan is not None and out.plan.pod_signals is not None and out.plan.pod_signals.deferred
         complete = out.error is None and out.plan is not None and not out.undelivered and not deferred
         self._last_sig = sig if complete else None
@@ -364,7 +400,8 @@ class Remedy:
             self._last_full = now + self._resync_offset if self._last_full == float("-inf") else now
         return out
 
-    def _reconcile(self, api: _Api, snapshot: NodeSnapshot, ev: Evaluation, now: float) -> Outcome:
+    def _reconcile(self, api: _Api, snapshot: NodeSnapshot, ev: Evaluation, now: float,
+                   recheck: bool = False) -> Outcome:
         out = Outcome()
         for _ in range(self.cfg.conflict_retries + 1):
             try:
@@ -383,7 +420,7 @@ class Remedy:
             # the budget is asked only when the taint would be added (black-hole faults included)
             p = plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
                               budget=self._budget, sticky=ev.sticky, view=self._view(snapshot, ev),
-                              overrides=ev.overrides, occurrences=ev.occurrences, holds=ev.holds)
+                              overrides=ev.overrides, occurrences=ev.occurrences, holds=ev.holds, recheck=recheck)
             out.plan = p
             # the node verdict with the devices' classes (a skipped cycle keeps it: nothing changed)
             self.metrics.node(p.verdict.unhealthy if p.verdict is not None else ev.node.unhealthy)

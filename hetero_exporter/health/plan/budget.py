@@ -113,9 +113,20 @@ def taint_would_be_added(nv: NodeVerdict, taint: Optional[TaintRecord], suppress
     return cfg.mode == "enforce" and not taint.get("applied")
 
 
-def needs_budget(nv: NodeVerdict, book: Book, cfg: RemedyConfig) -> bool:
-    """True when the plan would add the taint now (then the caller counts tainted nodes)."""
-    return taint_would_be_added(nv, book.taint, book.suppressed, cfg)
+def rechecked(nv: NodeVerdict, taint: Optional[TaintRecord], suppressed: bool, cfg: RemedyConfig,
+              recheck: bool) -> bool:
+    """True when the budget is asked again for our taint already on the node (``recheck``: its
+    fleet slot was found taken over after the taint landed, health/act/fleet_budget.py); a
+    refusal then takes the taint off."""
+    return (recheck and nv.unhealthy and not suppressed and cfg.mode == "enforce" and taint is not None
+            and bool(taint.get("applied")))
+
+
+def needs_budget(nv: NodeVerdict, book: Book, cfg: RemedyConfig, recheck: bool = False) -> bool:
+    """True when the plan would add the taint now, or keep it on a recheck (then the caller
+    counts tainted nodes)."""
+    return (taint_would_be_added(nv, book.taint, book.suppressed, cfg)
+            or rechecked(nv, book.taint, book.suppressed, cfg, recheck))
 
 
 def class_taints(nodes: Iterable[Mapping[str, Any]], cfg: RemedyConfig) -> dict[str, set[str]]:

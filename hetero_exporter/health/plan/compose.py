@@ -68,14 +68,15 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
          budget: Union[Budget, Callable[[Mapping[str, float]], Budget], None] = None,
          sticky: Optional[Mapping[str, list[StickyFault]]] = None, view: Optional[ClusterView] = None,
          overrides: Sequence[OverrideNote] = (), occurrences: Optional[OccurrenceBook] = None,
-         holds: Optional[Mapping[str, GateHold]] = None) -> Plan:
+         holds: Optional[Mapping[str, GateHold]] = None, recheck: bool = False) -> Plan:
     """The plan against ``node`` as read (a dict as the API server sends it). ``budget``: the
     budget, or a function asked for it only when the taint would be added (``needs_budget``, on
     the node verdict with the black-hole faults); ``view``: the rest of the cluster the remedy
     read (ResourceSlices, its DeviceTaintRules, failed pods); without it the plan is the Node's alone;
     ``overrides``: the operators' overrides the evaluation read (their events, overrides.py);
     ``occurrences``: what health.promote counted and ``holds`` the devices the recovery gates
-    watch (kept in the book, as the sticky faults; None: as the book has them)."""
+    watch (kept in the book, as the sticky faults; None: as the book has them); ``recheck``: ask
+    the budget again for our taint already on (its fleet slot was lost): a refusal takes it off."""
     meta = node.get("metadata") or {}
     name = meta.get("name") or snapshot.node
     annotations = dict(meta.get("annotations") or {})
@@ -104,9 +105,10 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
     ovr = plan_overrides(name, overrides, book.overrides, {u: device_name(d) for u, d in by_uuid.items()}, now)
     taints = [dict(t) for t in spec.get("taints") or [] if isinstance(t, dict)]
     if callable(budget):
-        budget = budget(p.classes.shares(nv.culprits)) if needs_budget(nv, book, cfg) else None
+        budget = budget(p.classes.shares(nv.culprits)) if needs_budget(nv, book, cfg, recheck) else None
     p.budget = budget
-    taint = plan_taint(name, taints, book.taint, book.suppressed, book.refused_since, nv, cfg, now, budget)
+    taint = plan_taint(name, taints, book.taint, book.suppressed, book.refused_since, nv, cfg, now, budget,
+                       recheck=recheck)
     taint = with_classes(taint, p.classes.names(nv.culprits)) if cfg.classes else taint
     cordon = plan_cordon(name, bool(spec.get("unschedulable")), nv, book.cordoned, taint.suppressed,
                          taint.refused, cfg, p.classes.cordon(nv.culprits) if cfg.classes else None)

@@ -33,7 +33,8 @@ def plan_cordon(name: str, unschedulable_now: bool, nv: NodeVerdict, cordoned: b
     """``unschedulable_now``: the node's spec.unschedulable; ``cordoned``, ``suppressed``: the
     book's (suppressed as the taint sub-plan left it); ``refused``: the budget refused the taint;
     ``want``: whether the devices that make the node unhealthy want it cordoned (their classes,
-    health.classes; None: ``health.cordon``). A cordon of the agent's is lifted on recovery either way."""
+    health.classes; None: ``health.cordon``). A cordon of the agent's is lifted on recovery either way,
+    and when the budget refuses the taint it goes with (a recheck took the taint back)."""
     on = cfg.cordon if want is None else want
     if cfg.mode != "enforce" or not (on or (cordoned and want is not None)):
         return CordonPlan(None, cordoned, suppressed)
@@ -42,6 +43,12 @@ def plan_cordon(name: str, unschedulable_now: bool, nv: NodeVerdict, cordoned: b
             return CordonPlan(None, False, suppressed,
                               explain=("the node is already cordoned (not by this agent): leaving it",))
         return CordonPlan(True, True, suppressed, notes=("cordoned the node",), actions=(("cordon", name),))
+    if refused and cordoned and nv.unhealthy:
+        # only a recheck refuses with our cordon on (the budget took the taint back): it goes too
+        if unschedulable_now:
+            return CordonPlan(False, False, suppressed, notes=("uncordoned the node: the budget took its taint back",),
+                              actions=(("uncordon", name),))
+        return CordonPlan(None, False, suppressed)
     if not nv.unhealthy and cordoned:
         if unschedulable_now:
             return CordonPlan(False, False, suppressed, notes=("uncordoned the node",),

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from hetero_exporter.health.plan.budget import Budget, taint_would_be_added
+from hetero_exporter.health.plan.budget import Budget, rechecked, taint_would_be_added
 from hetero_exporter.health.plan.config import RemedyConfig
 from hetero_exporter.health.plan.records import OutboxEvent, TaintRecord
 from hetero_exporter.health.detect.texts import event_id, label_value
@@ -38,16 +38,20 @@ class _Lines:
 
 def plan_taint(name: str, taints: Sequence[dict], taint: Optional[TaintRecord], suppressed: bool,
                refused_since: Optional[float], nv: NodeVerdict, cfg: RemedyConfig, now: float,
-               budget: Optional[Budget] = None) -> TaintPlan:
+               budget: Optional[Budget] = None, recheck: bool = False) -> TaintPlan:
     """``taints``: the node's (dicts only); ``taint``, ``suppressed``, ``refused_since``: the book's.
-    No ``budget`` where one is needed refuses the taint (the safe side)."""
+    No ``budget`` where one is needed refuses the taint (the safe side). ``recheck``: the budget
+    is asked again for our taint already on (its fleet slot was lost); a refusal takes it off."""
     taints = list(taints)
     lines = _Lines()
     suppressed = _suppression(taints, taint, suppressed, nv, cfg, lines)
+    revoking = rechecked(nv, taint, suppressed, cfg, recheck)
     refused, refused_since, events = _budget_decision(name, nv, taint, suppressed, refused_since, budget, cfg,
-                                                      now, lines)
+                                                      now, lines, revoking)
     new_taints = taints
-    if nv.unhealthy and not refused and not suppressed:
+    if revoking and refused and taint:
+        new_taints, taint = _remove(taints, taint, cfg, lines)
+    elif nv.unhealthy and not refused and not suppressed:
         want = label_value(nv.taint_class or "unhealthy")
         if cfg.mode == "enforce":
             new_taints, taint = _place(taints, taint, want, cfg, now, lines)
@@ -101,11 +105,16 @@ def _suppression(taints: Sequence[dict], taint: Optional[TaintRecord], suppresse
 
 def _budget_decision(name: str, nv: NodeVerdict, taint: Optional[TaintRecord], suppressed: bool,
                      refused_since: Optional[float], budget: Optional[Budget], cfg: RemedyConfig, now: float,
-                     lines: _Lines) -> tuple[bool, Optional[float], tuple[OutboxEvent, ...]]:
+                     lines: _Lines, revoking: bool = False) -> tuple[bool, Optional[float], tuple[OutboxEvent, ...]]:
     """(refused, refused_since, the refusal event): the budget is asked only when the taint
-    would be added now; a refusal episode is announced once."""
+    would be added now, or kept on a recheck (``revoking``); a refusal episode is announced once."""
     refused = False
-    if nv.unhealthy and not suppressed and taint_would_be_added(nv, taint, suppressed, cfg):
+    if revoking and (budget is None or budget.error is not None):
+        why = budget.describe(cfg) if budget is not None else "the budget was not checked"
+        lines.explain.append(f"the taint slot was lost and the budget cannot be asked again ({why}): the taint "
+                             "stays until it can")
+        return False, refused_since, ()
+    if nv.unhealthy and not suppressed and (revoking or taint_would_be_added(nv, taint, suppressed, cfg)):
         if budget is None or not budget.allows(cfg):
             refused = True
         else:
@@ -115,12 +124,15 @@ def _budget_decision(name: str, nv: NodeVerdict, taint: Optional[TaintRecord], s
     if not refused:
         return False, None if not nv.unhealthy else refused_since, ()
     why = budget.describe(cfg) if budget is not None else "the budget was not checked"
+    if revoking:
+        why = f"its taint slot was taken over before its taint landed and none is free now: {why}"
     lines.explain.append(f"taint refused by the blast-radius budget: {why}")
     lines.actions.append(("taint", "refused"))
     if refused_since is not None:
         return True, refused_since, ()
+    verb = "taking the taint off" if revoking else "not tainting"
     event = OutboxEvent(id=event_id(name, "budget", now), type="Warning", reason="AcceleratorTaintBudgetExhausted",
-                        message=f"not tainting {name} ({nv.why}): {why}", action="Taint", time=now)
+                        message=f"{verb} {name} ({nv.why}): {why}", action="Taint", time=now)
     return True, now, (event,)
 
 
