@@ -170,15 +170,21 @@ def tainted(kube_api, node: str) -> bool:
     return any(t["key"] == KEY for t in kube_api.node(node)["spec"].get("taints") or [])
 
 
+def fleet_agent(kube_api, tmp_path, scenario: str = "health-xid79.yaml", budget_nodes: int = 1) -> HealthAgent:
+    """The scenario's node in a fleet of 10 accelerator nodes (gpu-0 .. gpu-8 beside it), budget
+    ``budget_nodes``."""
+    agent = HealthAgent(scenario, kube_api.write_kubeconfig(tmp_path / "kc"), environ={"POD_NAMESPACE": NS},
+                        health={"budget_max_fraction": budget_nodes / 10, "budget_min_nodes": 1})
+    for name in [agent.node] + [f"gpu-{i}" for i in range(9)]:
+        kube_api.seed_node(name, labels={f"{DOMAIN}/accelerator": "true"})
+    return agent
+
+
 def late_taint(kube_api, tmp_path, budget_nodes: int) -> HealthAgent:
     """gpu-node-7 (XID 79 at t=60) in a fleet of 10 accelerator nodes, budget ``budget_nodes``.
     Just before its taint lands, gpu-0 takes its slot over and carries the taint: as when an
     overloaded API server applies a Node patch after the others counted its slot free."""
-    agent = HealthAgent("health-xid79.yaml", kube_api.write_kubeconfig(tmp_path / "kc"),
-                        environ={"POD_NAMESPACE": NS},
-                        health={"budget_max_fraction": budget_nodes / 10, "budget_min_nodes": 1})
-    for name in [agent.node] + [f"gpu-{i}" for i in range(9)]:
-        kube_api.seed_node(name, labels={f"{DOMAIN}/accelerator": "true"})
+    agent = fleet_agent(kube_api, tmp_path, budget_nodes=budget_nodes)
     agent.run(0, 50)
     assert not tainted(kube_api, agent.node)
 
@@ -226,5 +232,52 @@ def test_a_node_whose_slot_was_taken_before_its_taint_landed_takes_another_free_
         assert sorted(holders(kube_api).values()) == ["gpu-0", agent.node]
         assert not kube_api.events(involved_name=agent.node, reason="AcceleratorTaintBudgetExhausted")
         assert not agent.remedy._lost()
+    finally:
+        agent.close()
+
+
+def test_a_slot_lost_while_someone_removed_the_taint_is_not_asked_about_every_cycle(kube_api, tmp_path):
+    """An operator removed the taint (respected until recovery), then the slot was taken over:
+    there is no taint to keep or take off, so the loss is forgotten and quiet cycles stay quiet."""
+    agent = fleet_agent(kube_api, tmp_path, "nvidia-xid79.yaml")
+    try:
+        agent.run(0, 40)
+        assert tainted(kube_api, agent.node) and holders(kube_api) == {f"{SLOT_PREFIX}0": agent.node}
+        kube_api.mutate_node(agent.node, lambda n: n["spec"].update(taints=[]))  # an operator
+        agent.cycle(50)
+        assert not tainted(kube_api, agent.node)
+
+        def to_gpu0(lease: dict) -> None:
+            lease["spec"]["holderIdentity"] = "gpu-0"
+        kube_api.mutate(LEASES, NS, f"{SLOT_PREFIX}0", to_gpu0)
+        agent.cycle(300)  # a resync, and the renewal (a third of the lease) finds the slot gone
+        assert not tainted(kube_api, agent.node) and not agent.remedy._lost()
+        assert not kube_api.events(involved_name=agent.node, reason="AcceleratorTaintBudgetExhausted")
+        before = len(kube_api.requests)
+        out = agent.cycle(310)
+        assert out is not None and out.skipped == "nothing changed since the last reconcile"
+        assert len(kube_api.requests) == before
+    finally:
+        agent.close()
+
+
+def test_a_grant_that_planning_made_late_is_not_sent(kube_api, tmp_path):
+    """The deadline is asked again right before the Node patch: an agent starved of CPU between
+    its grant and its send (115 s here) would send a taint the others may count free."""
+    agent = fleet_agent(kube_api, tmp_path)
+    try:
+        agent.run(0, 50)
+        granted = agent.remedy._budget
+
+        def starved(*args, **kw):
+            budget = granted(*args, **kw)
+            agent.clock.advance(115)  # planning on a starved CPU, past grace less landing (120 - 2 x 5 s)
+            return budget
+        agent.remedy._budget = starved  # type: ignore[method-assign]
+        agent.cycle(60)
+        assert not tainted(kube_api, agent.node)
+        assert holders(kube_api) == {}  # the slot was given back
+        (ev,) = kube_api.events(involved_name=agent.node, reason="AcceleratorTaintBudgetExhausted")
+        assert ev["message"].startswith(f"not tainting {agent.node} (") and "without its taint landing" in ev["message"]
     finally:
         agent.close()

@@ -26,8 +26,8 @@ With ``limit`` slots, at most ``limit`` nodes hold one, whatever the timing. No 
   ``lease_seconds`` (a 7-day lease of someone else's does not hold longer).
 - The same rule, seen from the holder: this node grants itself a taint only while other agents
   still count its slot (``landing`` seconds before the grace runs out, by its own clock, which
-  starts no later than theirs: at its first slot write). Its taint patch is sent right after the
-  grant and lands, or times out, within ``landing``; a taint that lands later than the grace could
+  starts no later than theirs: at its first slot write), asked at the grant and again right
+  before the patch is sent (``late``). Its taint patch lands, or times out, within ``landing``; a taint that lands later than the grace could
   find its slot taken over (two nodes tainted on one slot). A node past it is refused, as others
   would count its slot free, until it is seen carrying the taint or has held nothing for
   ``FORGET_SECONDS`` (what resets the others' count). An overloaded API server (a Node patch
@@ -400,6 +400,11 @@ class FleetBudget:
                 f"them free after {self._grace:.0f} s, so it does not taint on them (it may again once it has "
                 f"held none for {FORGET_SECONDS / 3600:.0f} h)")
 
+    def late(self) -> Optional[str]:
+        """Why a taint granted earlier may no longer be sent (``_too_late`` now, by this node's
+        clock), else None: asked again right before the Node patch that adds it."""
+        return self._too_late(self._mono())
+
     def carrying(self) -> bool:
         """This node carries the taint (the others reset their count of it when they see so).
         True the first time since it took its slots (or since this agent started): its taint
@@ -415,6 +420,11 @@ class FleetBudget:
         """Carrying the taint, this node found its fleet slot (or one of its classes') taken
         over or gone: it must take another or give the taint back (the remedy's recheck)."""
         return self._lost
+
+    def forget_loss(self) -> None:
+        """The remedy had nothing to ask again after a loss (the taint was removed by someone
+        else, or the node recovered): stop asking."""
+        self._lost = False
 
     def confirm(self) -> Optional[str]:
         """Read back the slots this node wrote (a GET each), once its taint has landed: None

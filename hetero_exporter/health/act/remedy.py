@@ -85,6 +85,7 @@ class _Api:
 FAILING = ("failed", "degraded", "recovering")  # states whose devices the cluster side acts on
 MAX_REMOVED = 256  # removal events waiting for the API: a node has a few dozen devices at most
 
+
 def _both(first: Outcome, then: Outcome) -> Outcome:
     """Two reconciles of one cycle (a recheck right after the first) as one outcome: the
     second's plan and error, what either wrote or sent."""
@@ -392,7 +393,10 @@ class Remedy:
         if not recheck and self._lost() and out.error is None:
             # carrying the taint, this node has just found its slot taken over: take another or
             # give the taint back now (until then the fleet may carry one taint over its budget)
-            out = _both(out, self._reconcile(api, snapshot, ev, self._clock(), recheck=True))
+            recheck, out = True, _both(out, self._reconcile(api, snapshot, ev, self._clock(), recheck=True))
+        if recheck and self._fleet is not None and self._fleet.lost and out.plan is not None \
+                and out.plan.budget is None:
+            self._fleet.forget_loss()  # nothing to ask (someone removed our taint, or it recovered)
         deferred = out.plan is not None and out.plan.pod_signals is not None and out.plan.pod_signals.deferred
         complete = out.error is None and out.plan is not None and not out.undelivered and not deferred
         self._last_sig = sig if complete else None
@@ -417,10 +421,19 @@ class Remedy:
             self._seen(node)
             book = Book.from_annotation(((node.get("metadata") or {}).get("annotations") or {}).get(
                 self.cfg.book_annotation))
+            view = self._view(snapshot, ev)
+
+            def planned(budget: "Budget | Callable[[Mapping[str, float]], Budget]") -> Plan:
+                return plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
+                                     budget=budget, sticky=ev.sticky, view=view, overrides=ev.overrides,
+                                     occurrences=ev.occurrences, holds=ev.holds, recheck=recheck)
             # the budget is asked only when the taint would be added (black-hole faults included)
-            p = plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
-                              budget=self._budget, sticky=ev.sticky, view=self._view(snapshot, ev),
-                              overrides=ev.overrides, occurrences=ev.occurrences, holds=ev.holds, recheck=recheck)
+            p = planned(self._budget)
+            late = self._fleet.late() if self._fleet is not None and p.budget and p.budget.granted else None
+            if late is not None and p.budget is not None:
+                # granted, but planning took so long that the taint could land after the others
+                # count its slot free (an overloaded node or API server): refused, the slot given back
+                p = planned(Budget(p.budget.total, p.budget.tainted, error=late))
             out.plan = p
             # the node verdict with the devices' classes (a skipped cycle keeps it: nothing changed)
             self.metrics.node(p.verdict.unhealthy if p.verdict is not None else ev.node.unhealthy)
@@ -455,6 +468,9 @@ class Remedy:
         else:
             out.error = f"node {self.node} kept changing under us ({out.conflicts} conflicts); next cycle"
             return out
+        self._keep_slot(p)
+        if self._lost() and not recheck:
+            return out  # its taint landed on a slot taken over: the recheck at once writes the rest
         if p.status_patch is not None:
             try:
                 api.nodes.patch_status(self.node, p.status_patch)
@@ -464,7 +480,6 @@ class Remedy:
             except K8sError as e:
                 self.metrics.action("condition", "error")
                 out.error = f"cannot write the condition: {e}"
-        self._keep_slot(p)
         out.applied = api.cluster.apply(p)
         self._settle(p, out.applied)
         if out.applied.errors and out.error is None:
