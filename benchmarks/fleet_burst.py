@@ -149,10 +149,22 @@ def _serve(conn: Any, bookmark_seconds: float) -> None:
             out = list(marks)
         elif cmd == "slots":
             out = list(slots)
+        elif cmd == "refusals":  # the budget's refusal events, by what the message says
+            out = dict(Counter(refusal_kind(e.get("message", ""))
+                               for e in api.events(reason="AcceleratorTaintBudgetExhausted")))
         elif cmd == "annotated":  # nodes the agents have reconciled once (their inventory written)
             out = sum(1 for n in api.list(NODES) if "hetero-exporter.io/devices" in n["metadata"].get("annotations", {}))
         conn.send(out)
     api.close()
+
+
+def refusal_kind(message: str) -> str:
+    """An AcceleratorTaintBudgetExhausted event's cause: ``late`` (the holder's deadline passed
+    before its taint was sent), ``taken-back`` (its slot was taken over before its taint landed
+    and none was free), else ``full`` (no slot free, or the budget could not be read)."""
+    if message.startswith("taking the taint off "):
+        return "taken-back"
+    return "late" if "without its taint landing" in message else "full"
 
 
 class Server:
@@ -733,7 +745,9 @@ def run(s: Settings) -> dict:
         progress("recovery")
         recovery = burst(s, server, ticker, agents, shapes, recovery_ahead, recovery=True)
         marks = server.ask("marks")
-        return report(s, agents, idle, idle_seconds, fault, recovery, marks, startup, server.ask("slots"))
+        out = report(s, agents, idle, idle_seconds, fault, recovery, marks, startup, server.ask("slots"))
+        out["budget_refusal_events"] = server.ask("refusals")
+        return out
     finally:
         if ticker is not None:
             ticker.stop()

@@ -86,6 +86,8 @@ def test_every_tainted_node_is_untainted_on_recovery(small_run):
     assert tainted and untainted == tainted
     assert small_run["untainted_in_recovery"] == sum(tainted.values())
     assert small_run["budget_excess"] == {} and small_run["over_budget_seconds"] == 0
+    # 5 failing nodes, 2 slots: the others are refused (no slot), none late or taken back
+    assert set(small_run["budget_refusal_events"]) == {"full"} and small_run["taints_taken_back"] == 0
 
 
 def test_an_excess_over_the_budget_is_explained_by_the_slots_taken_over():
@@ -96,6 +98,11 @@ def test_an_excess_over_the_budget_is_explained_by_the_slots_taken_over():
     assert excess["tainted"] == 2 and excess["slots_held"] == 1 and excess["tainted_holding_no_slot"] == 1
     assert excess["their_slots_taken_over"] == {"n1": [(1.5, "slot-0", "n2")]}
     assert fleet_burst.over_budget(marks[:1], slots[:1], budget=1) == {}
+    kind = fleet_burst.refusal_kind
+    assert kind("taking the taint off n1 (xid 79): its taint slot was taken over ...") == "taken-back"
+    assert kind("not tainting n1 (xid 79): the budget could not be checked (this node has held taint slots "
+                "for 95 s without its taint landing: ...)") == "late"
+    assert kind("not tainting n1 (xid 79): 2 of 20 ...: no fleet-wide taint slot is free") == "full"
     back = marks + [(4.5, "n1", False)]  # n1's recheck found its slot taken: its taint came off
     assert fleet_burst.seconds_over(back, budget=1) == 1.5  # from 3.0 to 4.5
     assert fleet_burst.taken_back(back, {"n1": 10.0, "n2": 10.0}) == 1
