@@ -421,20 +421,7 @@ class Remedy:
             self._seen(node)
             book = Book.from_annotation(((node.get("metadata") or {}).get("annotations") or {}).get(
                 self.cfg.book_annotation))
-            view = self._view(snapshot, ev)
-
-            def planned(budget: "Budget | Callable[[Mapping[str, float]], Budget]") -> Plan:
-                return plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
-                                     budget=budget, sticky=ev.sticky, view=view, overrides=ev.overrides,
-                                     occurrences=ev.occurrences, holds=ev.holds, recheck=recheck)
-            # the budget is asked only when the taint would be added (black-hole faults included)
-            p = planned(self._budget)
-            late = self._fleet.late() if self._fleet is not None and p.budget and p.budget.granted else None
-            if late is not None and p.budget is not None:
-                # granted, but planning took so long that the taint could land after the others
-                # count its slot free (an overloaded node or API server): refused, the slot given back
-                p = planned(Budget(p.budget.total, p.budget.tainted, error=late))
-            out.plan = p
+            p = out.plan = self._plan(node, snapshot, ev, now, recheck)
             # the node verdict with the devices' classes (a skipped cycle keeps it: nothing changed)
             self.metrics.node(p.verdict.unhealthy if p.verdict is not None else ev.node.unhealthy)
             budget = p.budget
@@ -486,6 +473,23 @@ class Remedy:
             out.error = "; ".join(out.applied.errors[:3])
         out.events_sent, out.undelivered = self._deliver(api, p, now)
         return out
+
+    def _plan(self, node: dict, snapshot: NodeSnapshot, ev: Evaluation, now: float, recheck: bool) -> Plan:
+        """The plan against the Node as read; the budget is asked only when the taint would be
+        added (black-hole faults included), or kept on a ``recheck``."""
+        view = self._view(snapshot, ev)
+
+        def planned(budget: "Budget | Callable[[Mapping[str, float]], Budget]") -> Plan:
+            return plan_mod.plan(node, snapshot, ev.verdicts, ev.node, self.policy, self.cfg, now,
+                                 budget=budget, sticky=ev.sticky, view=view, overrides=ev.overrides,
+                                 occurrences=ev.occurrences, holds=ev.holds, recheck=recheck)
+        p = planned(self._budget)
+        late = self._fleet.late() if self._fleet is not None and p.budget and p.budget.granted else None
+        if late is not None and p.budget is not None:
+            # granted, but planning took so long that the taint could land after the others count
+            # its slot free (an overloaded node or API server): refused, the slot given back
+            p = planned(Budget(p.budget.total, p.budget.tainted, error=late))
+        return p
 
     def _view(self, snapshot: NodeSnapshot, ev: Evaluation) -> ClusterView:
         failing = any(v.state in FAILING for v in ev.verdicts.values())
