@@ -131,8 +131,15 @@ def prom(tmp_path_factory):
 
 
 def test_both_agents_are_scraped_with_their_node_label(prom):
-    up = {r["metric"]["node"]: r["value"][1] for r in prom.query(f'up{{job="{rules.JOB}"}}')}
-    assert up == {HEALTHY: "1", FAULTY: "1"}
+    def up() -> dict[str, str]:
+        return {r["metric"]["node"]: r["value"][1] for r in prom.query(f'up{{job="{rules.JOB}"}}')}
+    assert set(up()) == {HEALTHY, FAULTY}
+    # up is the last scrape's (1 s timeout): on a loaded machine one may time out, so wait for both
+    # to answer at once (CI builds the image beside this run: both read 0 there once)
+    try:
+        prom.wait_for(lambda: up() == {HEALTHY: "1", FAULTY: "1"}, 60, "both agents up")
+    except PromError:
+        pytest.fail(f"up never reached 1 for both agents in 60 s: {up()}")
 
 
 def test_every_panel_expression_parses_and_returns_data(prom):
