@@ -71,7 +71,7 @@ def test_a_takeover_whose_old_holder_carries_the_taint_now_gives_the_slot_back(k
     got = x.acquire(1, (), nodes=NODES)
     assert not got.granted
     assert got.why == f"taint slot 0 was taken over from gpu-v, which {why}: given back"
-    assert holders(kube_api) == {}  # deleted, with the takeover's uid and resourceVersion
+    assert got.fenced and holders(kube_api) == {}  # deleted, with the takeover's uid and resourceVersion
     assert x.renew() == "this node holds no taint slot" and not x.lost  # not carrying: nothing to recheck
 
 
@@ -279,5 +279,25 @@ def test_a_grant_that_planning_made_late_is_not_sent(kube_api, tmp_path):
         assert holders(kube_api) == {}  # the slot was given back
         (ev,) = kube_api.events(involved_name=agent.node, reason="AcceleratorTaintBudgetExhausted")
         assert ev["message"].startswith(f"not tainting {agent.node} (") and "without its taint landing" in ev["message"]
+    finally:
+        agent.close()
+
+
+def test_the_takers_refusal_event_names_the_fence(kube_api, tmp_path):
+    """gpu-0's slot Lease is malformed (no duration: free to a writer that replaces it by its
+    resourceVersion); gpu-0's taint lands just before the takeover's write: the fence gives the
+    slot back and the refusal says so, not "no slot is free"."""
+    agent = fleet_agent(kube_api, tmp_path)
+    try:
+        kube_api.create(LEASES, NS, {"metadata": {"name": f"{SLOT_PREFIX}0", "labels": {
+            "app.kubernetes.io/managed-by": "hetero-exporter", f"{DOMAIN}/budget": "taint"}},
+            "spec": {"holderIdentity": "gpu-0", "renewTime": kubeapi.now_micro()}})
+        agent.run(0, 50)
+        kube_api.before_next(lambda: kube_api.mutate_node("gpu-0", lambda n: n["spec"].setdefault("taints", []).append(
+            {"key": KEY, "value": "device-lost", "effect": "NoSchedule"})), methods=["PUT"], path=f"{SLOT_PREFIX}0$")
+        agent.cycle(60)
+        assert not tainted(kube_api, agent.node) and holders(kube_api) == {}
+        (ev,) = kube_api.events(involved_name=agent.node, reason="AcceleratorTaintBudgetExhausted")
+        assert ev["message"].endswith(": taint slot 0 was taken over from gpu-0, which carries the taint now: given back")
     finally:
         agent.close()

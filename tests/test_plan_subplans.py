@@ -103,6 +103,9 @@ def test_a_fleet_wide_grant_decides_after_the_checks():
         "2 of 30 accelerator nodes already carry the taint or hold a taint slot; the budget allows 3 "
         "(10%, at least 1): a fleet-wide taint slot was granted")
     assert Budget(total=30, tainted=3, granted=False).describe(cfg).endswith(": no fleet-wide taint slot is free")
+    fenced = Budget(total=30, tainted=2, granted=False, refused_why="taint slot 1 was taken over from n2, which "
+                                                                    "carries the taint now: given back")
+    assert fenced.describe(cfg).endswith(": taint slot 1 was taken over from n2, which carries the taint now: given back")
     assert "already carry the taint" in Budget(total=30, tainted=3).describe(cfg)  # no grant: as before
     t = plan_taint("n1", [], None, False, None, _sick("GPU-0"), ENFORCE, 1.0, Budget(total=10, tainted=9, granted=True))
     assert not t.refused and t.taint["applied"]

@@ -72,6 +72,7 @@ health.remedy import k8s/).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import random
 import re
@@ -121,6 +122,7 @@ class Acquired:
     why: str
     error: Optional[str] = None  # the slots could not be read or written: refused (safe side)
     foreign: int = 0  # Leases of slot names without the slots' labels, as last seen
+    fenced: bool = False  # refused by the fence: the slot taken over was given back (``why`` says why)
 
 
 @dataclass(frozen=True)
@@ -591,7 +593,7 @@ class FleetBudget:
                 self._take(index, slot, now)
                 fenced = self._fenced(slot)
                 if fenced is not None:
-                    return self._result(False, held + 1, fenced)
+                    return dataclasses.replace(self._result(False, held + 1, fenced), fenced=True)
                 return self._result(True, held, f"taint slot {index} taken; {held} other nodes use the "
                                                 f"budget of {limit}")
             except Exception as e:
@@ -757,7 +759,7 @@ class FleetBudget:
             for pool in taken:
                 pool.release()
         return Budget(total=total, tainted=result.held_by_others, error=result.error, granted=result.granted,
-                      classes=tuple(classes)), result
+                      classes=tuple(classes), refused_why=result.why if result.fenced else None), result
 
     def _classes(self, cfg: RemedyConfig, total: int, shares: Mapping[str, float],
                  class_tainted: Mapping[str, Collection[str]],

@@ -66,6 +66,7 @@ class Budget:
     # slot, False = none is free (then ``tainted`` counts the slots held by others)
     granted: Optional[bool] = None
     classes: tuple[ClassBudget, ...] = ()  # the shares of the classes this node would be tainted for
+    refused_why: Optional[str] = None  # a refused slot's cause when the pool was not full (the fence)
 
     @classmethod
     def unchecked(cls) -> "Budget":
@@ -97,7 +98,8 @@ class Budget:
         limit = self.limit(cfg)
         allows = f"the budget allows {limit} ({cfg.budget_max_fraction:.0%}, at least {cfg.budget_min_nodes})"
         if self.granted is not None:
-            what = "a fleet-wide taint slot was granted" if self.granted else "no fleet-wide taint slot is free"
+            what = "a fleet-wide taint slot was granted" if self.granted else (
+                self.refused_why or "no fleet-wide taint slot is free")
             return (f"{self.tainted} of {self.total} accelerator nodes already carry the taint or hold a taint "
                     f"slot; {allows}: {what}")
         return f"{self.tainted} of {self.total} accelerator nodes already carry the taint; {allows}"
