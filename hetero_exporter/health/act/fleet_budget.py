@@ -72,7 +72,6 @@ health.remedy import k8s/).
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import random
 import re
@@ -218,6 +217,13 @@ def refusal(limit: int, holders: list[str], unslotted: list[str], foreign: Colle
     return "; ".join(parts) if parts else f"no taint slot could be taken (the budget allows {limit})"
 
 
+def has_taint(node: Mapping[str, Any], key: str) -> bool:
+    """Whether a Node, as the API server sends it (hostile input), carries a taint with ``key``."""
+    spec = node.get("spec")
+    taints = spec.get("taints") if isinstance(spec, Mapping) else None
+    return isinstance(taints, list) and any(isinstance(t, dict) and t.get("key") == key for t in taints)
+
+
 @dataclass(frozen=True)
 class FleetView:
     """The accelerator Nodes as one listing showed them: how many (this node included), their
@@ -245,9 +251,7 @@ def fleet_view(nodes: Iterable[Mapping[str, Any]], cfg: RemedyConfig, node: str,
         if not isinstance(name, str) or not isinstance(meta, Mapping):
             continue  # a Node the API lists always has a name
         annotations = meta.get("annotations") or {}
-        spec = n.get("spec")
-        taints = (spec.get("taints") if isinstance(spec, Mapping) else None) or []
-        ours = any(isinstance(t, dict) and t.get("key") == cfg.taint_key for t in taints)
+        ours = has_taint(n, cfg.taint_key)
         if not labelled and not ours and cfg.devices_annotation not in annotations:
             continue  # without labels: accelerator nodes are those with our marks
         names.add(name)
@@ -593,7 +597,7 @@ class FleetBudget:
                 self._take(index, slot, now)
                 fenced = self._fenced(slot)
                 if fenced is not None:
-                    return dataclasses.replace(self._result(False, held + 1, fenced), fenced=True)
+                    return self._result(False, held + 1, fenced, fenced=True)
                 return self._result(True, held, f"taint slot {index} taken; {held} other nodes use the "
                                                 f"budget of {limit}")
             except Exception as e:
@@ -663,8 +667,9 @@ class FleetBudget:
             return False
         return seen[0] != s.resource_version or mono - seen[1] < min(s.duration, self.lease_seconds)
 
-    def _result(self, granted: bool, held: int, why: str, error: Optional[str] = None) -> Acquired:
-        return Acquired(granted, held, why, error=error, foreign=len(self._foreign))
+    def _result(self, granted: bool, held: int, why: str, error: Optional[str] = None,
+                fenced: bool = False) -> Acquired:
+        return Acquired(granted, held, why, error=error, foreign=len(self._foreign), fenced=fenced)
 
     def renew(self, classes: Optional[Iterable[str]] = None) -> Optional[str]:
         """Keep our slot (call each reconcile while tainted; writes at most once per

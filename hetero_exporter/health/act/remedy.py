@@ -167,13 +167,12 @@ def _cluster_parts(live: Cluster, node_name: str, cfg: RemedyConfig, metrics: He
 def carries_taint(nodes: Nodes, name: str, key: str) -> Optional[bool]:
     """Whether Node ``name`` carries a taint with ``key`` now (read by name; a Node that is
     gone carries none); None when it cannot be read (the fleet budget's fence, fleet_budget.py)."""
+    from hetero_exporter.health.act.fleet_budget import has_taint  # loaded with cluster access only
     try:
         node = nodes.get(name)
     except K8sError as e:
         return False if e.status == 404 else None
-    spec = node.get("spec") if isinstance(node, dict) else None
-    taints = spec.get("taints") if isinstance(spec, dict) else None
-    return any(isinstance(t, dict) and t.get("key") == key for t in taints or ())
+    return isinstance(node, dict) and has_taint(node, key)
 
 
 class Remedy:
@@ -396,7 +395,7 @@ class Remedy:
             recheck, out = True, _both(out, self._reconcile(api, snapshot, ev, self._clock(), recheck=True))
         if recheck and self._fleet is not None and self._fleet.lost and out.plan is not None \
                 and out.plan.budget is None:
-            self._fleet.forget_loss()  # nothing to ask (someone removed our taint, or it recovered)
+            self._fleet.forget_loss()  # nothing was asked (someone removed our taint, or it recovered)
         deferred = out.plan is not None and out.plan.pod_signals is not None and out.plan.pod_signals.deferred
         complete = out.error is None and out.plan is not None and not out.undelivered and not deferred
         self._last_sig = sig if complete else None
