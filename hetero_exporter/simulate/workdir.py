@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import atexit
 import shutil
+import signal
 import tempfile
 import threading
+from typing import Optional
 
 PREFIX = "hetero-exporter-"
 
@@ -18,10 +20,26 @@ _live: set[str] = set()
 
 def create() -> str:
     """A new private directory under $TMPDIR, removed at exit at the latest."""
-    path = tempfile.mkdtemp(prefix=PREFIX)
-    with _lock:
-        _live.add(path)
+    # a stop signal (SystemExit) landing between mkdtemp's mkdir and the registration below would
+    # leave the directory behind (seen under load): held back until the path is tracked
+    held = _hold_signals()
+    try:
+        path = tempfile.mkdtemp(prefix=PREFIX)
+        with _lock:
+            _live.add(path)
+    finally:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return path
+
+
+def _hold_signals() -> "Optional[set[int | signal.Signals]]":
+    """Block the stop signals (SIGTERM, SIGINT, SIGHUP: each ends a command) in the main thread,
+    where Python runs its handlers; the mask before, or None where it cannot (another thread, no
+    pthread_sigmask)."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 def remove(path: str) -> None:
