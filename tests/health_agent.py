@@ -25,6 +25,7 @@ from hetero_exporter.simulate import ManualClock, load
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "fixtures" / "scenarios"
+COLLECTOR_DEADLINE = 60.0  # seconds: generous, the fake NVML answers in milliseconds when the machine is idle
 
 
 def allocate(pods: Mapping[int, tuple[str, str]]) -> Callable[[NodeSnapshot], NodeSnapshot]:
@@ -36,6 +37,16 @@ def allocate(pods: Mapping[int, tuple[str, str]]) -> Callable[[NodeSnapshot], No
         return dataclasses.replace(snap, devices=devices)
     enrich.__name__ = "test-podresources"
     return enrich
+
+
+class _PatientSampler(Sampler):
+    """The sampler, waiting each cycle for its collector up to the deadline: ``cycle(t)`` is one
+    synchronous step of a test, and on a loaded machine a fake NVML call can take more than its
+    usual time plus the late grace (about a second), which would carry the devices over stale
+    (health unknown) and make the test's verdicts depend on the machine's load."""
+
+    def _patience(self, spec: CollectorSpec, hist: Any) -> float:
+        return spec.timeout_seconds
 
 
 class HealthAgent:
@@ -59,9 +70,9 @@ class HealthAgent:
         self.verdicts = HealthVerdicts(self.policy)
         opts = CollectorOptions(node_name=self.node, scenario=self.scenario, clock=self.clock, state_dir=state_dir)
         entry = registry.collector_entries()["nvml"]
-        spec = CollectorSpec("nvml", "nvidia", lambda: registry.collector_factory(entry)(opts), 5.0)
+        spec = CollectorSpec("nvml", "nvidia", lambda: registry.collector_factory(entry)(opts), COLLECTOR_DEADLINE)
         enrichers = [allocate(pods)] if pods else []
-        self.sampler = Sampler([spec], self.node, clock=self.clock, enrichers=enrichers, judge=self.verdicts.judge,
+        self.sampler = _PatientSampler([spec], self.node, clock=self.clock, enrichers=enrichers, judge=self.verdicts.judge,
                                boot_id=boot_id, min_cycle_gap=0)
         self.metrics = HealthMetrics()
         self.cfg = RemedyConfig.from_mapping(health or {}, mode=mode)
