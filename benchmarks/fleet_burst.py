@@ -371,10 +371,13 @@ class NodeAgent:
         self.loop = HealthLoop(self.remedy, self.verdicts, boot_id=self.boot_id, idle_seconds=30.0)
         self.handed_at = float("inf")  # monotonic: when the phase's snapshot reached the judge
         self.done_at: Optional[float] = None  # when a reconcile of it finished with nothing left over
+        self.started_at: Optional[float] = None  # when the first reconcile after the hand-over began
         reconcile = self.remedy.reconcile
 
         def timed(snap: NodeSnapshot, ev: Any) -> Any:  # the health loop's call, timed (bench only)
             started = time.monotonic()
+            if started >= self.handed_at and self.started_at is None:
+                self.started_at = started
             out = reconcile(snap, ev)
             if started >= self.handed_at and not out.skipped and out.error is None and not out.undelivered:
                 self.done_at = self.done_at or time.monotonic()
@@ -394,7 +397,7 @@ class NodeAgent:
     def switch(self) -> float:
         """The phase's snapshot becomes the node's, handed to the judge now; when (monotonic)."""
         self.snapshot, self.pending = self.pending, None
-        self.done_at, at = None, time.monotonic()
+        self.done_at, self.started_at, at = None, None, time.monotonic()
         self.handed_at = at
         self.tick()
         return at
@@ -638,6 +641,8 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
             "unchanged_writes": delta(unchanged_after, unchanged_before), "handed": handed, "t0": t0,
             "elapsed": max(0.0, last - t0), "unsettled": unsettled,
             "reconciled": [a.done_at - h for a, h in zip(failing, handed) if a.done_at is not None],
+            "waited": [a.started_at - h for a, h in zip(failing, handed) if a.started_at is not None],
+            "done_at": {a.node: a.done_at for a in failing if a.done_at is not None},
             "peak_requests_per_second": max(window.values(), default=0),
             "collect_seconds": ahead.collect_seconds}
 
@@ -686,6 +691,17 @@ def over_budget(marks: list[tuple[float, str, bool]], slots: list[tuple[float, s
                                                    for w, lease, by in history.get(n, [])][-3:]
                                                for n in without[:10]}}
     return {}
+
+
+def after_first(marks: list[tuple[float, str, bool]], done_at: dict[str, float], handed: dict[str, float]) -> int:
+    """The taints of the burst that landed after their node's first complete reconcile of the
+    fault (``done_at``: node -> then): granted on a later attempt (a resync), not the first."""
+    late = 0
+    for node, at in handed.items():
+        first = next((t for t, n, on in marks if n == node and on and t >= at), None)
+        if first is not None and node in done_at and first > done_at[node]:
+            late += 1
+    return late
 
 
 def max_at_once(marks: list[tuple[float, str, bool]]) -> int:
@@ -802,6 +818,11 @@ def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seco
         "recovery_to_untaint_p99_seconds": r2(percentile(to_untaint, 99)),
         "untainted_in_recovery": len(to_untaint),
         "fault_reconciled_p99_seconds": r2(percentile(fault["reconciled"], 99)),
+        "fault_to_taint_deciles_seconds": [r2(percentile(to_taint, q)) for q in range(10, 100, 10)],
+        "fault_reconcile_wait_p50_seconds": r2(percentile(fault["waited"], 50)),
+        "fault_reconcile_wait_p99_seconds": r2(percentile(fault["waited"], 99)),
+        "tainted_after_first_reconcile": after_first(marks, fault["done_at"], {a.node: t for a, t in zip(
+            failing, fault["handed"])}),
         "fault_phase_seconds": r2(fault["elapsed"]),
         "unsettled_agents": {"fault": fault["unsettled"], "recovery": recovery["unsettled"]},
         "recovery_requests": recovery["requests"],

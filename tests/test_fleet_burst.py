@@ -109,9 +109,23 @@ def test_an_excess_over_the_budget_is_explained_by_the_slots_taken_over():
     assert fleet_burst.taken_back(back, {"n1": 4.0, "n2": 4.0}) == 0  # after its recovery: an untaint
 
 
+def test_a_taint_granted_after_the_first_reconcile_is_counted_apart():
+    fleet_burst = _benchmark()
+    marks = [(2.0, "n1", True), (9.0, "n2", True), (12.0, "n3", False)]
+    handed = {"n1": 1.0, "n2": 1.0, "n3": 1.0}
+    # n1's taint landed within its first reconcile (done at 2.5), n2's at a later one (done at 3.0),
+    # n3 was never tainted
+    assert fleet_burst.after_first(marks, {"n1": 2.5, "n2": 3.0, "n3": 4.0}, handed) == 1
+    assert fleet_burst.after_first(marks, {"n1": 2.5}, handed) == 0  # n2 never finished a reconcile
+
+
 def test_the_json_has_the_keys_design_names(small_run):
     assert DESIGN_KEYS <= set(small_run)
     assert small_run["fault_kinds"] == {"gpu-lost": 2, "xid79": 1, "ascend-separate-npu": 1, "kernel-log": 1}
+    deciles = small_run["fault_to_taint_deciles_seconds"]
+    assert len(deciles) == 9 and deciles == sorted(deciles)
+    assert 0 <= small_run["tainted_after_first_reconcile"] <= small_run["tainted_in_burst"]
+    assert 0 <= small_run["fault_reconcile_wait_p50_seconds"] <= small_run["fault_reconcile_wait_p99_seconds"]
 
 
 # --------------------------------------------------------------------------- jitter
