@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -165,3 +166,21 @@ def test_compiled_decoder_agrees_with_the_explaining_decoder(doc):
 def test_numbers_too_large_for_a_float_are_a_schema_error():
     with pytest.raises(SchemaError, match="out of range"):
         snapshot_from_json('{"schema": 1, "node": "n", "time": 1' + "0" * 400 + "}")
+
+
+def test_the_encoder_takes_any_mapping_and_refuses_a_non_finite_value_at_any_depth():
+    """The encoder dispatches on exact types for speed; other mappings and sequences still encode,
+    and an infinity deep in a reading is refused as at the top."""
+    import types
+
+    from hetero_exporter.model import to_dict
+    ok = Reading(1.5, Quality("nvml", "instant"))
+    dev = DeviceSample(DeviceIdentity("nvidia", "gpu", 0, "GPU-0", "H100"), 1.0,
+                       readings=types.MappingProxyType({"power_watts": ok}))
+    doc = to_dict(NodeSnapshot("n", 1.0, devices=[dev]))
+    assert doc["devices"][0]["readings"] == {"power_watts": to_dict(ok)}
+    assert doc["devices"][0]["readings"]["power_watts"]["value"] == 1.5
+    bad = dataclasses.replace(dev, readings={"power_watts": Reading(float("inf"), ok.quality)})
+    with pytest.raises(ValueError, match="non-finite"):
+        to_dict(NodeSnapshot("n", 1.0, devices=(bad,)))
+    assert to_dict(Fault("79", "hardware", "reset", "XID 79"))["class"] == "hardware"

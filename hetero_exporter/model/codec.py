@@ -32,16 +32,35 @@ def _json_name(cls: type, name: str) -> str:
 
 def to_dict(obj: Any) -> Any:
     """Plain JSON-able structure of a model object (no schema envelope)."""
-    if dataclasses.is_dataclass(obj):
-        cls = type(obj)
-        return {_json_name(cls, f.name): to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (tuple, list)):
+    t = type(obj)
+    if t is str or t is int or t is bool or obj is None:
+        return obj
+    if t is float:
+        if obj - obj != 0.0:  # inf or nan
+            raise ValueError("non-finite float in model; unsupported values must be absent")
+        return obj
+    if t is tuple or t is list:
         return [to_dict(x) for x in obj]
-    if isinstance(obj, Mapping):
+    if t is dict:
         return {str(k): to_dict(v) for k, v in obj.items()}
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise ValueError("non-finite float in model; unsupported values must be absent")
-    return obj
+    names = _FIELDS.get(t)
+    if names is None:
+        if not dataclasses.is_dataclass(obj):
+            if isinstance(obj, (tuple, list)):
+                return [to_dict(x) for x in obj]
+            if isinstance(obj, collections.abc.Mapping):
+                return {str(k): to_dict(v) for k, v in obj.items()}
+            if isinstance(obj, float) and not math.isfinite(obj):
+                raise ValueError("non-finite float in model; unsupported values must be absent")
+            return obj
+        names = _FIELDS[t] = tuple((_json_name(t, f.name), f.name) for f in dataclasses.fields(obj))
+    return {key: to_dict(getattr(obj, name)) for key, name in names}
+
+
+# (JSON name, attribute) of each dataclass's fields, in order: the encoder runs on every
+# reconcile and /snapshot request, and dataclasses.fields() plus typing's isinstance were
+# three quarters of its time
+_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
