@@ -6,7 +6,8 @@ against this server. It speaks what the agent uses, the way the API server (1.37
 - ``GET`` an object or a list (``labelSelector``, ``fieldSelector`` on any dotted field such as
   ``spec.nodeName``, ``status.phase`` or ``involvedObject.name``; the kinds of ``FIELD_LABELS``
   accept only their own field labels, 400 otherwise), lists in pages (``limit``, ``continue``,
-  ``remainingItemCount``; a token from before ``compact()`` is 410), ``POST`` (``generateName``,
+  ``remainingItemCount``; a token from before ``compact()`` is 410; ``resourceVersion=0`` reads
+  the current state, as the watch cache would), ``POST`` (``generateName``,
   409 AlreadyExists), ``PUT``, ``DELETE`` (a DeleteOptions body: ``preconditions`` on uid and
   resourceVersion, 409 Conflict when they fail; ``dryRun``), and ``PATCH`` with
   ``application/merge-patch+json`` (RFC 7386),
@@ -2286,6 +2287,9 @@ class _Handler(BaseHTTPRequestHandler):
             limit = int(query.get("limit") or 0)
         except ValueError:
             raise ApiError(400, "BadRequest", f"limit: not an integer: {query.get('limit')!r}") from None
+        asked_rv = query.get("resourceVersion") or ""
+        if asked_rv and not asked_rv.isdigit():  # "0" (any, the watch cache) or a version number
+            raise ApiError(400, "BadRequest", f"invalid resourceVersion {asked_rv!r}")
         with api._lock:
             rv, after = api._rv, None
             if query.get("continue"):

@@ -82,6 +82,9 @@ def test_fifty_rotating_slots_of_real_untainted_nodes_do_not_block_the_taint_for
                     cur["spec"].update(holderIdentity=others[(i + t // 60) % 9], renewTime=kubeapi.now_micro())
                     api.request("PUT", LEASES + "/{name}", {**at, "name": name}, body=cur)
         assert first is not None, refusals(kube_api, agent.node)
+        # with Lease slots, the budget's listing of every accelerator Node is a watch-cache read
+        listed = [r for r in kube_api.requests if r.method == "GET" and r.path == "/api/v1/nodes"]
+        assert listed and all(r.query.get("resourceVersion") == "0" for r in listed), [r.target for r in listed]
         for text in refusals(kube_api, agent.node):  # never "50 of 10"
             held, total = map(int, re.search(r": (\d+) of (\d+) accelerator nodes", text).groups())
             assert held <= 9 and total == 10, text

@@ -25,8 +25,12 @@ class Nodes:
     def get(self, name: str) -> dict:
         return self._api.get(NODE, {"name": name})
 
-    def list(self, label_selector: Optional[str] = None) -> list[dict]:
-        return list(self._api.get("/api/v1/nodes", query={"labelSelector": label_selector or None}).get("items") or [])
+    def list(self, label_selector: Optional[str] = None, *, cached: bool = False) -> list[dict]:
+        """``cached``: ``resourceVersion=0``, served from the API server's watch cache instead of
+        a quorum read of etcd (the fleet budget lists every accelerator Node once per failing
+        node; its Lease slots, not this view, keep the budget)."""
+        query = {"labelSelector": label_selector or None, "resourceVersion": "0" if cached else None}
+        return list(self._api.get("/api/v1/nodes", query=query).get("items") or [])
 
     def patch(self, name: str, patch: Mapping[str, Any], *, resource_version: Optional[str] = None,
               dry_run: bool = False, merge: bool = False) -> dict:

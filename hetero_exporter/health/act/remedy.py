@@ -310,7 +310,7 @@ class Remedy:
                 log.info("health: no fleet-wide taint slot", extra={"node": self.node, "why": full.why})
                 return Budget(total=view.total, tainted=full.held_by_others, granted=False)
         try:
-            nodes = self._writer().nodes.list(selector)
+            nodes = self._writer().nodes.list(selector, cached=fleet is not None)
         except K8sError as e:
             return Budget(0, 0, error=str(e))
         view = self._nodes_view = fleet_view(nodes, self.cfg, self.node, labelled=selector is not None,
