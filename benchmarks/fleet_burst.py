@@ -38,6 +38,7 @@ import json
 import multiprocessing
 import os
 import platform
+import resource
 import random
 import statistics
 import sys
@@ -145,6 +146,8 @@ def _serve(conn: Any, bookmark_seconds: float) -> None:
                 if client in failing:
                     mine.update(counts)
             out = (api.tally(), api.per_second(), dict(mine), api.unchanged_writes())
+        elif cmd == "cpu":  # this process's CPU seconds (user + system), all its threads
+            out = cpu_seconds()
         elif cmd == "marks":
             out = list(marks)
         elif cmd == "slots":
@@ -156,6 +159,12 @@ def _serve(conn: Any, bookmark_seconds: float) -> None:
             out = sum(1 for n in api.list(NODES) if "hetero-exporter.io/devices" in n["metadata"].get("annotations", {}))
         conn.send(out)
     api.close()
+
+
+def cpu_seconds() -> float:
+    """The calling process's CPU time so far (user + system, every thread), seconds."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
 
 
 def refusal_kind(message: str) -> str:
@@ -623,6 +632,7 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
         boot = f"{a.boot_id}-rebooted" if recovery and a.kind in REBOOTED else a.boot_id
         a.pending = shapes[a.kind].personal(ahead.snaps[a.kind], a.node, boot)
     before, seconds_before, failing_before, unchanged_before = server.ask("tally")
+    cpu0 = (cpu_seconds(), server.ask("cpu"))
     t0 = time.monotonic()
     handed = ticker.switch(failing)
     last = settle(failing, s.settle_timeout)
@@ -636,6 +646,7 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
         progress(f"not settled: {unsettled}")
     time.sleep(1.0)  # requests still in flight when the last reconcile ended
     after, per_second, failing_after, unchanged_after = server.ask("tally")
+    cpu = {"agents": round(cpu_seconds() - cpu0[0], 3), "api_server": round(server.ask("cpu") - cpu0[1], 3)}
     window = {t: n - seconds_before.get(t, 0) for t, n in per_second.items() if t >= int(t0)}
     return {"requests": delta(after, before), "failing_requests": delta(failing_after, failing_before),
             "unchanged_writes": delta(unchanged_after, unchanged_before), "handed": handed, "t0": t0,
@@ -643,7 +654,7 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
             "reconciled": [a.done_at - h for a, h in zip(failing, handed) if a.done_at is not None],
             "waited": [a.started_at - h for a, h in zip(failing, handed) if a.started_at is not None],
             "done_at": {a.node: a.done_at for a in failing if a.done_at is not None},
-            "peak_requests_per_second": max(window.values(), default=0),
+            "peak_requests_per_second": max(window.values(), default=0), "cpu_seconds": cpu,
             "collect_seconds": ahead.collect_seconds}
 
 
@@ -824,6 +835,7 @@ def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seco
         "tainted_after_first_reconcile": after_first(marks, fault["done_at"], {a.node: t for a, t in zip(
             failing, fault["handed"])}),
         "fault_phase_seconds": r2(fault["elapsed"]),
+        "fault_phase_cpu_seconds": fault["cpu_seconds"],
         "unsettled_agents": {"fault": fault["unsettled"], "recovery": recovery["unsettled"]},
         "recovery_requests": recovery["requests"],
         "max_tainted_at_once": max_at_once(marks),

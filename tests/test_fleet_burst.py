@@ -126,6 +126,8 @@ def test_the_json_has_the_keys_design_names(small_run):
     assert len(deciles) == 9 and deciles == sorted(deciles)
     assert 0 <= small_run["tainted_after_first_reconcile"] <= small_run["tainted_in_burst"]
     assert 0 <= small_run["fault_reconcile_wait_p50_seconds"] <= small_run["fault_reconcile_wait_p99_seconds"]
+    cpu = small_run["fault_phase_cpu_seconds"]  # the agents' process and the API server's, apart
+    assert set(cpu) == {"agents", "api_server"} and min(cpu.values()) >= 0 and cpu["agents"] > 0, cpu
 
 
 # --------------------------------------------------------------------------- jitter
