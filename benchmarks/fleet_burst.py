@@ -762,10 +762,12 @@ def run(s: Settings) -> dict:
         progress(f"every node reconciled once after {startup:.0f} s; idle")
         time.sleep(1.5 * s.resync)  # past every agent's first (jittered) resync
         server.ask("failing", [a.node for a in agents[:s.faults]])
-        idle0 = server.ask("tally")[0]
+        idle0, cpu0 = server.ask("tally")[0], (cpu_seconds(), server.ask("cpu"))
         idle_seconds = s.idle_periods * s.resync
         time.sleep(idle_seconds)
         idle = delta(server.ask("tally")[0], idle0)
+        idle_cpu = {"agents": round((cpu_seconds() - cpu0[0]) / idle_seconds, 3),
+                    "api_server": round((server.ask("cpu") - cpu0[1]) / idle_seconds, 3)}
         progress("fault burst")
         fault = burst(s, server, ticker, agents, shapes, fault_ahead)
         fault["retry_requests"] = retries(s, server, fault)
@@ -774,6 +776,7 @@ def run(s: Settings) -> dict:
         marks = server.ask("marks")
         out = report(s, agents, idle, idle_seconds, fault, recovery, marks, startup, server.ask("slots"))
         out["budget_refusal_events"] = server.ask("refusals")
+        out["idle_cpu_seconds_per_second"] = idle_cpu
         return out
     finally:
         if ticker is not None:

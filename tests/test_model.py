@@ -184,3 +184,44 @@ def test_the_encoder_takes_any_mapping_and_refuses_a_non_finite_value_at_any_dep
     with pytest.raises(ValueError, match="non-finite"):
         to_dict(NodeSnapshot("n", 1.0, devices=(bad,)))
     assert to_dict(Fault("79", "hardware", "reset", "XID 79"))["class"] == "hardware"
+
+
+def _compact_by_the_whole_document(snap):
+    """The annotation form as it was first written: the whole document, then what is left out
+    taken away (the reference the cheaper encoding must equal)."""
+    from hetero_exporter.model import to_dict
+    from hetero_exporter.model.codec import COMPACT_READINGS, _without_nulls
+    doc = {"schema": SCHEMA_VERSION, **to_dict(snap)}
+    for key in ("boot_id", "attribution_sources", "energy"):
+        doc.pop(key, None)
+    for c in doc["collectors"]:
+        c.pop("errors_total", None)
+    for d, dev in zip(doc["devices"], snap.devices):
+        d["processes"] = []
+        d.pop("allocations", None)
+        d.pop("reported_health", None)
+        kept = {n: {"value": r.value} for n in COMPACT_READINGS if (r := dev.readings.get(n)) is not None
+                and r.value is not None and r.quality.status == "ok"}
+        used, total = dev.value("memory_used_bytes"), dev.value("memory_total_bytes")
+        if "memory_free_bytes" not in kept and used is not None and total is not None:
+            kept["memory_free_bytes"] = {"value": max(0.0, total - used)}
+        d["readings"] = kept
+        for f in d["faults"]:
+            f.pop("source", None)
+    return _without_nulls(doc)
+
+
+compact_names = st.sampled_from(["utilization_ratio", "memory_used_bytes", "memory_total_bytes",
+                                 "memory_free_bytes", "power_watts", "clock_sm_hertz"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(snapshots, st.lists(st.tuples(compact_names, readings), max_size=6))
+def test_the_compact_form_never_encodes_what_it_leaves_out_and_equals_the_whole_documents_cut(snap, extra):
+    """compact_document encodes only what the annotation keeps: the same document as cutting the
+    whole one down, for any snapshot (the annotation's readings included)."""
+    if snap.devices:
+        first = snap.devices[0]
+        snap = dataclasses.replace(snap, devices=(dataclasses.replace(
+            first, readings={**first.readings, **dict(extra)}),) + snap.devices[1:])
+    assert compact_document(snap) == _compact_by_the_whole_document(snap)

@@ -53,7 +53,7 @@ def to_dict(obj: Any) -> Any:
             if isinstance(obj, float) and not math.isfinite(obj):
                 raise ValueError("non-finite float in model; unsupported values must be absent")
             return obj
-        names = _FIELDS[t] = tuple((_json_name(t, f.name), f.name) for f in dataclasses.fields(obj))
+        names = _field_names(t)
     return {key: to_dict(getattr(obj, name)) for key, name in names}
 
 
@@ -61,6 +61,18 @@ def to_dict(obj: Any) -> Any:
 # reconcile and /snapshot request, and dataclasses.fields() plus typing's isinstance were
 # three quarters of its time
 _FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[tuple[str, str], ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple((_json_name(cls, f.name), f.name) for f in dataclasses.fields(cls))
+    return names
+
+
+def _encoded_except(obj: Any, left_out: frozenset[str]) -> dict[str, Any]:
+    """``to_dict`` of a dataclass without the fields named in ``left_out`` (never encoded)."""
+    return {key: to_dict(getattr(obj, name)) for key, name in _field_names(type(obj)) if name not in left_out}
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -275,16 +287,16 @@ def compact_document(snapshot: NodeSnapshot) -> dict:
     """The annotation form of a snapshot (DESIGN.md): the schema-1 document with processes
     and per-field quality left out; identity, profile, health, faults, links, free memory,
     utilization and driver versions kept. ``snapshot_from_doc`` reads it back."""
-    doc = {"schema": SCHEMA_VERSION, **to_dict(snapshot)}
-    doc.pop("boot_id", None)
-    doc.pop("attribution_sources", None)  # agent internals; would churn the annotation
-    doc.pop("energy", None)  # per-container joules grow every cycle: /metrics' business, not the scheduler's
+    # what is left out is never encoded: the health loop fingerprints this document each cycle,
+    # and the readings' quality and the processes were nine tenths of the encoding
+    doc = {"schema": SCHEMA_VERSION, **_encoded_except(snapshot, _COMPACT_SNAPSHOT_LEFT_OUT)}
     for c in doc.get("collectors", []):
         c.pop("errors_total", None)
-    for d, dev in zip(doc.get("devices", []), snapshot.devices):
+    doc["devices"] = []
+    for dev in snapshot.devices:
+        d = _encoded_except(dev, _COMPACT_DEVICE_LEFT_OUT)
+        doc["devices"].append(d)
         d["processes"] = []
-        d.pop("allocations", None)  # changes with every pod start: kept out of the annotation
-        d.pop("reported_health", None)  # the verdict (health) is what the scheduler reads
         kept = {}
         for name in COMPACT_READINGS:
             r = dev.readings.get(name)
@@ -297,6 +309,14 @@ def compact_document(snapshot: NodeSnapshot) -> dict:
         for f in d.get("faults", []):
             f.pop("source", None)
     return _without_nulls(doc)
+
+
+# boot_id and attribution_sources: agent internals that would churn the annotation; energy:
+# per-container joules grow every cycle (/metrics' business, not the scheduler's)
+_COMPACT_SNAPSHOT_LEFT_OUT = frozenset({"devices", "boot_id", "attribution_sources", "energy"})
+# allocations change with every pod start; reported_health: the verdict (health) is what the
+# scheduler reads; readings and processes are replaced by what the annotation keeps of them
+_COMPACT_DEVICE_LEFT_OUT = frozenset({"readings", "processes", "allocations", "reported_health"})
 
 
 def _without_nulls(obj: Any) -> Any:

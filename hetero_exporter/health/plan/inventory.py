@@ -56,12 +56,13 @@ def inventory(snapshot: NodeSnapshot, max_bytes: int) -> tuple[str, str, list[st
     (what matters for change: not the time or moving readings) and what was left out to fit."""
     doc = model.compact_document(snapshot)
     dropped: list[str] = []
+    text = _dumps(doc)
     for what, shrink in _shrinks():
-        if len(_dumps(doc).encode()) <= max_bytes:
+        if len(text.encode()) <= max_bytes:
             break
         shrink(doc)
         dropped.append(what)
-    text = _dumps(doc)
+        text = _dumps(doc)
     if len(text.encode()) > max_bytes:
         doc = {"schema": model.SCHEMA_VERSION, "node": snapshot.node, "time": snapshot.time, "devices": [],
                "truncated": f"{len(snapshot.devices)} devices do not fit in {max_bytes} bytes"}
