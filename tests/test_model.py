@@ -190,7 +190,7 @@ def _compact_by_the_whole_document(snap):
     """The annotation form as it was first written: the whole document, then what is left out
     taken away (the reference the cheaper encoding must equal)."""
     from hetero_exporter.model import to_dict
-    from hetero_exporter.model.codec import COMPACT_READINGS, _without_nulls
+    from hetero_exporter.model.codec import COMPACT_READINGS
     doc = {"schema": SCHEMA_VERSION, **to_dict(snap)}
     for key in ("boot_id", "attribution_sources", "energy"):
         doc.pop(key, None)
@@ -209,6 +209,14 @@ def _compact_by_the_whole_document(snap):
         for f in d["faults"]:
             f.pop("source", None)
     return _without_nulls(doc)
+
+
+def _without_nulls(obj):
+    if isinstance(obj, dict):
+        return {k: _without_nulls(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_without_nulls(v) for v in obj]
+    return obj
 
 
 compact_names = st.sampled_from(["utilization_ratio", "memory_used_bytes", "memory_total_bytes",

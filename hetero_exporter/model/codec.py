@@ -32,6 +32,11 @@ def _json_name(cls: type, name: str) -> str:
 
 def to_dict(obj: Any) -> Any:
     """Plain JSON-able structure of a model object (no schema envelope)."""
+    return _encode(obj, True)
+
+
+def _encode(obj: Any, nulls: bool) -> Any:
+    """``to_dict``; without ``nulls``, an object's null members are left out (list items stay)."""
     t = type(obj)
     if t is str or t is int or t is bool or obj is None:
         return obj
@@ -40,21 +45,23 @@ def to_dict(obj: Any) -> Any:
             raise ValueError("non-finite float in model; unsupported values must be absent")
         return obj
     if t is tuple or t is list:
-        return [to_dict(x) for x in obj]
+        return [_encode(x, nulls) for x in obj]
     if t is dict:
-        return {str(k): to_dict(v) for k, v in obj.items()}
+        return {str(k): _encode(v, nulls) for k, v in obj.items() if nulls or v is not None}
     names = _FIELDS.get(t)
     if names is None:
         if not dataclasses.is_dataclass(obj):
             if isinstance(obj, (tuple, list)):
-                return [to_dict(x) for x in obj]
+                return [_encode(x, nulls) for x in obj]
             if isinstance(obj, collections.abc.Mapping):
-                return {str(k): to_dict(v) for k, v in obj.items()}
+                return {str(k): _encode(v, nulls) for k, v in obj.items() if nulls or v is not None}
             if isinstance(obj, float) and not math.isfinite(obj):
                 raise ValueError("non-finite float in model; unsupported values must be absent")
             return obj
         names = _field_names(t)
-    return {key: to_dict(getattr(obj, name)) for key, name in names}
+    if nulls:
+        return {key: _encode(getattr(obj, name), True) for key, name in names}
+    return {key: _encode(v, False) for key, name in names if (v := getattr(obj, name)) is not None}
 
 
 # (JSON name, attribute) of each dataclass's fields, in order: the encoder runs on every
@@ -70,9 +77,11 @@ def _field_names(cls: type) -> tuple[tuple[str, str], ...]:
     return names
 
 
-def _encoded_except(obj: Any, left_out: frozenset[str]) -> dict[str, Any]:
-    """``to_dict`` of a dataclass without the fields named in ``left_out`` (never encoded)."""
-    return {key: to_dict(getattr(obj, name)) for key, name in _field_names(type(obj)) if name not in left_out}
+def _sparse_except(obj: Any, left_out: frozenset[str]) -> dict[str, Any]:
+    """``to_dict`` of a dataclass without the fields named in ``left_out`` (never encoded) and
+    without null members at any depth (the annotation's form)."""
+    return {key: _encode(v, False) for key, name in _field_names(type(obj))
+            if name not in left_out and (v := getattr(obj, name)) is not None}
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -288,13 +297,15 @@ def compact_document(snapshot: NodeSnapshot) -> dict:
     and per-field quality left out; identity, profile, health, faults, links, free memory,
     utilization and driver versions kept. ``snapshot_from_doc`` reads it back."""
     # what is left out is never encoded: the health loop fingerprints this document each cycle,
-    # and the readings' quality and the processes were nine tenths of the encoding
-    doc = {"schema": SCHEMA_VERSION, **_encoded_except(snapshot, _COMPACT_SNAPSHOT_LEFT_OUT)}
+    # and the readings' quality and the processes were nine tenths of the encoding. Null members
+    # are left out too: every nullable field defaults to null when decoded, and an 8-GPU link
+    # matrix is mostly nulls (half the annotation before this)
+    doc = {"schema": SCHEMA_VERSION, **_sparse_except(snapshot, _COMPACT_SNAPSHOT_LEFT_OUT)}
     for c in doc.get("collectors", []):
         c.pop("errors_total", None)
     doc["devices"] = []
     for dev in snapshot.devices:
-        d = _encoded_except(dev, _COMPACT_DEVICE_LEFT_OUT)
+        d = _sparse_except(dev, _COMPACT_DEVICE_LEFT_OUT)
         doc["devices"].append(d)
         d["processes"] = []
         kept = {}
@@ -308,7 +319,7 @@ def compact_document(snapshot: NodeSnapshot) -> dict:
         d["readings"] = kept
         for f in d.get("faults", []):
             f.pop("source", None)
-    return _without_nulls(doc)
+    return doc
 
 
 # boot_id and attribution_sources: agent internals that would churn the annotation; energy:
@@ -317,16 +328,6 @@ _COMPACT_SNAPSHOT_LEFT_OUT = frozenset({"devices", "boot_id", "attribution_sourc
 # allocations change with every pod start; reported_health: the verdict (health) is what the
 # scheduler reads; readings and processes are replaced by what the annotation keeps of them
 _COMPACT_DEVICE_LEFT_OUT = frozenset({"readings", "processes", "allocations", "reported_health"})
-
-
-def _without_nulls(obj: Any) -> Any:
-    """Drop null members: every nullable field defaults to null when decoded, and an
-    8-GPU link matrix is mostly nulls (half the annotation before this)."""
-    if isinstance(obj, dict):
-        return {k: _without_nulls(v) for k, v in obj.items() if v is not None}
-    if isinstance(obj, list):
-        return [_without_nulls(v) for v in obj]
-    return obj
 
 
 def compact_json(snapshot: NodeSnapshot) -> str:
