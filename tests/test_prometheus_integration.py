@@ -202,6 +202,24 @@ def test_the_failed_gpu_raises_device_failed_and_the_healthy_node_stays_quiet(pr
     assert len(failed) == 1 and failed[0]["state"] in ("pending", "firing")
     info = prom.query(f'{N.DEVICE_INFO.name}{{node="{FAULTY}", uuid="{failed[0]["labels"]["uuid"]}"}}')
     assert info and info[0]["metric"]["index"] == "1"
-    noisy = {a["labels"]["alertname"] for a in alerts
-             if a["labels"].get("node") == HEALTHY and a["labels"]["alertname"] not in MAY_FIRE_ON_HEALTHY}
+    noisy = {a["labels"]["alertname"] for a in alerts if a["labels"].get("node") == HEALTHY
+             and a["labels"]["alertname"] not in MAY_FIRE_ON_HEALTHY and not missed_deadlines_only(prom, a)}
     assert noisy == set()
+
+
+# Error kinds of a collector that missed its deadline: a fake vendor CLI (a Python start per call)
+# can take longer than the interval on a loaded CI machine, and the rule then rightly goes pending
+# (CI saw it once, the image building beside the suite). Any other kind stays a misfire.
+DEADLINE_KINDS = ("timeout", "late", "busy")
+
+
+def missed_deadlines_only(prom, alert: dict) -> bool:
+    """A healthy node's AcceleratorCollectorDown, pending, whose collector failed only by missing
+    its deadline (load on this machine, not a false alert)."""
+    labels = alert["labels"]
+    if labels["alertname"] != "AcceleratorCollectorDown" or alert["state"] != "pending":
+        return False
+    # the agent started with this module: its counters hold every failure of the run
+    errors = prom.query(f'{N.COLLECTOR_ERRORS.name}{{node="{HEALTHY}", collector="{labels["collector"]}"}} > 0')
+    kinds = {r["metric"]["kind"] for r in errors}
+    return bool(kinds) and kinds <= set(DEADLINE_KINDS)
