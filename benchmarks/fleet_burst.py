@@ -145,7 +145,7 @@ def _serve(conn: Any, bookmark_seconds: float) -> None:
             for client, counts in api.tally_by_client().items():
                 if client in failing:
                     mine.update(counts)
-            out = (api.tally(), api.per_second(), dict(mine), api.unchanged_writes())
+            out = (api.tally(), api.per_second(), dict(mine), api.unchanged_writes(), api.sent_bytes())
         elif cmd == "cpu":  # this process's CPU seconds (user + system), all its threads
             out = cpu_seconds()
         elif cmd == "marks":
@@ -631,7 +631,7 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
     for a in failing:
         boot = f"{a.boot_id}-rebooted" if recovery and a.kind in REBOOTED else a.boot_id
         a.pending = shapes[a.kind].personal(ahead.snaps[a.kind], a.node, boot)
-    before, seconds_before, failing_before, unchanged_before = server.ask("tally")
+    before, seconds_before, failing_before, unchanged_before, sent_before = server.ask("tally")
     cpu0 = (cpu_seconds(), server.ask("cpu"))
     t0 = time.monotonic()
     handed = ticker.switch(failing)
@@ -645,7 +645,7 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
     if unsettled:
         progress(f"not settled: {unsettled}")
     time.sleep(1.0)  # requests still in flight when the last reconcile ended
-    after, per_second, failing_after, unchanged_after = server.ask("tally")
+    after, per_second, failing_after, unchanged_after, sent_after = server.ask("tally")
     cpu = {"agents": round(cpu_seconds() - cpu0[0], 3), "api_server": round(server.ask("cpu") - cpu0[1], 3)}
     window = {t: n - seconds_before.get(t, 0) for t, n in per_second.items() if t >= int(t0)}
     return {"requests": delta(after, before), "failing_requests": delta(failing_after, failing_before),
@@ -655,6 +655,7 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
             "waited": [a.started_at - h for a, h in zip(failing, handed) if a.started_at is not None],
             "done_at": {a.node: a.done_at for a in failing if a.done_at is not None},
             "peak_requests_per_second": max(window.values(), default=0), "cpu_seconds": cpu,
+            "sent_bytes": delta(sent_after, sent_before),
             "collect_seconds": ahead.collect_seconds}
 
 
@@ -839,6 +840,8 @@ def report(s: Settings, agents: list[NodeAgent], idle: dict[str, int], idle_seco
             failing, fault["handed"])}),
         "fault_phase_seconds": r2(fault["elapsed"]),
         "fault_phase_cpu_seconds": fault["cpu_seconds"],
+        "fault_phase_answered_megabytes": {k: round(v / 1e6, 2) for k, v in fault["sent_bytes"].items()
+                                           if v >= 10_000},
         "unsettled_agents": {"fault": fault["unsettled"], "recovery": recovery["unsettled"]},
         "recovery_requests": recovery["requests"],
         "max_tainted_at_once": max_at_once(marks),

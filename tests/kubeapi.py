@@ -74,8 +74,9 @@ Every request is recorded (``requests``), every stored version of every object i
 request is also counted by verb and resource (``tally()``: ``{"get nodes": 3, "patch
 nodes/status": 1, "watch pods": 1, ...}``, the verbs as RBAC names them) and by second
 (``per_second()``: non-watch requests per whole ``time.monotonic()`` second), per client
-(``tally_by_client()``, by User-Agent, with ``count_clients=True``), and the writes that stored
-nothing apart (``unchanged_writes()``: refused, or no-ops); a benchmark of many agents passes
+(``tally_by_client()``, by User-Agent, with ``count_clients=True``), the bytes answered by the
+same key (``sent_bytes()``), and the writes that stored nothing apart (``unchanged_writes()``:
+refused, or no-ops); a benchmark of many agents passes
 ``keep_requests=False`` so that only the counts are kept, not every request nor version.
 
 Use the ``kube_api`` fixture (registered in conftest.py) or ``KubeAPIServer().start()``.
@@ -636,6 +637,7 @@ class KubeAPIServer:
         self._tally: Counter = Counter()  # "verb resource[/sub]" -> requests
         self._seconds: Counter = Counter()  # whole monotonic second -> non-watch requests
         self._unchanged: Counter = Counter()  # "verb resource code" -> writes that stored nothing
+        self._sent: Counter = Counter()  # "verb resource[/sub]" -> bytes of JSON answered (watches apart)
         self.count_clients = count_clients
         self._by_client: dict[str, Counter] = {}  # User-Agent -> its tally (count_clients)
         self._stopping = threading.Event()
@@ -1141,6 +1143,12 @@ class KubeAPIServer:
         create answered AlreadyExists; ``"patch nodes 200"``: a patch that changed nothing)."""
         with self._lock:
             return dict(self._unchanged)
+
+    def sent_bytes(self) -> dict[str, int]:
+        """Bytes of the JSON bodies answered so far, by ``tally()``'s key (a watch's events are
+        not counted)."""
+        with self._lock:
+            return dict(self._sent)
 
     def tally_by_client(self) -> dict[str, dict[str, int]]:
         """``tally()`` per client (the request's User-Agent), with ``count_clients=True``."""
@@ -2009,6 +2017,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, code: int, body: Any) -> None:
         api = self.server_api
         data = json.dumps(_at_version(body, getattr(api._local, "version", None))).encode()
+        key = getattr(api._local, "key", None)
+        if key is not None:
+            with api._lock:
+                api._sent[key] += len(data)
         try:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -2044,6 +2056,7 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         is_watch = method == "GET" and _truthy(query.get("watch"))
         api._local.version, api._local.warnings, api._local.user = None, [], None
+        api._local.key = None
         api._local.field_validation = query.get("fieldValidation")
         rec = RequestRecord(method, path, query, self.headers.get("Content-Type", ""), None)
         rec.target = self.path
@@ -2056,7 +2069,7 @@ class _Handler(BaseHTTPRequestHandler):
             rec.status = e.code
             self._send_json(e.code, e.status())
             return
-        key = api._count(method, path, is_watch, self.headers.get("User-Agent", ""))
+        key = api._local.key = api._count(method, path, is_watch, self.headers.get("User-Agent", ""))
         if api.keep_requests:
             with api._lock:
                 api.requests.append(rec)

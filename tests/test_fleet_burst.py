@@ -128,6 +128,9 @@ def test_the_json_has_the_keys_design_names(small_run):
     assert 0 <= small_run["fault_reconcile_wait_p50_seconds"] <= small_run["fault_reconcile_wait_p99_seconds"]
     cpu = small_run["fault_phase_cpu_seconds"]  # the agents' process and the API server's, apart
     assert set(cpu) == {"agents", "api_server"} and min(cpu.values()) >= 0 and cpu["agents"] > 0, cpu
+    # the budget's LIST of every accelerator Node is in the bytes the burst was answered
+    answered = small_run["fault_phase_answered_megabytes"]
+    assert answered.get("list nodes", 0) > 0, answered
 
 
 # --------------------------------------------------------------------------- jitter

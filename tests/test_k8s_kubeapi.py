@@ -5,6 +5,7 @@ fails here and not silently in the health tests."""
 from __future__ import annotations
 
 import threading
+import urllib.request
 
 import pytest
 
@@ -53,6 +54,25 @@ def test_get_and_list_with_selectors(kube_api, core):
     with pytest.raises(ApiException) as e:
         core.read_node("absent")
     assert e.value.status == 404
+
+
+def test_answers_are_counted_in_bytes_by_verb_and_resource_and_a_list_rv_is_checked(kube_api, core):
+    """sent_bytes(): the JSON answered, by tally()'s key (fleet_burst reports the burst's LIST bytes);
+    a list's resourceVersion is "0" (the watch cache) or a number, else 400."""
+    for i in range(3):
+        kube_api.seed_node(f"gpu-{i}", annotations={"big": "x" * 5000})
+    def body(path: str) -> bytes:
+        req = urllib.request.Request(kube_api.url + path, headers={"Authorization": f"Bearer {kube_api.token}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read()
+    one = len(body("/api/v1/nodes/gpu-0"))
+    everything = body("/api/v1/nodes?resourceVersion=0")
+    sent = kube_api.sent_bytes()
+    assert sent["get nodes"] == one and sent["list nodes"] == len(everything) > 3 * 5000, sent
+    assert set(sent) == {"get nodes", "list nodes"}
+    with pytest.raises(ApiException) as e:
+        core.list_node(resource_version="latest")
+    assert e.value.status == 400
 
 
 def test_strategic_merge_merges_conditions_by_type_and_replaces_taints(kube_api, core):
