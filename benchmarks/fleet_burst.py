@@ -167,6 +167,17 @@ def cpu_seconds() -> float:
     return use.ru_utime + use.ru_stime
 
 
+def cpu_split(server: "Server", since: tuple[float, float], per: float = 1.0) -> dict[str, float]:
+    """CPU seconds of the agents' process and the API server's since ``since`` (``cpu_now``'s), per ``per``."""
+    return {"agents": round((cpu_seconds() - since[0]) / per, 3),
+            "api_server": round((server.ask("cpu") - since[1]) / per, 3)}
+
+
+def cpu_now(server: "Server") -> tuple[float, float]:
+    """The agents' process's CPU seconds and the API server's, now."""
+    return cpu_seconds(), server.ask("cpu")
+
+
 def refusal_kind(message: str) -> str:
     """An AcceleratorTaintBudgetExhausted event's cause: ``late`` (the holder's deadline passed
     before its taint was sent), ``taken-back`` (its slot was taken over before its taint landed
@@ -632,7 +643,7 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
         boot = f"{a.boot_id}-rebooted" if recovery and a.kind in REBOOTED else a.boot_id
         a.pending = shapes[a.kind].personal(ahead.snaps[a.kind], a.node, boot)
     before, seconds_before, failing_before, unchanged_before, sent_before = server.ask("tally")
-    cpu0 = (cpu_seconds(), server.ask("cpu"))
+    cpu0 = cpu_now(server)
     t0 = time.monotonic()
     handed = ticker.switch(failing)
     last = settle(failing, s.settle_timeout)
@@ -646,7 +657,7 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
         progress(f"not settled: {unsettled}")
     time.sleep(1.0)  # requests still in flight when the last reconcile ended
     after, per_second, failing_after, unchanged_after, sent_after = server.ask("tally")
-    cpu = {"agents": round(cpu_seconds() - cpu0[0], 3), "api_server": round(server.ask("cpu") - cpu0[1], 3)}
+    cpu = cpu_split(server, cpu0)
     window = {t: n - seconds_before.get(t, 0) for t, n in per_second.items() if t >= int(t0)}
     return {"requests": delta(after, before), "failing_requests": delta(failing_after, failing_before),
             "unchanged_writes": delta(unchanged_after, unchanged_before), "handed": handed, "t0": t0,
@@ -763,12 +774,11 @@ def run(s: Settings) -> dict:
         progress(f"every node reconciled once after {startup:.0f} s; idle")
         time.sleep(1.5 * s.resync)  # past every agent's first (jittered) resync
         server.ask("failing", [a.node for a in agents[:s.faults]])
-        idle0, cpu0 = server.ask("tally")[0], (cpu_seconds(), server.ask("cpu"))
+        idle0, cpu0 = server.ask("tally")[0], cpu_now(server)
         idle_seconds = s.idle_periods * s.resync
         time.sleep(idle_seconds)
         idle = delta(server.ask("tally")[0], idle0)
-        idle_cpu = {"agents": round((cpu_seconds() - cpu0[0]) / idle_seconds, 3),
-                    "api_server": round((server.ask("cpu") - cpu0[1]) / idle_seconds, 3)}
+        idle_cpu = cpu_split(server, cpu0, per=idle_seconds)
         progress("fault burst")
         fault = burst(s, server, ticker, agents, shapes, fault_ahead)
         fault["retry_requests"] = retries(s, server, fault)

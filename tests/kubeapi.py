@@ -2301,7 +2301,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             raise ApiError(400, "BadRequest", f"limit: not an integer: {query.get('limit')!r}") from None
         asked_rv = query.get("resourceVersion") or ""
-        if asked_rv and not asked_rv.isdigit():  # "0" (any, the watch cache) or a version number
+        if asked_rv and not (asked_rv.isascii() and asked_rv.isdigit()):  # "0" (any: the watch cache) or a version
             raise ApiError(400, "BadRequest", f"invalid resourceVersion {asked_rv!r}")
         with api._lock:
             rv, after = api._rv, None

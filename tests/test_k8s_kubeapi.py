@@ -70,9 +70,10 @@ def test_answers_are_counted_in_bytes_by_verb_and_resource_and_a_list_rv_is_chec
     sent = kube_api.sent_bytes()
     assert sent["get nodes"] == one and sent["list nodes"] == len(everything) > 3 * 5000, sent
     assert set(sent) == {"get nodes", "list nodes"}
-    with pytest.raises(ApiException) as e:
-        core.list_node(resource_version="latest")
-    assert e.value.status == 400
+    for bad in ("latest", "\u00b2"):  # a word, a digit that is not an ASCII one
+        with pytest.raises(ApiException) as e:
+            core.list_node(resource_version=bad)
+        assert e.value.status == 400, bad
 
 
 def test_strategic_merge_merges_conditions_by_type_and_replaces_taints(kube_api, core):
