@@ -7,7 +7,9 @@ against this server. It speaks what the agent uses, the way the API server (1.37
   ``spec.nodeName``, ``status.phase`` or ``involvedObject.name``; the kinds of ``FIELD_LABELS``
   accept only their own field labels, 400 otherwise), lists in pages (``limit``, ``continue``,
   ``remainingItemCount``; a token from before ``compact()`` is 410; ``resourceVersion=0`` reads
-  the current state, as the watch cache would), ``POST`` (``generateName``,
+  the current state, as the watch cache would; ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io``
+  answers a ``meta.k8s.io/v1`` Table, the node printer's columns, ``includeObject`` None, Metadata
+  or Object; 406 when nothing asked can be served), ``POST`` (``generateName``,
   409 AlreadyExists), ``PUT``, ``DELETE`` (a DeleteOptions body: ``preconditions`` on uid and
   resourceVersion, 409 Conflict when they fail; ``dryRun``), and ``PATCH`` with
   ``application/merge-patch+json`` (RFC 7386),
@@ -1962,6 +1964,96 @@ def _at_version(body: Any, version: Optional[str]) -> Any:
     return out
 
 
+TABLE_MEDIA = ("Table", "meta.k8s.io", ("v1", "v1beta1"))
+INCLUDE_OBJECT = ("None", "Metadata", "Object")
+
+
+def wants_table(accept: str) -> bool:
+    """The API server's negotiation of a list's ``Accept`` header: True when the first media type
+    it can serve is a ``meta.k8s.io`` Table (``application/json;as=Table;v=v1;g=meta.k8s.io``),
+    False for the plain list (``application/json``, ``*/*``, no header); a header it can serve
+    nothing of is 406. A type with an ``as`` it does not serve is skipped, so a client adds a
+    plain ``application/json`` after it to fall back (what servers without Tables answer)."""
+    if not accept.strip():
+        return False
+    for clause in accept.split(","):
+        kind, *params = [x.strip() for x in clause.split(";")]
+        if kind not in ("application/json", "application/*", "*/*"):
+            continue
+        opts = dict(p.split("=", 1) for p in params if "=" in p)
+        if "as" not in opts:
+            return False
+        as_, group, versions = TABLE_MEDIA
+        if opts["as"] == as_ and opts.get("g") == group and opts.get("v") in versions:
+            return True
+    raise ApiError(406, "NotAcceptable", f"only the following media types are accepted: application/json, "
+                                         f"application/json;as=Table;v=v1;g=meta.k8s.io (asked: {accept!r})")
+
+
+def _age(stamp: Any) -> str:
+    """kubectl's short age of an RFC 3339 time (``5m``, ``3h``, ``2d``), ``<unknown>`` when none."""
+    try:
+        then = datetime.datetime.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return "<unknown>"
+    s = int((datetime.datetime.now(datetime.timezone.utc) - then).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{max(s, 0)}s"
+
+
+# (name, type, format, priority): the node printer's columns (priority 1: ``-o wide``'s)
+NODE_COLUMNS = [("Name", "string", "name", 0), ("Status", "string", "", 0), ("Roles", "string", "", 0),
+                ("Age", "string", "", 0), ("Version", "string", "", 0), ("Internal-IP", "string", "", 1),
+                ("External-IP", "string", "", 1), ("OS-Image", "string", "", 1), ("Kernel-Version", "string", "", 1),
+                ("Container-Runtime", "string", "", 1)]
+DEFAULT_COLUMNS = [("Name", "string", "name", 0), ("Created At", "date", "", 0)]
+
+
+def _node_cells(node: dict) -> list:
+    """A Node's row as the API server's node printer writes it."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    state = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    if spec.get("unschedulable"):
+        state += ",SchedulingDisabled"
+    prefix = "node-role.kubernetes.io/"
+    roles = sorted(k[len(prefix):] for k in meta.get("labels") or {} if k.startswith(prefix) and k[len(prefix):])
+    addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or [] if isinstance(a, dict)}
+    info = status.get("nodeInfo") or {}
+    return [meta.get("name"), state, ",".join(roles) or "<none>", _age(meta.get("creationTimestamp")),
+            info.get("kubeletVersion", ""), addresses.get("InternalIP", "<none>"),
+            addresses.get("ExternalIP", "<none>"), info.get("osImage", "<unknown>"),
+            info.get("kernelVersion", "<unknown>"), info.get("containerRuntimeVersion", "<unknown>")]
+
+
+def table(res: "Resource", listed: dict, include: Optional[str]) -> dict:
+    """A list as a ``meta.k8s.io/v1`` Table: the node printer's columns for Nodes, the default
+    convertor's (Name, Created At) for the rest; each row's ``object`` by ``includeObject``
+    (``Metadata``, the default: a PartialObjectMetadata; ``Object``: the object; ``None``: null)."""
+    include = include or "Metadata"
+    if include not in INCLUDE_OBJECT:
+        raise ApiError(400, "BadRequest", f"includeObject: Unsupported value: {include!r}: supported values: "
+                                          + ", ".join(f'"{v}"' for v in INCLUDE_OBJECT))
+    if res.kind == "Node":
+        columns, cells = NODE_COLUMNS, _node_cells
+    else:
+        columns = DEFAULT_COLUMNS
+
+        def cells(o: dict) -> list:
+            return [(o.get("metadata") or {}).get("name"), (o.get("metadata") or {}).get("creationTimestamp")]
+    rows = []
+    for obj in listed.get("items") or []:
+        inner = None if include == "None" else obj if include == "Object" else {
+            "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
+        rows.append({"cells": cells(obj), "object": inner})
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": listed.get("metadata") or {},
+            "columnDefinitions": [{"name": n, "type": t, "format": f, "description": "", "priority": prio}
+                                  for n, t, f, prio in columns],
+            "rows": rows}
+
+
 def _list_key(obj: dict) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
@@ -2229,7 +2321,9 @@ class _Handler(BaseHTTPRequestHandler):
         key_ns = ns or ""
         if name is None:
             if method == "GET":
-                return 200, self._list(res, ns, query), False
+                as_table = wants_table(self.headers.get("Accept", ""))
+                listed = self._list(res, ns, query)
+                return 200, table(res, listed, query.get("includeObject")) if as_table else listed, False
             if method == "POST":
                 if not isinstance(body, dict):
                     raise ApiError(400, "BadRequest", "the body of a create must be an object")

@@ -185,12 +185,16 @@ def test_a_node_whose_pods_fail_admission_for_gpus_is_tainted_naming_it(kube_api
         agent.close()
 
 
-def test_twenty_agents_failing_at_once_never_taint_more_nodes_than_the_budget(kube_api, tmp_path):
-    """20 nodes of a 20-node fleet hit XID 79 in the same cycle; budget 10 % = 2 nodes."""
+@pytest.mark.parametrize("whole_up_to", [500, 0], ids=["whole-listing", "names-and-labelled"])
+def test_twenty_agents_failing_at_once_never_taint_more_nodes_than_the_budget(kube_api, tmp_path, whole_up_to):
+    """20 nodes of a 20-node fleet hit XID 79 in the same cycle; budget 10 % = 2 nodes. Each
+    failing node lists every Node whole, or (``budget_whole_listing_max_nodes`` below the fleet)
+    the names as a Table and the nodes labelled as tainted: the slots keep the budget either way."""
     kc = kube_api.write_kubeconfig(tmp_path / "kc")
     env = {"POD_NAMESPACE": "hetero-exporter"}
     agents = [HealthAgent("health-xid79.yaml", kc, node=f"gpu-{i:02d}", environ=env,
-                          health={"budget_max_fraction": 0.1, "budget_min_nodes": 1}) for i in range(20)]
+                          health={"budget_max_fraction": 0.1, "budget_min_nodes": 1,
+                                  "budget_whole_listing_max_nodes": whole_up_to}) for i in range(20)]
     try:
         for a in agents:
             kube_api.seed_node(a.node, labels={"hetero-exporter.io/accelerator": "true"})
@@ -232,6 +236,12 @@ def test_twenty_agents_failing_at_once_never_taint_more_nodes_than_the_budget(ku
         for _, name, on in history:
             state[name] = on
             assert sum(state.values()) <= 2
+        whole = [r for r in kube_api.requests if r.method == "GET" and r.path == "/api/v1/nodes"
+                 and "as=Table" not in r.headers.get("Accept", "") and KEY not in r.query.get("labelSelector", "")]
+        assert bool(whole) is (whole_up_to >= 20)
+        for a in agents:  # the taint's mirror label, on the tainted nodes only
+            node = kube_api.node(a.node)
+            assert (KEY in node["metadata"]["labels"]) is any(t["key"] == KEY for t in node["spec"].get("taints") or [])
     finally:
         for a in agents:
             a.close()

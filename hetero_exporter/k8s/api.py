@@ -15,7 +15,8 @@ timeouts), and never touches the model layer:
   line by line from the response, each line bounded (``MAX_EVENT_BYTES``); ``close()`` from
   another thread ends a blocking read at once.
 
-Headers are those of the generated methods: ``Accept: application/json`` always, the patch's
+Headers are those of the generated methods: ``Accept: application/json`` (after a Table, where a
+list is asked as one: ``TABLE, application/json``, so a server without Tables answers the list), the patch's
 ``Content-Type`` (strategic merge for built-in kinds, merge or JSON patch when asked), and no
 Content-Type on a POST (the client sends its JSON body without one; the API server reads JSON).
 """
@@ -31,6 +32,7 @@ JSON = "application/json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # a list as rows of printed columns (meta.k8s.io/v1)
 PATCH_TYPES = (STRATEGIC_MERGE_PATCH, MERGE_PATCH, JSON_PATCH)
 
 # One watch event is one object in JSON: etcd stores at most 1.5 MiB per object (protobuf), its
@@ -57,8 +59,9 @@ class Api:
     # ------------------------------------------------------------------ JSON in, JSON out
 
     def get(self, path: str, params: Optional[Mapping[str, str]] = None, *, query: Optional[Query] = None,
-            timeout: Optional[Timeout] = None) -> dict:
-        return self.request("GET", path, params, query=query, timeout=timeout)
+            timeout: Optional[Timeout] = None, accept: str = JSON) -> dict:
+        """``accept``: another representation first (a Table: ``TABLE``), plain JSON after it."""
+        return self.request("GET", path, params, query=query, timeout=timeout, accept=accept)
 
     def post(self, path: str, params: Optional[Mapping[str, str]] = None, *, body: Any,
              query: Optional[Query] = None, timeout: Optional[Timeout] = None) -> dict:
@@ -76,23 +79,23 @@ class Api:
 
     def request(self, method: str, path: str, params: Optional[Mapping[str, str]] = None, *,
                 query: Optional[Query] = None, body: Any = None, content_type: Optional[str] = None,
-                timeout: Optional[Timeout] = None) -> dict:
+                timeout: Optional[Timeout] = None, accept: str = JSON) -> dict:
         """One request; the decoded JSON body, ``K8sError`` on any failure."""
         def send(_preload_content: bool = False, _request_timeout: Optional[Timeout] = None) -> Any:
             return self.open(method, path, params, query=query, body=body, content_type=content_type,
-                             timeout=_request_timeout)
+                             timeout=_request_timeout, accept=accept)
         return call(send, timeout=self.timeout if timeout is None else timeout)
 
     # ------------------------------------------------------------------ the one way out
 
     def open(self, method: str, path: str, params: Optional[Mapping[str, str]] = None, *,
              query: Optional[Query] = None, body: Any = None, content_type: Optional[str] = None,
-             timeout: Optional[Timeout] = None) -> Any:
+             timeout: Optional[Timeout] = None, accept: str = JSON) -> Any:
         """Send the request; the urllib3 response, its body unread. Raises what the client raises
         (``ApiException`` for an error answer on clients of the "python-legacy" generator, urllib3
         and OS errors for transport failures); newer clients return error answers as responses."""
         client = self.api_client
-        headers = {"Accept": JSON}
+        headers = {"Accept": JSON if accept == JSON else f"{accept}, {JSON}"}
         if content_type:
             headers["Content-Type"] = content_type
         pairs = sorted((k, v) for k, v in (query or {}).items() if v is not None)

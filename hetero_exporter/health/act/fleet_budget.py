@@ -238,11 +238,13 @@ class FleetView:
 
 
 def fleet_view(nodes: Iterable[Mapping[str, Any]], cfg: RemedyConfig, node: str, *, labelled: bool,
-               classes: bool, at: float) -> FleetView:
+               classes: bool, at: float, named: Optional[Iterable[str]] = None) -> FleetView:
     """The view of a listing of Nodes (hostile input: unnamed ones are skipped). ``labelled``: the
     listing was by the accelerator label; else accelerator nodes are those with our marks (the
-    devices annotation or our taint). ``classes``: read the books' classes too."""
-    names: set[str] = set()
+    devices annotation or our taint). ``classes``: read the books' classes too. ``named``: the
+    accelerator nodes' names from a lighter listing (a Table); then ``nodes`` are only those
+    labelled as carrying the taint (its mirror, health.plan.taint.taint_label), listed whole."""
+    names: set[str] = {n for n in named if isinstance(n, str)} if named is not None else set()
     tainted: set[str] = set()
     kept: list[Mapping[str, Any]] = []
     for n in nodes:

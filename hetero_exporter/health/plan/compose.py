@@ -28,7 +28,7 @@ from hetero_exporter.health.plan.pod_signals import PodSignalPlan
 from hetero_exporter.health.plan.records import OutboxEvent, PodTarget
 from hetero_exporter.health.plan.scheduler_annotations import AnnotationPlan
 from hetero_exporter.health.plan.stack import with_stack
-from hetero_exporter.health.plan.taint import TaintPlan, plan_taint, with_classes
+from hetero_exporter.health.plan.taint import TaintPlan, plan_taint, taint_label, with_classes
 from hetero_exporter.health.detect.policy import Policy
 from hetero_exporter.health.detect.rules import NodeVerdict, StickyFault, Verdict
 from hetero_exporter.health.detect.texts import device_name
@@ -118,6 +118,7 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
                                            or not selection_labels(snapshot, cfg.domain))
     inv = plan_inventory(snapshot, dict(meta.get("labels") or {}), annotations, book.labels, book.inventory_hash,
                          book.inventory_time, cfg, now, nodefeature_ready=ready)
+    mirror = taint_label(meta.get("labels") or {}, taint.taints, cfg)  # the budget lists tainted nodes by it
     cluster_parts = [x for x in (p.device_taints, p.pod_signals, p.scheduler_annotations, p.nodefeature)
                      if x is not None]
     for part in (faults, news, ovr, taint, cordon, condition, inv, *cluster_parts):
@@ -138,7 +139,7 @@ def plan(node: Mapping[str, Any], snapshot: NodeSnapshot, verdicts: Mapping[str,
         new_annotations.update(p.scheduler_annotations.patch)
     said = {u: v.reasons[0].message or "" for u, v in verdicts.items() if v.state == "recovering" and v.reasons}
     kept = bookkeeping(book, annotations, p.events, snapshot.boot_id, sticky, cfg, now, occurrences=occurrences,
-                       holds=holds, said=said, new_annotations=new_annotations, new_labels=inv.labels,
+                       holds=holds, said=said, new_annotations=new_annotations, new_labels={**inv.labels, **mirror},
                        spec={**taint.spec, **cordon.spec})
     p.book, p.node_patch = kept.book, kept.node_patch
     return p

@@ -66,6 +66,9 @@ class RemedyConfig:
     fleet_budget: bool = True  # the taint budget through Lease slots (else the node count alone)
     budget_namespace: str = ""  # the Leases' namespace: "" = $POD_NAMESPACE, else hetero-exporter
     budget_lease_seconds: float = 600.0  # a slot of a node that stopped renewing expires after this
+    # up to this many accelerator nodes, the fleet budget lists each Node whole (a taint anyone put
+    # there counts); above, their names (a Table) and the nodes with the taint's mirror label only
+    budget_whole_listing_max_nodes: int = 500
     # device classes (issue 38): first match wins; a device of none keeps the settings above (classes.py)
     classes: tuple[classes_mod.DeviceClass, ...] = ()
 
@@ -201,6 +204,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "stack": v.boolean, "stack_grace_seconds": _number(0.0, 86400.0),
     "fleet_budget": v.boolean, "budget_namespace": _namespace,
     "budget_lease_seconds": _number(30.0, 86400.0),
+    "budget_whole_listing_max_nodes": _number(0, 1_000_000, integer=True),
     "inventory_labels": lambda p, x: v.string(p, x, choices=INVENTORY_OUTLETS),
     "inventory": lambda p, x: _inventory(p, x),
     "nodefeature_namespace": _namespace,

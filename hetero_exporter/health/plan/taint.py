@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from hetero_exporter.health.plan.budget import Budget, rechecked, taint_would_be_added
 from hetero_exporter.health.plan.config import RemedyConfig
@@ -78,6 +78,26 @@ def with_classes(tp: TaintPlan, names: list[str]) -> TaintPlan:
     if names:
         record["classes"] = names
     return dataclasses.replace(tp, taint=record)
+
+
+def taint_label(labels: Mapping[str, str], taints: Sequence[dict], cfg: RemedyConfig) -> dict[str, Optional[str]]:
+    """The label ``<domain>/accelerator-unhealthy`` mirroring the taint of the same key (whoever
+    put it there), so that the fleet budget lists the tainted nodes by a label selector instead
+    of every accelerator Node (Kubernetes selects nodes by label, never by taint). ``taints``:
+    the node's after this plan; ``labels``: its labels now. The change to write (None: remove),
+    {} when the label is right. Written only where the selection labels go on the Node (labels
+    mode, not observe); elsewhere a mirror left from before is removed."""
+    if cfg.mode == "observe":
+        return {}
+    key = cfg.taint_key
+    values = [t.get("value") for t in taints if t.get("key") == key]
+    want: Optional[str] = None
+    if values and cfg.inventory and not cfg.nodefeature:
+        value = values[0]
+        want = value if isinstance(value, str) and label_value(value) == value else "true"
+    if labels.get(key) == want:
+        return {}
+    return {key: want} if want is not None or key in labels else {}
 
 
 def _text(cfg: RemedyConfig, value: str) -> str:
