@@ -105,7 +105,7 @@ def test_one_node_two_classes_two_device_taint_effects_and_the_node_taint_only_f
         agent.close()
 
 
-def _share_agents(kube_api, tmp_path, fleet_budget: bool) -> list[HealthAgent]:
+def _share_agents(kube_api, tmp_path, fleet_budget: bool, whole_up_to: int = 500) -> list[HealthAgent]:
     """Three nodes whose H100 0 falls off the bus at t=60 (training: share 1 of 3 nodes), and a
     fourth whose L40S 2 does (inference: share 0.5 -> 2, node_taint true here)."""
     kc = kube_api.write_kubeconfig(tmp_path / "kc")
@@ -113,7 +113,8 @@ def _share_agents(kube_api, tmp_path, fleet_budget: bool) -> list[HealthAgent]:
     inference = _scenario(tmp_path, MIXED + '  - {at: 60, vendor: nvidia, index: 2, kind: xid, code: "79"}\n', "i.yaml")
     classes = [{**CLASSES[0], "budget_share": 0.25},
                {**CLASSES[1], "node_taint": True, "budget_share": 0.5}]
-    health = {"classes": classes, "budget_max_fraction": 1.0, "budget_min_nodes": 1, "fleet_budget": fleet_budget}
+    health = {"classes": classes, "budget_max_fraction": 1.0, "budget_min_nodes": 1, "fleet_budget": fleet_budget,
+              "budget_whole_listing_max_nodes": whole_up_to}
     agents = [HealthAgent(training if i < 3 else inference, kc, node=f"gpu-{i}", health=health,
                           environ={"POD_NAMESPACE": NS}, state_dir=str(tmp_path / f"state-{i}")) for i in range(4)]
     for a in agents:
@@ -121,9 +122,12 @@ def _share_agents(kube_api, tmp_path, fleet_budget: bool) -> list[HealthAgent]:
     return agents
 
 
-@pytest.mark.parametrize("fleet_budget", [True, False], ids=["lease-slots", "counted"])
-def test_a_class_share_holds_while_another_class_still_taints(kube_api, tmp_path, fleet_budget):
-    agents = _share_agents(kube_api, tmp_path, fleet_budget)
+@pytest.mark.parametrize("fleet_budget,whole_up_to", [(True, 500), (True, 0), (False, 500)],
+                         ids=["lease-slots", "lease-slots-names-and-labelled", "counted"])
+def test_a_class_share_holds_while_another_class_still_taints(kube_api, tmp_path, fleet_budget, whole_up_to):
+    """``whole_up_to`` 0: the budget lists the names and the labelled nodes, these whole (their
+    books say which classes their taint is for)."""
+    agents = _share_agents(kube_api, tmp_path, fleet_budget, whole_up_to)
     try:
         for t in range(10, 130, 10):  # bounded: the agents in step, every 10 s
             for a in agents:
@@ -142,6 +146,10 @@ def test_a_class_share_holds_while_another_class_still_taints(kube_api, tmp_path
             assert sorted(v for k, v in slots.items() if k[len("hetero-exporter-taint-slot-"):].isdigit()) == \
                 ["gpu-0", "gpu-3"]
             assert len(slots) == 4  # no class slot left behind by a refused node
+        lists = [r for r in kube_api.requests if r.method == "GET" and r.path == "/api/v1/nodes"]
+        whole = {r.query.get("labelSelector") for r in lists if "as=Table" not in r.headers.get("Accept", "")}
+        assert whole == ({f"hetero-exporter.io/accelerator=true,{KEY}"} if whole_up_to == 0
+                         else {"hetero-exporter.io/accelerator=true"})
     finally:
         for a in agents:
             a.close()

@@ -77,7 +77,7 @@ import random
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Protocol
+from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Protocol, Sequence
 
 from hetero_exporter.health.detect.texts import parse_k8s_time
 from hetero_exporter.health.plan import Budget, RemedyConfig
@@ -237,17 +237,31 @@ class FleetView:
     at: float
 
 
-def fleet_view(nodes: Iterable[Mapping[str, Any]], cfg: RemedyConfig, node: str, *, labelled: bool,
-               classes: bool, at: float, named: Optional[Iterable[str]] = None) -> FleetView:
-    """The view of a listing of Nodes (hostile input: unnamed ones are skipped). ``labelled``: the
-    listing was by the accelerator label; else accelerator nodes are those with our marks (the
-    devices annotation or our taint). ``classes``: read the books' classes too. ``named``: the
-    accelerator nodes' names from a lighter listing (a Table); then ``nodes`` are only those
-    labelled as carrying the taint (its mirror, health.plan.taint.taint_label), listed whole."""
-    names: set[str] = {n for n in named if isinstance(n, str)} if named is not None else set()
-    tainted: set[str] = set()
+@dataclass(frozen=True)
+class FleetListing:
+    """What the budget listed (hostile input, as the API server answered it): ``nodes`` whole,
+    every accelerator Node or, after the light lists, those labelled as tainted (needed only for
+    their books' classes); ``names``: every accelerator node's name (a Table; None: ``nodes`` are
+    all of them); ``labelled``: the names of those with the taint's mirror label (a Table; None:
+    read from ``nodes``)."""
+
+    nodes: Sequence[Mapping[str, Any]] = ()
+    names: Optional[Sequence[str]] = None
+    labelled: Optional[Sequence[str]] = None
+
+
+def fleet_view(listing: FleetListing, cfg: RemedyConfig, node: str, *, labelled: bool, classes: bool,
+               at: float) -> FleetView:
+    """The view of a listing of Nodes (unnamed ones are skipped). ``labelled``: the listing was
+    by the accelerator label; else accelerator nodes are those with our marks (the devices
+    annotation or our taint). ``classes``: read the books' classes too. A node listed by the
+    taint's mirror label counts as tainted by the label alone: one whose taint was just removed
+    keeps it until its agent's next write, which counts it a little longer (the safe side)."""
+    names = {n for n in listing.names or () if isinstance(n, str)}
+    tainted = {n for n in listing.labelled or () if isinstance(n, str)}
+    names |= tainted  # listed a moment apart: a node may have joined between
     kept: list[Mapping[str, Any]] = []
-    for n in nodes:
+    for n in listing.nodes:
         meta = n.get("metadata") if isinstance(n, Mapping) else None
         name = meta.get("name") if isinstance(meta, Mapping) else None
         if not isinstance(name, str) or not isinstance(meta, Mapping):
@@ -262,6 +276,7 @@ def fleet_view(nodes: Iterable[Mapping[str, Any]], cfg: RemedyConfig, node: str,
             if ours:
                 tainted.add(name)
     names.add(node)
+    tainted.discard(node)
     return FleetView(len(names), frozenset(names), frozenset(tainted),
                      class_taints(kept, cfg) if classes else {}, at)
 

@@ -49,7 +49,7 @@ from hetero_exporter.model.evaluation import GATE_CODE
 if TYPE_CHECKING:
     # imported where they are used, with cluster access only: a node without it never loads them
     # (k8s.api, .dra, .events, .leases, .nodes, the fleet budget: ~0.5 MiB of RSS, issue 39 §5)
-    from hetero_exporter.health.act.fleet_budget import FleetBudget, FleetView
+    from hetero_exporter.health.act.fleet_budget import FleetBudget, FleetListing, FleetView
     from hetero_exporter.health.act.remedy_cluster import Applied, ClusterSide
     from hetero_exporter.k8s.events import Events
     from hetero_exporter.k8s.nodes import Nodes
@@ -310,11 +310,11 @@ class Remedy:
                 log.info("health: no fleet-wide taint slot", extra={"node": self.node, "why": full.why})
                 return Budget(total=view.total, tainted=full.held_by_others, granted=False)
         try:
-            named, nodes = self._fleet_listing(selector)
+            listing = self._fleet_listing(selector, classes=bool(shares))
         except K8sError as e:
             return Budget(0, 0, error=str(e))
-        view = self._nodes_view = fleet_view(nodes, self.cfg, self.node, labelled=selector is not None,
-                                             classes=bool(shares), at=time.monotonic(), named=named)
+        view = self._nodes_view = fleet_view(listing, self.cfg, self.node, labelled=selector is not None,
+                                             classes=bool(shares), at=time.monotonic())
         if fleet is None or not take_slot:
             return Budget(total=view.total, tainted=len(view.tainted),
                           classes=counted_classes(shares or {}, view.by_class, self.node))
@@ -326,28 +326,32 @@ class Remedy:
             log.info("health: no fleet-wide taint slot", extra={"node": self.node, "why": got.why})
         return budget
 
-    def _fleet_listing(self, selector: Optional[str]) -> tuple[Optional[list[str]], list[dict]]:
-        """(the accelerator nodes' names or None, the Nodes to count as tainted), K8sError when
-        they cannot be listed: every accelerator Node whole (by our marks when unlabelled), or,
-        with the Lease slots and the accelerator label in a fleet of more than
-        ``budget_whole_listing_max_nodes`` (as last listed; a first listing asks the names),
-        two light lists: the names as a Table (~100 bytes a node) and the nodes labelled as
-        carrying the taint, whole (about the budget's). This runs once per failing node: at
-        1,000 nodes the LISTs of every whole Node were 97 % of the bytes the API server sent in
-        a fault burst (BENCHMARKS.md "Fleet burst"). A taint without its mirror label (put
-        there by hand on a node whose agent is not running, or by an older agent) counts only
-        in a whole listing."""
+    def _fleet_listing(self, selector: Optional[str], classes: bool) -> FleetListing:
+        """The accelerator Nodes and those carrying the taint, K8sError when they cannot be
+        listed: every accelerator Node whole (by our marks when unlabelled), or, with the Lease
+        slots and the accelerator label in a fleet of more than ``budget_whole_listing_max_nodes``
+        (as last listed; a first listing asks the names), two light lists from the watch cache:
+        the names as a Table (~100 bytes a node) and those with the taint's mirror label, as a
+        Table too, or whole when ``classes`` (their books say which classes they are tainted
+        for). This runs once per failing node: at 1,000 nodes the LISTs of every whole Node were
+        97 % of the bytes the API server sent in a fault burst (BENCHMARKS.md "Fleet burst"). A
+        taint without its mirror label (put there by hand on a node whose agent is not running,
+        or by an older agent) counts only in a whole listing."""
+        from hetero_exporter.health.act.fleet_budget import FleetListing
         nodes = self._writer().nodes
         if self._fleet is None or selector is None:
-            return None, nodes.list(selector, cached=self._fleet is not None)
+            return FleetListing(nodes.list(selector, cached=self._fleet is not None))
         named: Optional[list[str]] = None
         if self._nodes_view is None:  # the fleet's size not known yet: the cheap list says it
             named = nodes.names(selector, cached=True)
         size = len(named) if named is not None else self._nodes_view.total if self._nodes_view else 0
         if size <= self.cfg.budget_whole_listing_max_nodes:
-            return None, nodes.list(selector, cached=True)
+            return FleetListing(nodes.list(selector, cached=True))
         named = named if named is not None else nodes.names(selector, cached=True)
-        return named, nodes.list(f"{selector},{self.cfg.taint_key}", cached=True)
+        tainted = f"{selector},{self.cfg.taint_key}"
+        if classes:
+            return FleetListing(nodes.list(tainted, cached=True), names=named)
+        return FleetListing(names=named, labelled=nodes.names(tainted, cached=True))
 
     def _lost(self) -> bool:
         return self._fleet is not None and self._fleet.lost
