@@ -115,6 +115,16 @@ def test_a_hostile_list_answer_gives_names_or_one_clear_error(answer):
         assert all(isinstance(n, str) and n for n in names)
 
 
+def test_the_view_of_the_light_lists_counts_the_labelled_others_and_this_node_once():
+    from hetero_exporter.health.act.fleet_budget import FleetListing, fleet_view
+    cfg = RemedyConfig(mode="enforce")
+    listing = FleetListing(names=["a", "b", 7, "me"], labelled=["b", "me", "joined-since", None])
+    view = fleet_view(listing, cfg, "me", labelled=True, classes=False, at=1.0)
+    assert view.total == 4 and view.names == {"a", "b", "me", "joined-since"}
+    assert view.tainted == {"b", "joined-since"}  # the label alone; never this node itself
+    assert fleet_view(FleetListing(names=[]), cfg, "me", labelled=True, classes=False, at=1.0).total == 1
+
+
 # --------------------------------------------------------------------------- the API server's side
 
 def test_the_loopback_server_answers_a_table_as_the_api_server_does(kube_api):
