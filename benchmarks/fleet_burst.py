@@ -155,6 +155,8 @@ def _serve(conn: Any, bookmark_seconds: float) -> None:
         elif cmd == "refusals":  # the budget's refusal events, by what the message says
             out = dict(Counter(refusal_kind(e.get("message", ""))
                                for e in api.events(reason="AcceleratorTaintBudgetExhausted")))
+        elif cmd == "tainted":  # nodes that carry the taint now
+            out = len(tainted)
         elif cmd == "annotated":  # nodes the agents have reconciled once (their inventory written)
             out = sum(1 for n in api.list(NODES) if "hetero-exporter.io/devices" in n["metadata"].get("annotations", {}))
         conn.send(out)
@@ -555,6 +557,7 @@ class Ahead:
 
     snaps: dict[str, NodeSnapshot]
     collect_seconds: dict[str, float]
+    not_shown: tuple[str, ...] = ()  # shapes whose snapshot did not show the phase (bounded tries)
 
 
 def collect_ahead(shapes: dict[str, Shape], kinds: list[str], scenario_t: float,
@@ -565,6 +568,7 @@ def collect_ahead(shapes: dict[str, Shape], kinds: list[str], scenario_t: float,
     probes again only after its back-off (wall time), would hand the agents nothing to do."""
     snaps: dict[str, NodeSnapshot] = {}
     seconds: dict[str, float] = {}
+    not_shown: list[str] = []
     for step in (0.0, 1.0):
         time.sleep(0.3)
         for k in kinds:
@@ -579,7 +583,8 @@ def collect_ahead(shapes: dict[str, Shape], kinds: list[str], scenario_t: float,
             snaps[k] = shapes[k].collect(scenario_t + 1.0)
         else:
             progress(f"the {k} shape did not show its phase after {tries} collections")
-    return Ahead(snaps, seconds)
+            not_shown.append(k)
+    return Ahead(snaps, seconds, tuple(not_shown))
 
 
 def fails(policy: Any) -> Callable[[NodeSnapshot], bool]:
@@ -647,6 +652,8 @@ def burst(s: Settings, server: Server, ticker: Ticker, agents: list[NodeAgent], 
     t0 = time.monotonic()
     handed = ticker.switch(failing)
     last = settle(failing, s.settle_timeout)
+    if recovery:  # a verdict that needs another collection tick to recover untaints at a later reconcile
+        wait_for(lambda: server.ask("tainted") == 0, max(0.0, t0 + s.settle_timeout - time.monotonic()), 0.5)
     unsettled: dict[str, int] = {}
     for a in failing:
         if a.done_at is None:
@@ -788,6 +795,7 @@ def run(s: Settings) -> dict:
         out = report(s, agents, idle, idle_seconds, fault, recovery, marks, startup, server.ask("slots"))
         out["budget_refusal_events"] = server.ask("refusals")
         out["idle_cpu_seconds_per_second"] = idle_cpu
+        out["shapes_not_shown"] = {"fault": list(fault_ahead.not_shown), "recovery": list(recovery_ahead.not_shown)}
         return out
     finally:
         if ticker is not None:
