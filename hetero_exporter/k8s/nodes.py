@@ -53,7 +53,7 @@ class Nodes:
 
     def names(self, label_selector: Optional[str] = None, *, cached: bool = False) -> builtins.list[str]:
         """The names of the Nodes, listed as a Table without objects (``includeObject=None``): a
-        row of printed columns a node, ~100 bytes instead of the whole Node (tens of KB with its
+        row of printed columns a node, ~140 bytes instead of the whole Node (tens of KB with its
         annotations and images). A server without Tables answers the plain list, read the same.
         ``cached`` as in ``list``."""
         query = {"labelSelector": label_selector or None, "resourceVersion": "0" if cached else None,

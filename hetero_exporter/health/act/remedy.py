@@ -331,7 +331,7 @@ class Remedy:
         listed: every accelerator Node whole (by our marks when unlabelled), or, with the Lease
         slots and the accelerator label in a fleet of more than ``budget_whole_listing_max_nodes``
         (as last listed; a first listing asks the names), two light lists from the watch cache:
-        the names as a Table (~100 bytes a node) and those with the taint's mirror label, as a
+        the names as a Table (~140 bytes a node) and those with the taint's mirror label, as a
         Table too, or whole when ``classes`` (their books say which classes they are tainted
         for). This runs once per failing node: at 1,000 nodes the LISTs of every whole Node were
         97 % of the bytes the API server sent in a fault burst (BENCHMARKS.md "Fleet burst"). A
