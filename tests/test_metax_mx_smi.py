@@ -287,13 +287,20 @@ def test_hung_fake_times_out_cleanly(metax, tmp_path):
     assert not isinstance(e.value, AssertionError)
     pids = (tmp_path / "mx-smi.hung.pids").read_text().split()
     import os
-    for pid in pids:  # both the fake and its grandchild are gone (or zombies reaped by init)
-        try:
-            os.kill(int(pid), 0)
-            alive = open(f"/proc/{pid}/stat").read().split()[2] not in ("Z", "X")
-        except (ProcessLookupError, FileNotFoundError):
-            alive = False
-        assert not alive, f"pid {pid} survived the deadline"
+    import time
+    for pid in pids:  # both the fake and its grandchild are gone (or zombies reaped by init) ...
+        end = time.monotonic() + 30.0  # ... once the kernel has torn them down: waited for, bounded
+        while True:
+            try:
+                os.kill(int(pid), 0)
+                with open(f"/proc/{pid}/stat") as f:
+                    alive = f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            except (ProcessLookupError, FileNotFoundError):
+                alive = False
+            if not alive:
+                break
+            assert time.monotonic() < end, f"pid {pid} survived the deadline"
+            time.sleep(0.1)
 
 
 def test_parse_command(metax, tmp_path, capsys):
