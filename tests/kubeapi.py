@@ -530,6 +530,11 @@ class RequestRecord:
     def is_write(self) -> bool:
         return self.method in ("POST", "PUT", "PATCH", "DELETE")
 
+    @property
+    def as_table(self) -> bool:
+        """Asked for a meta.k8s.io Table (``wants_table``), not the objects."""
+        return "as=Table" in self.headers.get("Accept", "")
+
 
 @dataclass
 class _Watcher:
@@ -1092,6 +1097,14 @@ class KubeAPIServer:
             recs = list(self.requests)
         return [r for r in recs if r.is_write and (path is None or re.search(path, r.path))
                 and (changed is None or r.changed == changed)]
+
+    def node_lists(self, *, table: Optional[bool] = None) -> list[RequestRecord]:
+        """Recorded LISTs of the Nodes (not watches); ``table``: only those asked as a Table (True)
+        or for the whole Nodes (False)."""
+        with self._lock:
+            recs = list(self.requests)
+        return [r for r in recs if r.method == "GET" and r.path == "/api/v1/nodes" and not _truthy(r.query.get("watch"))
+                and (table is None or r.as_table == table)]
 
     def tally(self) -> dict[str, int]:
         """Requests so far by verb and resource: ``"list nodes"``, ``"patch nodes/status"``,

@@ -23,14 +23,6 @@ KEY = "hetero-exporter.io/accelerator-unhealthy"
 ACCELERATOR = {"hetero-exporter.io/accelerator": "true"}
 
 
-def _nodes_lists(kube_api) -> list:
-    return [r for r in kube_api.requests if r.method == "GET" and r.path == "/api/v1/nodes"]
-
-
-def _whole(r) -> bool:
-    return "as=Table" not in r.headers.get("Accept", "")
-
-
 # --------------------------------------------------------------------------- the mirror label
 
 def _applied(node: dict, p) -> dict:
@@ -185,8 +177,8 @@ def test_above_the_whole_listing_size_the_budget_lists_names_and_labelled_nodes_
     _fleet(kube_api, agent, labelled=True)
     agent.run(0, 100)
     assert _ours(kube_api.node(agent.node)) == []  # 1 of 11 carries it: the budget (1) is used
-    lists = _nodes_lists(kube_api)
-    assert lists and not [r for r in lists if _whole(r)]  # names only: no class shares to read from books
+    lists = kube_api.node_lists()
+    assert lists and not kube_api.node_lists(table=False)  # names only: no class shares to read from books
     assert {r.query.get("labelSelector") for r in lists} == {"hetero-exporter.io/accelerator=true",
                                                              f"hetero-exporter.io/accelerator=true,{KEY}"}
     assert all(r.query.get("resourceVersion") == "0" for r in lists)  # from the watch cache

@@ -237,8 +237,7 @@ def _taint(kube_api, node: str) -> None:
 
 def _whole_lists(kube_api) -> int:
     """LISTs of the whole Nodes (not as a Table of their names)."""
-    return sum(1 for r in kube_api.requests if r.method == "GET" and r.path == "/api/v1/nodes"
-               and "as=Table" not in r.headers.get("Accept", ""))
+    return len(kube_api.node_lists(table=False))
 
 
 def test_a_refused_node_asks_again_without_listing_every_node_until_a_slot_frees(kube_api):

@@ -146,8 +146,7 @@ def test_a_class_share_holds_while_another_class_still_taints(kube_api, tmp_path
             assert sorted(v for k, v in slots.items() if k[len("hetero-exporter-taint-slot-"):].isdigit()) == \
                 ["gpu-0", "gpu-3"]
             assert len(slots) == 4  # no class slot left behind by a refused node
-        lists = [r for r in kube_api.requests if r.method == "GET" and r.path == "/api/v1/nodes"]
-        whole = {r.query.get("labelSelector") for r in lists if "as=Table" not in r.headers.get("Accept", "")}
+        whole = {r.query.get("labelSelector") for r in kube_api.node_lists(table=False)}
         assert whole == ({f"hetero-exporter.io/accelerator=true,{KEY}"} if whole_up_to == 0
                          else {"hetero-exporter.io/accelerator=true"})
     finally:

@@ -344,7 +344,9 @@ class Remedy:
         named: Optional[list[str]] = None
         if self._nodes_view is None:  # the fleet's size not known yet: the cheap list says it
             named = nodes.names(selector, cached=True)
-        size = len(named) if named is not None else self._nodes_view.total if self._nodes_view else 0
+            size = len(named)
+        else:
+            size = self._nodes_view.total
         if size <= self.cfg.budget_whole_listing_max_nodes:
             return FleetListing(nodes.list(selector, cached=True))
         named = named if named is not None else nodes.names(selector, cached=True)
