@@ -22,6 +22,8 @@ What it writes:
 - ``docs/metrics.md``: every field of the catalogue (model/fields.py) with its family, unit and
   labels, and per vendor where it comes from (its collectors' quality tables, ``field_sources``)
   or why it is missing (``unsupported``);
+- ``hetero_exporter/tables.jsonl``: every packaged YAML file of hetero_exporter/ and collectors/
+  parsed ahead of time (hetero_exporter/packaged.py: the agent then reads them without PyYAML);
 - ``charts/hetero-exporter/``: the Helm chart's generated files (charts/generate.py): the objects
   kustomize renders from deploy/ (written after the files above, which it renders), the
   dashboards, the vendors' values and schema, the chart's version.
@@ -39,6 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from hetero_exporter import packaged, validate
 from hetero_exporter.model.keys import DEFAULT_DOMAIN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,6 +269,18 @@ def chart(root: Path) -> dict[Path, str]:
     return _script(root, "charts/generate.py", "hetero_exporter_chart_generate").files(root, specs, generic_term)
 
 
+def tables_text(root: Path) -> str:
+    """hetero_exporter/tables.jsonl: each packaged YAML file (package data under hetero_exporter/
+    and collectors/), by its path in the checkout, parsed as ``validate.load_yaml`` parses it."""
+    files = sorted(p for top in ("hetero_exporter", "collectors") for p in (root / top).rglob("*.yaml")
+                   if "__pycache__" not in p.parts)
+    tables = []
+    for p in files:
+        text = p.read_text(encoding="utf-8")
+        tables.append((p.relative_to(root).as_posix(), text, validate.parse_yaml(text)))
+    return packaged.bundle_text(tables)
+
+
 def derived(root: Path) -> dict[Path, str]:
     """Every derived file under ``root`` and what it must hold, but the chart's."""
     names = vendor_packages(root)
@@ -276,6 +291,7 @@ def derived(root: Path) -> dict[Path, str]:
         root / "README.md": readme_text(root, specs),
         root / "deploy" / "overlays" / "all-vendors" / "kustomization.yaml": overlay_text(root, names),
         root / "docs" / "metrics.md": metrics_doc(specs),
+        root / "hetero_exporter" / packaged.BUNDLE.name: tables_text(root),
     }
     components = root / "deploy" / "components"
     out.update(_affinity_module(root).files(specs, components))

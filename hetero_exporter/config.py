@@ -52,7 +52,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-import yaml
 
 from hetero_exporter import finops as finops_mod
 from hetero_exporter import validate as v
@@ -426,6 +425,6 @@ def load(path: Optional[str]) -> Config:
         raise ConfigError("", f"cannot read config {path}: {e.strerror}") from None
     except ValidationError as e:
         raise e.rebased(ConfigError) from None
-    except (yaml.YAMLError, ValueError) as e:  # ValueError: an integer too long to convert
+    except ValueError as e:  # validate.NotYaml, or an integer too long to convert
         raise ConfigError("", f"not valid YAML: {e}", source=path) from None
     return from_dict(doc, path)

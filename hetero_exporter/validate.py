@@ -4,19 +4,18 @@ Each helper checks one value at a ``path`` (``interval``, ``collectors.nvml.enab
 ``devices[0].count``, ``--interval``) and returns it converted, or raises ValidationError,
 whose message is one line: ``FIELD: what is wrong; allowed: ...``. Nothing is coerced from a
 string: ``enabled: "false"`` (as Helm's ``quote`` writes it) is refused, not read as true.
-This module imports nothing of the project, so every layer may use it.
+This module imports only the floor's smallfile and packaged, so every layer may use it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
-
-import yaml
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar, Union
 
-from hetero_exporter import smallfile
+from hetero_exporter import packaged, smallfile
 from hetero_exporter.errors import InputError
 
 T = TypeVar("T")
@@ -224,30 +223,79 @@ def read_text(path: str, limit: int, what: str) -> str:
 # --------------------------------------------------------------------------- YAML
 
 
-class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class NotYaml(ValueError):
+    """Text that is not YAML, or YAML with a duplicate key (str(): PyYAML's message, with its line)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _strict_loader() -> type:
     """SafeLoader that refuses duplicate keys (yaml.v2's UnmarshalStrict does): the second of two
-    equal keys silently winning is how a config ends up meaning what nobody wrote."""
+    equal keys silently winning is how a config ends up meaning what nobody wrote. Built at the
+    first YAML that is not a packaged table: a plain run never imports PyYAML (packaged.py)."""
+    import yaml
+
+    def no_duplicates(loader: Any, node: Any, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<: *anchor": keys it brings in may be overridden by the mapping's own
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(None, None, "a key is not a plain value", key_node.start_mark)
+            if duplicate:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+    class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        pass
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, no_duplicates)
+    return StrictLoader
 
 
-def _no_duplicates(loader: Any, node: Any, deep: bool = False) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue  # "<<: *anchor": keys it brings in may be overridden by the mapping's own
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            duplicate = key in seen
-            seen.add(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError(None, None, "a key is not a plain value", key_node.start_mark)
-        if duplicate:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("duplicate key")  # YAML's strict loader then names it, with its line
+    return out
 
 
-StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)  # NaN, Infinity: not JSON's; YAML reads them as it always did
+
+
+def _finite(text: str) -> float:
+    got = float(text)
+    if not math.isfinite(got):
+        raise ValueError(text)  # 1e400: YAML reads it as a string, and says so
+    return got
 
 
 def load_yaml(text: str) -> Any:
-    """YAML of a config, web config or scenario file; yaml.YAMLError on bad YAML or a duplicate key."""
-    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    """YAML of a config, web config, scenario file or packaged table; NotYaml on bad YAML or a
+    duplicate key (ValueError: an integer too long to convert). A packaged table's text is
+    answered from packaged.parsed; a JSON object (as the tests and benchmarks write configs) by
+    the json module, which reads it as YAML would but for numbers with an exponent (JSON's,
+    which YAML 1.1 reads as strings); anything else parses with PyYAML."""
+    known = packaged.parsed(text)
+    if known is not None:
+        return known[0]
+    if text.lstrip()[:1] == "{":
+        try:
+            return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant,
+                              parse_float=_finite)
+        except (ValueError, RecursionError):
+            pass  # not JSON, or JSON that only YAML reads: YAML says what is wrong, as before
+    return parse_yaml(text)
+
+
+def parse_yaml(text: str) -> Any:
+    """``text`` parsed by PyYAML's safe loader, refusing duplicate keys (NotYaml)."""
+    import yaml
+    try:
+        return yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise NotYaml(str(e)) from None

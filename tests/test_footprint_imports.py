@@ -26,6 +26,8 @@ CLUSTER_ONLY = ("kubernetes", "hetero_exporter.health.act.remedy_cluster", "hete
                 "hetero_exporter.k8s.leases", "hetero_exporter.k8s.nodes", "hetero_exporter.k8s.nodefeatures",
                 "hetero_exporter.k8s.pod_writes")
 WEB_CONFIG = ("hetero_exporter.web.config", "hetero_exporter.web.certificates")
+# 1.7 MiB resident: the packaged tables come parsed (hetero_exporter/tables.jsonl), a JSON config by json
+YAML = ("yaml",)
 # loaded on every node: the controls that the run got as far as the health loop's reconcile
 ALWAYS = ("hetero_exporter.health.act.remedy", "hetero_exporter.health.plan.compose", "hetero_exporter.web.server")
 
@@ -51,7 +53,7 @@ RUN_UNTIL_FIRST_VERDICT = textwrap.dedent("""
     threading.Thread(target=watch, daemon=True).start()
     cli.main(sys.argv[2:] + ["--listen", f"127.0.0.1:{port}"])
     os._exit(4)  # run returned before the verdict was seen
-""" % (CLUSTER_ONLY + WEB_CONFIG + ALWAYS,))
+""" % (CLUSTER_ONLY + WEB_CONFIG + YAML + ALWAYS,))
 
 
 def _free_port() -> int:
@@ -74,7 +76,7 @@ def test_node_without_cluster_access_loads_no_cluster_only_module_and_no_web_con
         loaded = _run(["run", "--config", str(_fake_node(tmp_path / mode)), "--kernel-log", "off",
                        "--node-name", "gpu-1", "--health-mode", mode])
         assert set(ALWAYS) <= set(loaded), (mode, loaded)
-        assert not set(loaded) & set(CLUSTER_ONLY + WEB_CONFIG), (mode, loaded)
+        assert not set(loaded) & set(CLUSTER_ONLY + WEB_CONFIG + YAML), (mode, loaded)
 
 
 def test_node_with_cluster_access_in_dry_run_loads_the_remedy_cluster_side(kube_api, tmp_path):

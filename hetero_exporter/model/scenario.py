@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Sequence
 
-import yaml
 
 from hetero_exporter import validate as v
 from hetero_exporter.validate import ValidationError
@@ -523,6 +522,6 @@ def load_file(path: str, uuid_prefix: UuidPrefix = no_prefix,
         doc = v.load_yaml(v.read_text(path, MAX_SCENARIO_BYTES, "scenario"))
     except ValidationError as e:
         raise e.rebased(ScenarioError) from None
-    except (yaml.YAMLError, ValueError) as e:  # ValueError: an integer too long to convert
+    except ValueError as e:  # validate.NotYaml, or an integer too long to convert
         raise ScenarioError("", f"not valid YAML: {e}", source=path) from None
     return from_dict(doc, path, uuid_prefix, known_vendors)

@@ -61,9 +61,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
-import yaml
-
-from hetero_exporter import vendors
+from hetero_exporter import validate, vendors
 from hetero_exporter.sdk import faults
 from hetero_exporter.sdk import pciaddr
 from hetero_exporter.model.spec import VendorSpec
@@ -90,8 +88,6 @@ _MEMO_TEXT = 512
 # storm of distinct texts costs a regex search and a dict look-up per rule, not the code's
 # formatting and the fault table (~10 us). Bounded; cleared when full (it refills itself).
 _VERDICT_ENTRIES = 4096
-
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 # ---------------------------------------------------------------------------------- records
@@ -465,8 +461,8 @@ def load_rules(spec: VendorSpec) -> Optional[VendorRules]:
     if not path.is_file():
         raise RulesError(f"{spec.name}: kernel-log rules {path} not found")
     try:
-        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
-    except yaml.YAMLError as e:
+        doc = validate.load_yaml(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # validate.NotYaml
         raise RulesError(f"{path}: {e}") from None
     rules = parse_rules(doc, str(path))
     if rules.vendor != spec.name:

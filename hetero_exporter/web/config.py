@@ -33,7 +33,6 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-import yaml
 
 from hetero_exporter import validate as v
 from hetero_exporter.web import certificates
@@ -132,7 +131,7 @@ def load(path: str) -> WebSettings:
         raise WebConfigError(f"{where}: larger than {_MAX_FILE} characters")
     try:
         doc = v.load_yaml(text)
-    except yaml.YAMLError as e:
+    except ValueError as e:  # validate.NotYaml, or an integer too long to convert
         raise WebConfigError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None
     return parse(doc, os.path.dirname(os.path.abspath(path)), where)
 

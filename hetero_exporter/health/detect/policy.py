@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-import yaml
-
-from hetero_exporter import vendors
+from hetero_exporter import validate, vendors
 from hetero_exporter.health.detect import promote as promote_rules
 from hetero_exporter.model import ACTIONS, SEVERITIES, Fault
 from hetero_exporter.model.errors import InputError
@@ -222,7 +220,7 @@ def parse(doc: Mapping[str, Any], where: str = "policy") -> Policy:
 
 @functools.lru_cache(maxsize=1)
 def _shipped() -> dict:
-    return yaml.safe_load(POLICY_FILE.read_text(encoding="utf-8")) or {}
+    return validate.load_yaml(POLICY_FILE.read_text(encoding="utf-8")) or {}
 
 
 def load(overrides: Optional[Mapping[str, Any]] = None, promote: Any = None) -> Policy:
