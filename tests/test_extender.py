@@ -6,6 +6,8 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -268,6 +270,62 @@ def test_health_endpoints():
         assert client.get("/readyz") == (200, b"ready\n")
     finally:
         server.stop()
+
+
+def test_scoring_calls_run_one_at_a_time_and_the_probes_pass_them():
+    """/filter and /prioritize run on one thread of their own, one at a time (four at once under
+    one GIL only contend for it: BENCHMARKS.md "Extender at fleet size"); a probe is not queued
+    behind them."""
+    scorer = Scorer("binpack")
+    table = NodeTable(scorer)
+    table.replace(annotations())
+    ext = Extender(scorer, table, clock=lambda: T0 + 30)
+    server = ExtenderServer(("127.0.0.1", 0), ext).start()
+    gate, entered = threading.Event(), threading.Semaphore(0)
+    lock = threading.Lock()
+    running, most, seen = [0], [0], []
+    real = ext.filter_json
+
+    def held(body: bytes):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            seen.append(json.loads(body)["Pod"]["metadata"]["uid"])
+        entered.release()
+        gate.wait(60)
+        try:
+            return real(body)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    ext.filter_json = held
+    answers: dict[str, int] = {}
+
+    def call(uid: str) -> None:
+        body = {"Pod": {**pod(), "metadata": {**pod()["metadata"], "uid": uid}}, "NodeNames": ["hgx-idle"]}
+        answers[uid] = Client(server.address).post("/filter", body)[0]
+
+    threads = [threading.Thread(target=call, args=(uid,)) for uid in ("u0", "u1", "u2", "u3")]
+    try:
+        threads[0].start()
+        assert entered.acquire(timeout=60)  # u0 is being scored: it holds the lane
+        for t in threads[1:]:
+            t.start()
+        lane = server._http._serial._work_queue  # the three others wait there, not in the handler
+        deadline = time.monotonic() + 60
+        while lane.qsize() < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lane.qsize() == 3 and seen == ["u0"]
+        assert Client(server.address).get("/healthz") == (200, b"ok\n")  # answered while the lane is held
+        gate.set()
+        for t in threads:
+            t.join(60)
+    finally:
+        gate.set()
+        server.stop()
+    assert answers == {"u0": 200, "u1": 200, "u2": 200, "u3": 200}
+    assert most[0] == 1 and seen[0] == "u0" and sorted(seen) == ["u0", "u1", "u2", "u3"]
 
 
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),

@@ -185,15 +185,18 @@ class HttpServer:
     """Serves ``handler`` on (host, port) from a background thread; port 0 picks a free one.
 
     ``public_paths`` are served without basic auth (liveness and readiness probes); TLS, when
-    configured, applies to every path. ``stats`` counts refusals, evictions and timeouts."""
+    configured, applies to every path. ``serial_paths`` are handled one at a time, in the order
+    they came, on a thread of their own (CPU-bound handlers: several at once under one GIL only
+    contend for it); the other paths keep the ``limits.workers`` threads. ``stats`` counts refusals, evictions and timeouts."""
 
     def __init__(self, address: tuple[str, int], handler: Callable[[Request], Response], *,
                  limits: Limits = Limits(), web: Optional[WebSettings] = None,
-                 public_paths: Sequence[str] = (), name: str = "http"):
+                 public_paths: Sequence[str] = (), serial_paths: Sequence[str] = (), name: str = "http"):
         self.handler = handler
         self.limits = limits
         self.web = web or WebSettings()
         self.public_paths = frozenset(public_paths)
+        self.serial_paths = frozenset(serial_paths)
         self.name = name
         self.max_connections = _clamp_to_fd_limit(limits.max_connections)
         host, port = address
@@ -213,6 +216,8 @@ class HttpServer:
 
     def _init_rest(self, limits: Limits, name: str) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, limits.workers), thread_name_prefix=name)
+        self._serial = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{name}-serial") \
+            if self.serial_paths else self._pool
         self._bcrypt = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{name}-auth")
         self.auth_queue: Optional["AuthQueue"] = None
         auth = self.web.auth
@@ -275,6 +280,7 @@ class HttpServer:
                 self._loop.close()
         if first:
             self._pool.shutdown(wait=False, cancel_futures=True)
+            self._serial.shutdown(wait=False, cancel_futures=True)
             self._bcrypt.shutdown(wait=False, cancel_futures=True)
         if not self._thread.is_alive():
             _running.discard(self)
@@ -809,7 +815,8 @@ class _Connection(asyncio.BufferedProtocol):
             self._respond(_UNAUTHORIZED)
 
     def _serve(self, req: Request) -> None:
-        self.s.submit(self.s._pool, self.s.call_handler, req, self._respond, failed=_INTERNAL)
+        pool = self.s._serial if req.path.rstrip("/") in self.s.serial_paths else self.s._pool
+        self.s.submit(pool, self.s.call_handler, req, self._respond, failed=_INTERNAL)
 
     def _respond(self, resp: Response, close: bool = False) -> None:
         if self.closed:
