@@ -113,3 +113,18 @@ def test_json_reads_what_yaml_misreads():
     assert validate.load_yaml(json.dumps({"name": "\U00010000"})) == {"name": "\U00010000"}
     with pytest.raises(validate.NotYaml):
         validate.parse_yaml(json.dumps({"name": "\U00010000"}))
+
+
+@pytest.mark.parametrize("text, why", [
+    ("vendor: acme\nfaults: {a: 1\n", "not valid YAML"),                    # cut short
+    ("vendor: acme\nvendor: acme2\nfaults: {}\n", "duplicate key 'vendor'"),  # the second would win silently
+])
+def test_a_table_outside_the_bundle_that_is_not_yaml_is_a_fault_table_error(tmp_path, text, why):
+    """A third-party vendor's table is parsed by PyYAML's strict loader, and a bad one is named as
+    any malformed fault table is (one line, the file), not a YAML traceback."""
+    from hetero_exporter.model.faults import FaultTableError, read_table
+    path = tmp_path / "faults.yaml"
+    path.write_text(text)
+    with pytest.raises(FaultTableError, match=why) as e:
+        read_table("acme", str(path))
+    assert str(path) in str(e.value) and "\n" not in str(e.value)

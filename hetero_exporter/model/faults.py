@@ -111,7 +111,11 @@ def read_table(vendor: str, path: Optional[str]) -> FaultTable:
     ``empty_table`` for None."""
     if path is None:
         return empty_table(vendor)
-    return parse_table(validate.load_yaml(Path(path).read_text(encoding="utf-8")), path)
+    try:
+        doc = validate.load_yaml(Path(path).read_text(encoding="utf-8"))
+    except ValueError as e:  # validate.NotYaml: bad YAML or a duplicate key
+        raise FaultTableError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+    return parse_table(doc, path)
 
 
 def shipped_table(vendor: str, spec: Optional[VendorSpec]) -> FaultTable:
