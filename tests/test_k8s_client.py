@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("kubernetes")
 from kubernetes import client as kclient  # noqa: E402
 
-from hetero_exporter.k8s.client import K8sError, call, connect  # noqa: E402
+from hetero_exporter.k8s.client import K8sError, call, connect, decode_json  # noqa: E402
 
 
 def test_no_credentials_turns_kubernetes_features_off():
@@ -68,3 +73,35 @@ def test_timeout_is_a_transport_error(kube_api):
         call(core.patch_node, "n1", {"metadata": {"labels": {"a": "b"}}}, timeout=0.3)
     assert e.value.status is None and e.value.retryable
     assert "no answer" in str(e.value)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.text(max_size=10)
+                     | st.floats(allow_nan=False, allow_infinity=False),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+                     max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_an_answer_decodes_as_json_decodes_it(doc):
+    """decode_json (msgspec where installed) gives what json.loads gives for any JSON the API
+    server can send: integers past 64 bits, any text, floats."""
+    for text in (json.dumps(doc), json.dumps(doc, ensure_ascii=False)):
+        assert decode_json(text.encode()) == json.loads(text)
+
+
+@pytest.mark.parametrize("data", [b'{"a": NaN}', b'{"a": 1e400}', b"{", b"[" * 100_000, b'"\xff"', b""])
+def test_what_is_not_json_is_a_value_error(data):
+    with pytest.raises(ValueError):
+        decode_json(data)
+
+
+def test_without_msgspec_answers_decode_with_json(monkeypatch):
+    from hetero_exporter.k8s import client as k8s_client
+    monkeypatch.setitem(sys.modules, "msgspec", None)  # import msgspec -> ImportError
+    k8s_client._json_decoder.cache_clear()
+    try:
+        assert k8s_client._json_decoder() is json.loads
+        assert decode_json(b'{"items": [1]}') == {"items": [1]}
+    finally:
+        k8s_client._json_decoder.cache_clear()

@@ -257,6 +257,9 @@ def test_an_endless_line_is_refused_after_the_bound():
 
 @pytest.mark.parametrize("data, error", [
     (b"{not json\n", "not JSON"),
+    (b'{"type": "ADDED", "object": {"n": NaN}}\n', "not JSON"),  # json would take it; the API server never sends it
+    (b"[" * 100_000 + b"]" * 100_000 + b"\n", "not JSON"),      # deeper than a decoder recurses
+    (b'{"type": "ADDED", "object": {"n": "\xff"}}\n', "not JSON"),  # not UTF-8
     (line("ERROR", {"code": 500, "message": "etcd down"}), "ERROR 500: etcd down"),
 ])
 def test_bad_lines_and_error_events_fail_the_stream(data, error):

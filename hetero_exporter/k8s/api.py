@@ -23,10 +23,9 @@ Content-Type on a POST (the client sends its JSON body without one; the API serv
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterator, Mapping, Optional, Union
 
-from hetero_exporter.k8s.client import DEFAULT_TIMEOUT_SECONDS, K8sError, call, error_from_body
+from hetero_exporter.k8s.client import DEFAULT_TIMEOUT_SECONDS, K8sError, call, decode_json, error_from_body
 
 JSON = "application/json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -216,7 +215,7 @@ def _event(line: bytes) -> Optional[tuple[str, dict]]:
     if not line.strip():
         return None
     try:
-        event = json.loads(line)
+        event = decode_json(line)
     except ValueError:
         raise K8sError(f"watch: a line that is not JSON: {line[:80]!r}") from None
     etype = event.get("type") if isinstance(event, dict) else None

@@ -19,6 +19,7 @@ The API is small on purpose:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -128,6 +129,33 @@ def connect(kubeconfig: Optional[str] = None, *, env: Optional[Mapping[str, str]
     return Cluster(api_client=client.ApiClient(cfg), source=source, timeout_seconds=timeout_seconds)
 
 
+@functools.lru_cache(maxsize=1)
+def _json_decoder() -> Callable[[bytes], Any]:
+    """msgspec's JSON decoder where it is installed (the extender extra; the image has it),
+    else ``json.loads``. An accelerator Node is ~16 KB of JSON, most of it the devices
+    annotation's escaped text, and the budget's whole listing is one such Node per accelerator
+    node: msgspec decodes it about twice as fast (BENCHMARKS.md "Decoding the API server's
+    answers"). Imported at the first answer, not with this module: a node without cluster
+    access loads this module and never decodes."""
+    try:
+        import msgspec
+    except ImportError:
+        return json.loads
+    return msgspec.json.Decoder().decode
+
+
+def decode_json(data: bytes) -> Any:
+    """An API answer (or a watch line) decoded; ValueError when it is not JSON: bad syntax,
+    NaN or Infinity (not JSON's; json would take them), a number out of range, nesting deeper
+    than the decoder recurses, invalid UTF-8."""
+    try:
+        return _json_decoder()(data)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - msgspec's DecodeError and ValidationError (not ValueErrors)
+        raise ValueError(f"{type(e).__name__}: {e}") from None
+
+
 def error_from_body(status: int, raw: bytes | str | None, fallback: str, prefix: str = "") -> K8sError:
     """The K8sError of an error answer: its metav1.Status message and reason when it has one."""
     body: dict = {}
@@ -167,7 +195,7 @@ def call(fn: Callable[..., Any], *args: Any, timeout: "float | tuple[float, floa
     if not 200 <= status <= 299:
         raise error_from_body(status, data, "")
     try:
-        out = json.loads(data or b"{}")
+        out = decode_json(data or b"{}")
     except ValueError:
         raise K8sError(f"HTTP {status}: the API server answered with something that is not JSON",
                        status=status) from None
