@@ -279,7 +279,8 @@ def load_yaml(text: str) -> Any:
     duplicate key (ValueError: an integer too long to convert). A packaged table's text is
     answered from packaged.parsed; a JSON object (as the tests and benchmarks write configs) by
     the json module, which reads it as YAML would but for numbers with an exponent (JSON's,
-    which YAML 1.1 reads as strings); anything else parses with PyYAML."""
+    which YAML 1.1 reads as strings) and escaped characters outside the BMP (which PyYAML
+    refuses); anything else parses with PyYAML."""
     known = packaged.parsed(text)
     if known is not None:
         return known[0]

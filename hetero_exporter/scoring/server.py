@@ -68,7 +68,7 @@ class ExtenderServer(ServerFace):
         limits = dataclasses.replace(limits or EXTENDER_LIMITS, max_body_bytes=max_body_bytes)
         # /filter and /prioritize one at a time, in order: their work is Python and numpy under one
         # GIL, and four workers contending for it (numpy releases it between operations) cost a
-        # fifth of the throughput at 5,000 nodes (BENCHMARKS.md "Extender at fleet size"); the
+        # fifth of the throughput at 5,000 nodes (BENCHMARKS.md "One scoring lane"); the
         # probes, /metrics and /explain keep the other workers
         self._http = HttpServer(address, self.handle, limits=limits, web=web, public_paths=PROBES,
                                 serial_paths=tuple(VERBS), name="extender-http")

@@ -187,7 +187,8 @@ class HttpServer:
     ``public_paths`` are served without basic auth (liveness and readiness probes); TLS, when
     configured, applies to every path. ``serial_paths`` are handled one at a time, in the order
     they came, on a thread of their own (CPU-bound handlers: several at once under one GIL only
-    contend for it); the other paths keep the ``limits.workers`` threads. ``stats`` counts refusals, evictions and timeouts."""
+    contend for it); the other paths keep the ``limits.workers`` threads. ``stats`` counts
+    refusals, evictions and timeouts."""
 
     def __init__(self, address: tuple[str, int], handler: Callable[[Request], Response], *,
                  limits: Limits = Limits(), web: Optional[WebSettings] = None,
