@@ -52,7 +52,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-
 from hetero_exporter import finops as finops_mod
 from hetero_exporter import validate as v
 from hetero_exporter.sdk import host_tools

@@ -1,8 +1,9 @@
 """Helpers for the CLI-collector tests (npu-smi, cnmon): an in-process stand-in for
-vendor_cli.run over a fake tool's answer(), and a process-liveness check."""
+vendor_cli.run over a fake tool's answer(), and process-liveness checks."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from hetero_exporter.sdk.runner import CliError, CliResult
@@ -28,6 +29,15 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def gone(pid: int, limit: float = 30.0) -> bool:
+    """Whether ``pid`` is gone (or a zombie) within ``limit`` seconds: a killed process takes a
+    moment to be torn down on a loaded machine, so it is waited for, not checked at once."""
+    end = time.monotonic() + limit
+    while alive(pid) and time.monotonic() < end:
+        time.sleep(0.1)
+    return not alive(pid)
 
 
 def mutated(texts: list[str], chars: str, alphabet: str):

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Sequence
 
-
 from hetero_exporter import validate as v
 from hetero_exporter.validate import ValidationError
 

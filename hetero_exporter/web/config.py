@@ -33,7 +33,6 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-
 from hetero_exporter import validate as v
 from hetero_exporter.web import certificates
 from hetero_exporter.web.server import WebSettings
