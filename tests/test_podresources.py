@@ -193,3 +193,57 @@ def test_mapping_never_raises_and_every_allocation_is_a_listed_device(rows):
     assert sorted(decoded, key=repr) == sorted((r for r in records if r.device_ids), key=repr)
     assert len(unmatched) + sum(len(v) for v in allocs.values()) <= sum(
         len(r.device_ids) for r in records if vendor_of(r.resource))
+
+
+# A socket file exists from bind(), a moment before listen(): a List in between is refused. The
+# simulated kubelet is waited for until it says it serves (it prints its socket's path).
+_LATE_LISTENER = """
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+time.sleep(1.0)
+s.listen()
+print(sys.argv[1], flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_simulated_kubelet_is_waited_for_until_it_listens_not_until_its_file_appears(sock):
+    import socket
+    import subprocess
+    import sys
+    from hetero_exporter.simulate.kubelet import _said_serving
+    proc = subprocess.Popen([sys.executable, "-c", _LATE_LISTENER, sock], stdout=subprocess.PIPE)
+    try:
+        assert _said_serving(proc, sock, time.monotonic() + 60)
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(sock)  # refused had it returned when the file appeared
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+@pytest.mark.parametrize("script", ["print('something else', flush=True); import time; time.sleep(60)",
+                                    "raise SystemExit(3)"])
+def test_a_simulated_kubelet_that_never_says_it_serves_is_not_waited_for_past_its_word(sock, script):
+    import subprocess
+    import sys
+    from hetero_exporter.simulate.kubelet import _said_serving
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert not _said_serving(proc, sock, time.monotonic() + 60)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_the_simulated_kubelet_answers_its_first_list(sock):
+    pytest.importorskip("grpc")
+    from hetero_exporter.simulate import kubelet
+    stop = kubelet.spawn(sock, RECORDS, os.path.dirname(sock), wait_seconds=60)
+    try:
+        assert set(list_pod_resources(sock, timeout=30)) == set(RECORDS)
+    finally:
+        stop()

@@ -68,7 +68,7 @@ def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
     # would shadow the installed package
     proc = subprocess.Popen([sys.executable, "-m", "hetero_exporter.sources.podresources.server",
                              "--socket", socket_path, "--records", path, "--parent", str(os.getpid())],
-                            cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
 
     def stop() -> None:
@@ -79,14 +79,26 @@ def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
-        if proc.stderr:
-            proc.stderr.close()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe:
+                pipe.close()
 
-    deadline = time.monotonic() + wait_seconds
-    while not os.path.exists(socket_path):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            err = proc.stderr.read().decode(errors="replace")[-500:] if proc.stderr and proc.poll() is not None else ""
-            stop()
-            raise OSError(f"simulated kubelet did not listen on {socket_path}: {err or 'timed out'}")
-        time.sleep(0.02)
+    # Wait for the server's word, not for its socket file: the file appears at bind(), a moment
+    # before listen(), and a List in between is refused (the snapshot then had no allocations).
+    if not _said_serving(proc, socket_path, time.monotonic() + wait_seconds):
+        err = proc.stderr.read().decode(errors="replace")[-500:] if proc.stderr and proc.poll() is not None else ""
+        stop()
+        raise OSError(f"simulated kubelet did not listen on {socket_path}: {err or 'timed out'}")
     return stop
+
+
+def _said_serving(proc: Any, socket_path: str, deadline: float) -> bool:
+    """Whether ``proc`` printed ``socket_path``, the server's word that it answers there, before
+    ``deadline`` (monotonic s)."""
+    import selectors
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if sel.select(left):
+                return proc.stdout.readline().decode(errors="replace").rstrip("\n") == socket_path
+    return False

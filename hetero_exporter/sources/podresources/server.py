@@ -99,7 +99,8 @@ class PodResourcesServer:
 
 
 # --------------------------------------------------------------------------- separate process
-# simulate/kubelet.py ``spawn`` starts this module as the simulated node's kubelet.
+# simulate/kubelet.py ``spawn`` starts this module as the simulated node's kubelet; main() prints
+# the socket's path on stdout once the server answers there.
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -117,6 +118,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     server = PodResourcesServer(args.socket, records).start()
+    print(args.socket, flush=True)  # spawn() waits for this line, not for the socket file (see there)
     try:
         while not stop.wait(1.0):
             if args.parent and os.getppid() != args.parent:  # the agent died: do not linger
