@@ -69,6 +69,9 @@ head -n 3 "$work/inspect"
 grep -Eq '^node sim-node-1: [1-9][0-9]* device' "$work/inspect" || fail "inspect --simulate did not list the simulated node"
 
 step "hetero-exporter run --simulate on 127.0.0.1 (a free port)"
+# Made here: the background job opens its redirections after the fork, and the loop below may
+# read the log before that (sed: no such file, the check's failure on a loaded machine).
+: >"$work/run.out"; : >"$work/run.log"
 buildah "${store[@]}" run --isolation chroot "$ctr" -- timeout 300 \
   hetero-exporter run --simulate --kernel-log off --listen 127.0.0.1:0 --log-format json \
   </dev/null >"$work/run.out" 2>"$work/run.log" &
