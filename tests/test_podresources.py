@@ -247,3 +247,12 @@ def test_the_simulated_kubelet_answers_its_first_list(sock):
         assert set(list_pod_resources(sock, timeout=30)) == set(RECORDS)
     finally:
         stop()
+
+
+def test_a_simulated_kubelet_that_cannot_listen_is_one_line_naming_why(tmp_path):
+    pytest.importorskip("grpc")
+    from hetero_exporter.simulate import kubelet
+    too_long = str(tmp_path / ("k" * 120 + ".sock"))  # over the 107 bytes of a unix socket path
+    with pytest.raises(OSError) as err:
+        kubelet.spawn(too_long, RECORDS, str(tmp_path), wait_seconds=60)
+    assert "\n" not in str(err.value) and "Failed to bind" in str(err.value), err.value

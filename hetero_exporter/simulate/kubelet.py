@@ -65,11 +65,13 @@ def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
     if os.path.exists(socket_path):
         os.unlink(socket_path)
     # cwd=workdir: `python -m` puts the cwd first on sys.path, and a source checkout there
-    # would shadow the installed package
-    proc = subprocess.Popen([sys.executable, "-m", "hetero_exporter.sources.podresources.server",
-                             "--socket", socket_path, "--records", path, "--parent", str(os.getpid())],
-                            cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    # would shadow the installed package; its log goes to a file, as a pipe nobody reads would
+    # block the server once full
+    log_path = os.path.join(workdir, "podresources-server.log")
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "hetero_exporter.sources.podresources.server",
+                                 "--socket", socket_path, "--records", path, "--parent", str(os.getpid())],
+                                cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_file)
 
     def stop() -> None:
         if proc.poll() is None:
@@ -79,15 +81,16 @@ def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe:
-                pipe.close()
+        if proc.stdout:
+            proc.stdout.close()
 
     # Wait for the server's word, not for its socket file: the file appears at bind(), a moment
     # before listen(), and a List in between is refused (the snapshot then had no allocations).
     if not _said_serving(proc, socket_path, time.monotonic() + wait_seconds):
-        err = proc.stderr.read().decode(errors="replace")[-500:] if proc.stderr and proc.poll() is not None else ""
         stop()
+        with open(log_path, "rb") as log:  # its last line: a traceback's says what went wrong
+            lines = log.read()[-4096:].decode(errors="replace").strip().splitlines()
+        err = lines[-1][:500] if lines else ""
         raise OSError(f"simulated kubelet did not listen on {socket_path}: {err or 'timed out'}")
     return stop
 
