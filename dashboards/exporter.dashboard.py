@@ -66,6 +66,24 @@ dashboard = build_dashboard(
                        "bounded queue in a storm.",
                        Q(increase(N.KERNEL_LOG_DROPPED), "{{node}} {{reason}}"), stacked=True),
         ]]),
+        Section("Pipelines, the health stream and the agent's own guards", [[
+            timeseries("Export failures", "Exports to a pipeline (otlp, nvsentinel) that failed or were dropped, "
+                       "in each interval.",
+                       Q(increase(N.EXPORT_FAILURES), "{{node}} {{exporter}}"), stacked=True),
+            timeseries("Health stream clients", "Clients watching the local health stream, by stream.",
+                       Q(sel(N.HEALTH_STREAM_CLIENTS), "{{node}} {{stream}}")),
+            timeseries("Health stream drops", "Clients dropped or refused, and updates a client did not get, in "
+                       "each interval, by stream and reason.",
+                       Q(increase(N.HEALTH_STREAM_CLIENTS_DROPPED), "{{node}} {{stream}} client {{reason}}"),
+                       Q(increase(N.HEALTH_STREAM_MESSAGES_DROPPED), "{{node}} {{stream}} update {{reason}}")),
+        ], [
+            timeseries("TLS certificate expiry", "Seconds until the served TLS certificate (--web.config.file) "
+                       "expires.",
+                       Q(f"{sel(N.TLS_CERTIFICATE_EXPIRY)} - time()", "{{node}}"), unit="s"),
+            timeseries("Vendor-tool processes killed", "Processes of vendor-tool calls killed past the deadline "
+                       "outside the call's process group (a daemon the tool forked), in each interval.",
+                       Q(increase(N.TOOL_PROCESSES_KILLED), "{{node}}")),
+        ]]),
         Section("Field quality", [[
             table("Field status", "Devices per vendor, field and quality status (ok, unsupported, error, stale).",
                   Q(f"count by (vendor, field, status) ({sel(N.FIELD_STATUS)})")),

@@ -59,5 +59,24 @@ dashboard = build_dashboard(
                   f"Nodes carrying the {TAINT_KEY} taint, from kube-state-metrics (absent without it).",
                   Q(external("kube_node_spec_taint", f'key="{TAINT_KEY}"'))),
         ]]),
+        Section("Policy, overrides and the vendor stack", [[
+            timeseries("Fault promotions", "Devices whose fault code was promoted (health.promote: N occurrences "
+                       "in a window), by vendor, code and the state it promoted to.",
+                       Q(f"sum by (node, vendor, code, to) ({increase(N.HEALTH_PROMOTIONS)})",
+                         "{{node}} {{vendor}} {{code}} to {{to}}"), stacked=True),
+            table("Health overrides", "Devices an operator holds in a state (hetero-exporter health override), "
+                  "and the seconds until the override ends.",
+                  Q(by_device(f"{sel(N.HEALTH_OVERRIDE_UNTIL)} - time()", identity), "seconds left")),
+            timeseries("Vendor stack components", "1 when a vendor's plugin pods on the node are all Ready and none "
+                       "crash-loops, 0 otherwise, by vendor and component.",
+                       Q(sel(N.STACK_COMPONENT_UP), "{{node}} {{vendor}} {{component}}"), max_value=1),
+        ], [
+            timeseries("Objects another writer holds", "The health loop's own objects (its NodeFeature, taint slot "
+                       "Leases) that another writer holds or changed, at the last check, by kind.",
+                       Q(sel(N.HEALTH_FOREIGN_OBJECTS), "{{node}} {{kind}}")),
+            timeseries("Devices forgotten as removed", "Remembered devices forgotten in each interval: from an "
+                       "earlier boot, on neither the PCI bus nor their tool.",
+                       Q(increase(N.DEVICES_REMOVED), "{{node}} {{vendor}}"), stacked=True),
+        ]]),
     ],
 )

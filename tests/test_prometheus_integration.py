@@ -54,6 +54,18 @@ NO_DATA_YET = {
     "hetero-exporter-self/Why collectors fail": "no collector fails in these scenarios",
     "hetero-node/Retired pages and remapped rows#A": "page retirement predates Ampere: the simulated H100s remap rows",
     "hetero-node/Memory repairs pending or failed#A": "page retirement predates Ampere: the simulated H100s remap rows",
+    "hetero-node/Memory used as a share": "rocm-smi's concise table only (no byte counts); the simulated AMD GPUs use amdsmi",
+    "hetero-node/Interconnect rated speed": "nvidia-smi nvlink -s (the nvidia-smi collector); the simulated H100s use NVML",
+    "hetero-node/Control CPU": "npu-smi's per-card details come every 60 s, spread over cycles: after these scrapes",
+    "hetero-node/Clocks#B": "only npu-smi's per-card details give a maximum here (every 60 s, after these scrapes)",
+    "hetero-health/Fault promotions": "no health.promote rule is configured in these runs",
+    "hetero-health/Health overrides": "an override is a node annotation: no API server here",
+    "hetero-health/Vendor stack components": "the plugin pods come from the API server: none here",
+    "hetero-health/Objects another writer holds": "checked against the API server: none here",
+    "hetero-exporter-self/Export failures": "no OTLP or NVSentinel exporter is configured in these runs",
+    "hetero-exporter-self/Health stream clients": "the local health stream is off unless configured",
+    "hetero-exporter-self/Health stream drops": "the local health stream is off unless configured",
+    "hetero-exporter-self/TLS certificate expiry": "served without --web.config.file (no TLS)",
 }
 # Alerts that may fire on the healthy default node, alert -> why (none should, once all land).
 MAY_FIRE_ON_HEALTHY = {
