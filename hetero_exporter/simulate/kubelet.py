@@ -89,7 +89,8 @@ def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
     if not _said_serving(proc, socket_path, time.monotonic() + wait_seconds):
         stop()
         with open(log_path, "rb") as log:  # its last line: a traceback's says what went wrong
-            lines = log.read()[-4096:].decode(errors="replace").strip().splitlines()
+            log.seek(max(0, os.fstat(log.fileno()).st_size - 4096))
+            lines = log.read().decode(errors="replace").strip().splitlines()
         err = lines[-1][:500] if lines else ""
         raise OSError(f"simulated kubelet did not listen on {socket_path}: {err or 'timed out'}")
     return stop
