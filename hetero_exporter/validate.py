@@ -224,7 +224,8 @@ def read_text(path: str, limit: int, what: str) -> str:
 
 
 class NotYaml(ValueError):
-    """Text that is not YAML, or YAML with a duplicate key (str(): PyYAML's message, with its line)."""
+    """Text that is not YAML, or YAML with a duplicate key (str(): PyYAML's message, with its line,
+    on one line)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -299,4 +300,4 @@ def parse_yaml(text: str) -> Any:
     try:
         return yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
-        raise NotYaml(str(e)) from None
+        raise NotYaml(" ".join(str(e).split())) from None

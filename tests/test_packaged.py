@@ -43,8 +43,9 @@ def test_a_table_edited_since_the_bundle_misses_and_is_parsed_as_yaml():
     assert edited != text
     assert packaged.parsed(edited) is None
     assert validate.load_yaml(edited) == validate.parse_yaml(text)
-    with pytest.raises(validate.NotYaml, match="duplicate key"):
+    with pytest.raises(validate.NotYaml, match="duplicate key") as e:
         validate.load_yaml(text + "\nvendor: again\n")
+    assert "\n" not in str(e.value) and "line" in str(e.value)  # one line, naming where
 
 
 def test_without_the_bundle_nothing_is_answered(tmp_path):

@@ -3,9 +3,13 @@ the mapping of every vendor's resource names and device ids, the background poll
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
 import tempfile
 import time
+from typing import Iterator
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -208,35 +212,33 @@ time.sleep(60)
 """
 
 
-def test_the_simulated_kubelet_is_waited_for_until_it_listens_not_until_its_file_appears(sock):
-    import socket
-    import subprocess
-    import sys
-    from hetero_exporter.simulate.kubelet import _said_serving
-    proc = subprocess.Popen([sys.executable, "-c", _LATE_LISTENER, sock], stdout=subprocess.PIPE)
+@contextlib.contextmanager
+def _python(script: str, *args: str) -> Iterator[subprocess.Popen]:
+    """``python -c script args`` with its stdout piped, killed at the end."""
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE)
     try:
-        assert _said_serving(proc, sock, time.monotonic() + 60)
-        with socket.socket(socket.AF_UNIX) as probe:
-            probe.connect(sock)  # refused had it returned when the file appeared
+        yield proc
     finally:
         proc.kill()
         proc.wait()
         proc.stdout.close()
+
+
+def test_the_simulated_kubelet_is_waited_for_until_it_listens_not_until_its_file_appears(sock):
+    import socket
+    from hetero_exporter.simulate.kubelet import _said_serving
+    with _python(_LATE_LISTENER, sock) as proc:
+        assert _said_serving(proc, sock, time.monotonic() + 60)
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(sock)  # refused had it returned when the file appeared
 
 
 @pytest.mark.parametrize("script", ["print('something else', flush=True); import time; time.sleep(60)",
                                     "raise SystemExit(3)"])
 def test_a_simulated_kubelet_that_never_says_it_serves_is_not_waited_for_past_its_word(sock, script):
-    import subprocess
-    import sys
     from hetero_exporter.simulate.kubelet import _said_serving
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
-    try:
+    with _python(script) as proc:
         assert not _said_serving(proc, sock, time.monotonic() + 60)
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
 
 
 def test_the_simulated_kubelet_answers_its_first_list(sock):

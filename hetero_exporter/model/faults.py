@@ -114,7 +114,7 @@ def read_table(vendor: str, path: Optional[str]) -> FaultTable:
     try:
         doc = validate.load_yaml(Path(path).read_text(encoding="utf-8"))
     except ValueError as e:  # validate.NotYaml: bad YAML or a duplicate key
-        raise FaultTableError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+        raise FaultTableError(f"{path}: not valid YAML: {e}") from None
     return parse_table(doc, path)
 
 

@@ -131,7 +131,7 @@ def load(path: str) -> WebSettings:
     try:
         doc = v.load_yaml(text)
     except ValueError as e:  # validate.NotYaml, or an integer too long to convert
-        raise WebConfigError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None
+        raise WebConfigError(f"{where}: not valid YAML: {e}") from None
     return parse(doc, os.path.dirname(os.path.abspath(path)), where)
 
 
