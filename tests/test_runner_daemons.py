@@ -162,3 +162,69 @@ def test_kill_running_kills_a_call_within_its_deadline_and_what_it_detached(tmp_
     assert _gone(parent) and _gone(daemon), "a process of the call outlived kill_running"
     t.join(60)
     assert not t.is_alive() and errors  # the call ended (the tool died by a signal)
+
+
+# --------------------------------------------------------------------------- CI flake, 2026-12-07
+# killed_total once read 2 for one daemon: the call's `finally` killed the group a second time
+# while the first kill was still taking effect, and the unreaped daemon was counted again.
+def test_a_timed_out_call_kills_its_group_once(tmp_path, monkeypatch):
+    tool = tmp_path / "sleeper"
+    tool.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(3600)\n")
+    tool.chmod(0o755)
+    calls = []
+
+    def slow_kill(proc) -> None:  # the group still alive when the call's `finally` looks
+        calls.append(proc.pid)
+        import threading
+        threading.Timer(0.5, os.killpg, (proc.pid, 9)).start()
+    monkeypatch.setattr(runner, "_kill_call", slow_kill)
+    with pytest.raises(CliTimeout):
+        runner.run([str(tool)], timeout=1.0)
+    assert len(calls) == 1
+
+
+def test_only_writers_of_a_calls_pipe_are_taken_for_its_leftovers():
+    """A child another thread has forked and not exec'd yet holds copies of the agent's read
+    ends: it is no part of the call and is not killed."""
+    import subprocess
+    r, w = os.pipe()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    reader = subprocess.Popen(sleeper, pass_fds=(r,))
+    writer = subprocess.Popen(sleeper, pass_fds=(w,))
+    try:
+        inode = os.fstat(r).st_ino
+        holders = runner._pipe_holders({inode})
+        assert writer.pid in holders and reader.pid not in holders
+    finally:
+        for p in (reader, writer):
+            p.kill()
+            p.wait()
+        os.close(r)
+        os.close(w)
+
+
+def test_an_exited_descendant_is_neither_killed_nor_counted():
+    """A zombie below the call (exited, not reaped) takes a kill without error: it is left out."""
+    import subprocess
+    parent = subprocess.Popen([sys.executable, "-c",
+                               "import os, time\nif os.fork() == 0:\n    os._exit(0)\ntime.sleep(60)"])
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:  # the child has exited (a zombie: its parent sleeps)
+            kids = [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == parent.pid]
+            if kids and not any(_alive(int(p)) for p in kids):
+                break
+            time.sleep(0.05)
+        assert kids and not any(_alive(int(p)) for p in kids), "the child never exited"
+        assert runner._descendants(parent.pid) == []
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def _ppid(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1

@@ -63,6 +63,7 @@ class CliResult:
 _counter_lock = threading.Lock()
 _invocations: dict[str, int] = {}
 _running: dict[int, subprocess.Popen] = {}  # calls not finished yet, by pid: killed at exit
+_groups_killed: set[int] = set()  # of those, the ones killed already
 
 
 def invocations() -> dict[str, int]:
@@ -104,10 +105,11 @@ def _descendants(root: int, proc_root: str = "/proc") -> list[int]:
     for pid in pids:
         try:
             with open(os.path.join(proc_root, pid, "stat"), "rb") as f:
-                ppid = int(f.read(4096).rsplit(b")", 1)[1].split()[1])  # after the name: state, ppid
+                state, ppid = f.read(4096).rsplit(b")", 1)[1].split()[:2]  # after the name
         except (OSError, IndexError, ValueError):
             continue
-        children.setdefault(ppid, []).append(int(pid))
+        if state not in (b"Z", b"X") and ppid.isdigit():  # an exited one is not killed (nor counted)
+            children.setdefault(int(ppid), []).append(int(pid))
     found: list[int] = []
     todo = [root]
     while todo and len(found) < len(pids):  # bounded: a pid is listed once
@@ -117,9 +119,24 @@ def _descendants(root: int, proc_root: str = "/proc") -> list[int]:
     return found
 
 
+def _writes_pipe(fdinfo: str) -> bool:
+    """Whether the fd that ``/proc/PID/fdinfo/FD`` describes is open for writing (its ``flags:``
+    line, octal). Unreadable is no: only a writer keeps a call's output open."""
+    try:
+        with open(fdinfo, "rb") as f:
+            for line in f.read(4096).splitlines():
+                if line.startswith(b"flags:"):
+                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_RDONLY
+    except (OSError, IndexError, ValueError):
+        pass
+    return False
+
+
 def _pipe_holders(inodes: set[int], proc_root: str = "/proc") -> list[int]:
-    """Pids (not ours) holding one of these pipes: what is left of a call once its process group
-    is gone. Read only on a timeout: a /proc walk, bounded by the number of processes."""
+    """Pids (not ours) holding one of these pipes open for writing: what is left of a call once
+    its process group is gone. Only writers: a child another thread of ours has forked and not
+    yet exec'd holds copies of our read ends, and is no part of this call. Read only on a
+    timeout: a /proc walk, bounded by the number of processes."""
     wanted = {f"pipe:[{i}]" for i in inodes}
     me = os.getpid()
     found = []
@@ -137,15 +154,27 @@ def _pipe_holders(inodes: set[int], proc_root: str = "/proc") -> list[int]:
             continue
         for fd in fds:
             try:
-                if os.readlink(os.path.join(fd_dir, fd)) in wanted:
-                    found.append(int(pid))
-                    break
+                held = os.readlink(os.path.join(fd_dir, fd)) in wanted
             except OSError:
                 continue
+            if held and _writes_pipe(os.path.join(proc_root, pid, "fdinfo", fd)):
+                found.append(int(pid))
+                break
     return found
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the call once (``_kill_call``). A second kill while the first group is still dying
+    (the call's ``finally``, ``kill_running`` at exit) would count its daemons again: they are
+    not reaped yet, and a kill of a dying process succeeds."""
+    with _counter_lock:
+        if proc.pid in _groups_killed:
+            return
+        _groups_killed.add(proc.pid)
+    _kill_call(proc)
+
+
+def _kill_call(proc: subprocess.Popen) -> None:
     """Kill the call's process group, its descendants in other sessions, then whatever still
     holds its output pipes (a daemon that left the group with setsid would otherwise outlive
     every deadline and pile up each cycle)."""
@@ -267,10 +296,11 @@ def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYT
         for f in pipes:
             f.close()
         if proc.poll() is None:
-            _kill_group(proc)
+            _kill_group(proc)  # ended by something else (an interrupt): the group goes too
             proc.wait()
         with _counter_lock:
             _running.pop(proc.pid, None)
+            _groups_killed.discard(proc.pid)
     stdout = out.decode("utf-8", "replace")
     stderr = err[-STDERR_KEEP:].decode("utf-8", "replace").strip()
     result = CliResult(tuple(argv), stdout, stderr, rc, time.monotonic() - t0)
