@@ -67,6 +67,14 @@ NO_DATA_YET = {
     "hetero-exporter-self/Health stream drops": "the local health stream is off unless configured",
     "hetero-exporter-self/TLS certificate expiry": "served without --web.config.file (no TLS)",
 }
+# Of those, the ones whose data depends on how long the run took, not on what it stages: a slow
+# machine may get npu-smi's 60 s details into a scrape, or a fake tool past its deadline. Data there
+# is no news, so no warning.
+TIMING_DEPENDENT = {
+    "hetero-exporter-self/Why collectors fail",
+    "hetero-node/Control CPU",
+    "hetero-node/Clocks#B",
+}
 # Alerts that may fire on the healthy default node, alert -> why (none should, once all land).
 MAY_FIRE_ON_HEALTHY = {
     "AcceleratorDeviceMissing": "vendors of the default scenario whose collector has not landed report 0 present",
@@ -160,7 +168,7 @@ def test_every_panel_expression_parses_and_returns_data(prom):
         result = prom.query(substitute(expr, ALL_VALUES))  # raises on a parse or evaluation error
         listed = key if key in NO_DATA_YET else ref_key if ref_key in NO_DATA_YET else None
         if listed:
-            if result:
+            if result and listed not in TIMING_DEPENDENT:
                 missing_now_present.append(listed)
         elif not result:
             empty.append(f"{ref_key}: {expr}")
@@ -172,6 +180,7 @@ def test_every_panel_expression_parses_and_returns_data(prom):
 def test_the_no_data_list_names_real_panels():
     keys = {k for key, ref_key, _ in panel_queries() for k in (key, ref_key)}
     assert set(NO_DATA_YET) <= keys
+    assert TIMING_DEPENDENT <= set(NO_DATA_YET)
 
 
 def test_panel_filters_select_what_the_variables_say(prom):
