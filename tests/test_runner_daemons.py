@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from cli_fakes import alive, gone
 from hetero_exporter.sdk import runner
 from hetero_exporter.sdk.runner import CliTimeout
 
@@ -24,18 +25,6 @@ if pid == 0:
         time.sleep(1)  # keeps the inherited stdout open
 time.sleep(3600)
 '''
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (not reaped yet by its new parent) is dead
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_setsid_daemon_holding_stdout_does_not_outlive_the_deadline(tmp_path):
@@ -54,10 +43,10 @@ def test_a_setsid_daemon_holding_stdout_does_not_outlive_the_deadline(tmp_path):
         time.sleep(0.05)
     pid = int(pidfile.read_text())
     for _ in range(100):
-        if not _alive(pid):
+        if not alive(pid):
             break
         time.sleep(0.05)
-    assert not _alive(pid), "the daemon outlived the call"
+    assert not alive(pid), "the daemon outlived the call"
     assert runner.killed_total() == before + 1
 
 
@@ -120,13 +109,6 @@ def _pid_when_written(path, limit: float = 60.0) -> int:
     return int(path.read_text())
 
 
-def _gone(pid: int, limit: float = 60.0) -> bool:
-    end = time.monotonic() + limit
-    while _alive(pid) and time.monotonic() < end:
-        time.sleep(0.05)
-    return not _alive(pid)
-
-
 def test_a_child_that_detached_and_closed_its_pipes_does_not_outlive_the_deadline(tmp_path, leftovers):
     if not os.path.isdir("/proc/self/fd"):
         pytest.skip("needs /proc")
@@ -138,7 +120,7 @@ def test_a_child_that_detached_and_closed_its_pipes_does_not_outlive_the_deadlin
     daemon = _pid_when_written(pidfile)  # written before the deadline (8 s: a loaded machine starts it late)
     t.join(120)
     assert not t.is_alive() and raised
-    assert _gone(daemon), "the detached child outlived the call"
+    assert gone(daemon, 60.0), "the detached child outlived the call"
 
 
 def test_kill_running_kills_a_call_within_its_deadline_and_what_it_detached(tmp_path, leftovers):
@@ -159,7 +141,7 @@ def test_kill_running_kills_a_call_within_its_deadline_and_what_it_detached(tmp_
     daemon = _pid_when_written(pidfile)
     parent = _pid_when_written(tmp_path / "daemon.pid.tool")
     assert runner.kill_running() >= 1
-    assert _gone(parent) and _gone(daemon), "a process of the call outlived kill_running"
+    assert gone(parent, 60.0) and gone(daemon, 60.0), "a process of the call outlived kill_running"
     t.join(60)
     assert not t.is_alive() and errors  # the call ended (the tool died by a signal)
 
@@ -212,10 +194,10 @@ def test_an_exited_descendant_is_neither_killed_nor_counted():
         end = time.monotonic() + 60
         while time.monotonic() < end:  # the child has exited (a zombie: its parent sleeps)
             kids = [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == parent.pid]
-            if kids and not any(_alive(int(p)) for p in kids):
+            if kids and not any(alive(int(p)) for p in kids):
                 break
             time.sleep(0.05)
-        assert kids and not any(_alive(int(p)) for p in kids), "the child never exited"
+        assert kids and not any(alive(int(p)) for p in kids), "the child never exited"
         assert runner._descendants(parent.pid) == []
     finally:
         parent.kill()

@@ -63,7 +63,6 @@ class CliResult:
 _counter_lock = threading.Lock()
 _invocations: dict[str, int] = {}
 _running: dict[int, subprocess.Popen] = {}  # calls not finished yet, by pid: killed at exit
-_groups_killed: set[int] = set()  # of those, the ones killed already
 
 
 def invocations() -> dict[str, int]:
@@ -164,13 +163,13 @@ def _pipe_holders(inodes: set[int], proc_root: str = "/proc") -> list[int]:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the call once (``_kill_call``). A second kill while the first group is still dying
-    (the call's ``finally``, ``kill_running`` at exit) would count its daemons again: they are
-    not reaped yet, and a kill of a dying process succeeds."""
+    """Kill the call once (``_kill_call``): the one that takes it off ``_running`` kills it. A
+    second kill while the first group is still dying (the call's ``finally``, ``kill_running``
+    at exit) would count its daemons again: they are not reaped yet, and a kill of a dying
+    process succeeds."""
     with _counter_lock:
-        if proc.pid in _groups_killed:
+        if _running.pop(proc.pid, None) is None:
             return
-        _groups_killed.add(proc.pid)
     _kill_call(proc)
 
 
@@ -300,7 +299,6 @@ def run(argv: Sequence[str], timeout: float, *, max_bytes: int = DEFAULT_MAX_BYT
             proc.wait()
         with _counter_lock:
             _running.pop(proc.pid, None)
-            _groups_killed.discard(proc.pid)
     stdout = out.decode("utf-8", "replace")
     stderr = err[-STDERR_KEEP:].decode("utf-8", "replace").strip()
     result = CliResult(tuple(argv), stdout, stderr, rc, time.monotonic() - t0)

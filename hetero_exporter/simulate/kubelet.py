@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import os
+import selectors
+import subprocess
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from hetero_exporter import profiles, vendors
 from hetero_exporter.model.pods import ContainerDevices, PodInfo
@@ -53,11 +55,10 @@ def scenario_allocations(scenario: Any) -> list[ContainerDevices]:
 # The fake kubelet runs in its own process, as the real one does: the agent talks to it through
 # its grpc-free client (podresources/h2.py) and never loads the grpc runtime itself.
 def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
-          wait_seconds: float = 15.0) -> Any:
+          wait_seconds: float = 15.0) -> Callable[[], None]:
     """Start ``python -m hetero_exporter.sources.podresources.server`` serving ``records`` on
     ``socket_path``; returns a ``stop()`` callable. Raises OSError if it does not listen."""
     import json
-    import subprocess
     import sys
     path = os.path.join(workdir, "podresources-records.json")
     with open(path, "w", encoding="utf-8") as f:
@@ -96,10 +97,10 @@ def spawn(socket_path: str, records: Sequence[ContainerDevices], workdir: str,
     return stop
 
 
-def _said_serving(proc: Any, socket_path: str, deadline: float) -> bool:
+def _said_serving(proc: subprocess.Popen[bytes], socket_path: str, deadline: float) -> bool:
     """Whether ``proc`` printed ``socket_path``, the server's word that it answers there, before
     ``deadline`` (monotonic s)."""
-    import selectors
+    assert proc.stdout is not None  # spawn pipes it
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ)
         while (left := deadline - time.monotonic()) > 0:
