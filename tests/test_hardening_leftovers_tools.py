@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from agent_proc import Agent
-from test_runner_daemons import _alive
+from cli_fakes import alive
 
 SCENARIO = {"name": "hung-tool", "devices": [{"vendor": "hygon", "count": 1, "product": "Z100L",
                                               "memory_total": "32752MiB", "pci_address": "0000:4d:00.0"}],
@@ -54,13 +54,13 @@ def test_a_hung_tool_does_not_outlive_the_stopped_agent(tmp_path, short_tmp):
     try:
         found = _until(lambda: list(short_tmp.glob("hetero-exporter-*/**/*.hung.pids")), "the fake tool hanging")
         pids = [int(p) for p in _until(lambda: found[0].read_text().split(), "its pids written")]
-        assert len(pids) == 2 and all(_alive(p) for p in pids)  # the tool and its grandchild
+        assert len(pids) == 2 and all(alive(p) for p in pids)  # the tool and its grandchild
     finally:
         rc = agent.stop()
         end = time.monotonic() + 60  # bounded: SIGKILL is delivered at once, reaping takes a moment
-        while any(_alive(p) for p in pids) and time.monotonic() < end:
+        while any(alive(p) for p in pids) and time.monotonic() < end:
             time.sleep(0.1)
-        left = [p for p in pids if _alive(p)]
+        left = [p for p in pids if alive(p)]
         for p in left:  # the test's own clean-up: nothing of it stays running
             os.kill(p, 9)
     assert rc == 0, "\n".join(agent._raw[-20:])  # stopped by SIGTERM, not killed by the harness
